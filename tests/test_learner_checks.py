@@ -1,0 +1,126 @@
+"""Generic checks run against every learner: scale invariance, batching, bad input, Arrow."""
+import numpy as np
+import pytest
+
+from unitless.learner import (ALGORITHMS, InvalidExampleError, dense_batch, from_arrow, learn,
+                              new_state, to_arrow)
+
+INVARIANT = sorted(a for a, spec in ALGORITHMS.items() if spec.invariance != "none")
+NOT_INVARIANT = ["sgd", "adagrad", "adam"]
+
+
+def stream(n=400, d=6, seed=0):
+    """Logistic data whose features differ in scale by orders of magnitude, with a bias column."""
+    rng = np.random.default_rng(seed)
+    sigma = 2.0 ** rng.integers(-8, 9, size=d)
+    X = rng.normal(size=(n, d)) * sigma
+    w_star = rng.choice([-1.0, 1.0], size=d) / sigma
+    y = np.where(rng.random(n) < 1 / (1 + np.exp(-X @ w_star)), 1.0, -1.0)
+    return np.hstack([X, np.ones((n, 1))]), y
+
+
+def run(algorithm, X, y, loss="logistic", batch_size=None, **hp):
+    state = new_state(algorithm, X.shape[1], loss, **hp)
+    batch = dense_batch(X, y, bias=False)
+    size = batch_size or len(batch)
+    scores = [learn(state, batch.slice(a, min(a + size, len(batch)))).scores
+              for a in range(0, len(batch), size)]
+    return np.vstack(scores)[:, 0], state
+
+
+@pytest.mark.parametrize("algorithm", INVARIANT)
+@pytest.mark.parametrize("loss", ["logistic", "hinge", "absolute"])
+def test_predictions_do_not_change_when_features_are_rescaled(algorithm, loss):
+    X, y = stream()
+    scale = 10.0 ** np.random.default_rng(1).uniform(-6, 6, size=X.shape[1])
+    base, state = run(algorithm, X, y, loss)
+    scaled, scaled_state = run(algorithm, X * scale, y, loss)
+    assert np.abs(base).max() > 0
+    np.testing.assert_allclose(scaled, base, rtol=1e-9, atol=1e-12 * np.abs(base).max())
+    # and the weights become w_i / a_i
+    np.testing.assert_allclose(scaled_state.weights[0] * scale, state.weights[0], rtol=1e-9,
+                               atol=1e-12 * np.abs(state.weights[0] * 1).max())
+
+
+def test_kotlowski2_predictions_do_not_change_under_an_invertible_linear_map():
+    X, y = stream(n=300, d=5)
+    rng = np.random.default_rng(2)
+    d = X.shape[1]
+    A = rng.normal(size=(d, d)) @ np.diag(10.0 ** rng.uniform(-2, 2, size=d))
+    assert 10 < np.linalg.cond(A) < 1e6
+    base, _ = run("kotlowski2", X, y)
+    mapped, _ = run("kotlowski2", X @ A.T, y)
+    np.testing.assert_allclose(mapped, base, rtol=1e-7, atol=1e-9 * np.abs(base).max())
+
+
+@pytest.mark.parametrize("algorithm", NOT_INVARIANT)
+def test_baselines_are_not_scale_invariant(algorithm):
+    X, y = stream()
+    scale = 10.0 ** np.random.default_rng(1).uniform(-6, 6, size=X.shape[1])
+    base, _ = run(algorithm, X, y)
+    scaled, _ = run(algorithm, X * scale, y)
+    assert np.max(np.abs(scaled - base) / (np.abs(base) + 1e-12)) > 1e-2
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_batches_of_any_size_give_bit_identical_predictions_and_state(algorithm):
+    X, y = stream(n=300)
+    whole, state = run(algorithm, X, y)
+    for size in (1, 7, 4096):
+        parts, other = run(algorithm, X, y, batch_size=size)
+        assert parts.tobytes() == whole.tobytes()
+        for a, b in ((state.V, other.V), (state.M, other.M), (state.S, other.S)):
+            assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_state_round_trips_through_arrow_exactly(algorithm):
+    X, y = stream(n=200)
+    _, state = run(algorithm, X[:100], y[:100])
+    restored = from_arrow(to_arrow(state))
+    for a, b in ((state.V, restored.V), (state.M, restored.M), (state.S, restored.S)):
+        assert a.tobytes() == b.tobytes()
+    assert (restored.examples_seen, restored.cumulative_loss) == (100, state.cumulative_loss)
+    # and learning goes on identically
+    batch = dense_batch(X[100:], y[100:], bias=False)
+    assert (learn(state, batch).scores.tobytes() == learn(restored, batch).scores.tobytes())
+
+
+BAD = {
+    "nan feature": (lambda X, y: X.__setitem__((3, 1), np.nan), "not finite"),
+    "inf feature": (lambda X, y: X.__setitem__((3, 0), np.inf), "not finite"),
+    "nan label": (lambda X, y: y.__setitem__(3, np.nan), "label nan"),
+    "label outside the loss's domain": (lambda X, y: y.__setitem__(3, 2.0), "label 2.0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("algorithm", ["nag", "scinol2", "kotlowski2", "adam"])
+def test_bad_example_raises_naming_its_position_and_leaves_state_untouched(algorithm, case):
+    X, y = stream(n=20)
+    state = new_state(algorithm, X.shape[1], "logistic")
+    learn(state, dense_batch(X[:10], y[:10], bias=False))
+    before = to_arrow(state)
+    Xb, yb = X[10:].copy(), y[10:].copy()
+    corrupt, expected = BAD[case]
+    corrupt(Xb, yb)
+    with pytest.raises(InvalidExampleError, match=expected) as err:
+        learn(state, dense_batch(Xb, yb, bias=False))
+    assert err.value.position == 3
+    assert "example 3 of the batch" in str(err.value)
+    after = to_arrow(state)
+    assert after.equals(before) and after.schema.metadata == before.schema.metadata
+    assert state.examples_seen == 10
+
+
+def test_multiclass_labels_must_be_classes():
+    state = new_state("nag", 3, "logistic", n_classes=3)
+    with pytest.raises(InvalidExampleError, match="not a class in 1..3"):
+        learn(state, dense_batch(np.ones((2, 2)), [1, 4]))
+
+
+def test_unknown_algorithm_and_hyperparameter_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown algorithm 'nagg'"):
+        new_state("nagg", 3)
+    with pytest.raises(ValueError, match="has no hyperparameter"):
+        new_state("scinol2", 3, learning_rate=0.1)

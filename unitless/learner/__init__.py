@@ -1,0 +1,23 @@
+"""Scale-invariant online learners, free of Beam and I/O.
+
+    >>> import numpy as np
+    >>> from unitless.learner import new_state, dense_batch, learn
+    >>> X = np.array([[1.0, 2000.0], [-1.0, 1000.0], [2.0, -3000.0]])
+    >>> state = new_state("scinol2", dim=3, loss="logistic", bias_index=2)
+    >>> result = learn(state, dense_batch(X, [1, -1, 1]))
+    >>> result.scores.shape, state.examples_seen
+    ((3, 1), 3)
+"""
+from .examples import Batch, bias_index, dense_batch, dense_dim, hash_feature, hashed_batch, make_batch
+from .losses import LOSS_CODES, loss_values
+from .online import (BatchResult, InvalidExampleError, check_batch, learn, predict,
+                     predicted_class, probability)
+from .registry import ALGORITHMS, get_algorithm
+from .state import LearnerState, from_arrow, new_state, read_metadata, to_arrow
+
+__all__ = [
+    "ALGORITHMS", "Batch", "BatchResult", "InvalidExampleError", "LOSS_CODES", "LearnerState",
+    "bias_index", "check_batch", "dense_batch", "dense_dim", "from_arrow", "get_algorithm",
+    "hash_feature", "hashed_batch", "learn", "loss_values", "make_batch", "new_state", "predict",
+    "predicted_class", "probability", "read_metadata", "to_arrow",
+]

@@ -1,0 +1,90 @@
+"""Baselines the seeds compare against; none of them is scale-invariant.
+
+Shared step signature: see ``normalized.py``. Adam and COCOB update only the coordinates present
+in the example (the usual sparse/lazy form); on dense data without zeros this is plain Adam/COCOB.
+"""
+import math
+
+from numba import njit
+
+from .losses import loss_and_derivative
+
+
+@njit(cache=True, inline="always")
+def _dot(w, idx, val):
+    y_hat = 0.0
+    for j in range(idx.shape[0]):
+        y_hat += w[idx[j]] * val[j]
+    return y_hat
+
+
+@njit(cache=True)
+def sgd_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """SGD with η_t = η/√t. V = (w,); S = (t,); hp = (η,)."""
+    w = V[0, k]
+    S[k, 0] += 1.0
+    y_hat = _dot(w, idx, val)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    rate = hp[0] / math.sqrt(S[k, 0]) * weight * g
+    for j in range(idx.shape[0]):  # w ← w − (η/√t) g x
+        w[idx[j]] -= rate * val[j]
+    return y_hat, weight * ell
+
+
+@njit(cache=True)
+def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """AdaGrad (Duchi et al. 2011), diagonal. V = (w, G); hp = (η,)."""
+    w, G = V[0, k], V[1, k]
+    y_hat = _dot(w, idx, val)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    if g != 0.0:
+        for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η g x_i/√G_i
+            i = idx[j]
+            gx = g * val[j]
+            G[i] += gx * gx
+            w[i] -= hp[0] * gx / math.sqrt(G[i])
+    return y_hat, weight * ell
+
+
+@njit(cache=True)
+def adam_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """Adam (Kingma & Ba 2015). V = (w, m, v); S = (t,); hp = (η, β1, β2, ε)."""
+    w, m, v = V[0, k], V[1, k], V[2, k]
+    eta, beta1, beta2, eps = hp[0], hp[1], hp[2], hp[3]
+    S[k, 0] += 1.0
+    t = S[k, 0]
+    y_hat = _dot(w, idx, val)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    c1, c2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        gx = g * val[j]
+        m[i] = beta1 * m[i] + (1.0 - beta1) * gx
+        v[i] = beta2 * v[i] + (1.0 - beta2) * gx * gx
+        w[i] -= eta * (m[i] / c1) / (math.sqrt(v[i] / c2) + eps)
+    return y_hat, weight * ell
+
+
+@njit(cache=True)
+def cocob_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """COCOB-Backprop (Orabona & Tommasi 2017, Alg. 2), w₁ = 0.
+
+    V = (w, L, G, Reward, θ) with L starting at 1e-8; hp = (α,).
+    """
+    w, L, G, reward, theta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
+    alpha = hp[0]
+    y_hat = _dot(w, idx, val)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        gx = g * val[j]
+        L[i] = max(L[i], abs(gx))
+        G[i] += abs(gx)
+        reward[i] = max(reward[i] - w[i] * gx, 0.0)
+        theta[i] += gx
+        # w_{t+1,i} = −θ_i/(L_i max(G_i + L_i, α L_i)) (L_i + Reward_i)
+        w[i] = -theta[i] / (L[i] * max(G[i] + L[i], alpha * L[i])) * (L[i] + reward[i])
+    return y_hat, weight * ell

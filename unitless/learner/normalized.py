@@ -1,0 +1,104 @@
+"""Ross, Mineiro, Langford, *Normalized Online Learning* (UAI 2013): NG, NAG, sNAG.
+
+Every step function shares one signature (see ``kernel.py``): it receives the state arrays
+V (vectors, [name, class, feature]), S (scalars, [class, name]), the class index k, one
+example's non-zero features (idx, val), its label y, importance weight, loss code and
+hyperparameters hp; it predicts ŷ, suffers the loss, updates the state and returns (ŷ, ℓ).
+"""
+import math
+
+from numba import njit
+
+from .losses import loss_and_derivative
+
+
+@njit(cache=True)
+def ng_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """NG, Ross et al. Alg. 1. V = (w, s); S = (t, N); hp = (η,)."""
+    w, s = V[0, k], V[1, k]
+    eta = hp[0]
+    S[k, 0] += 1.0
+    t = S[k, 0]
+    for j in range(idx.shape[0]):  # 1. w_i ← w_i s_i²/x_i², s_i ← |x_i| where |x_i| > s_i
+        i, x = idx[j], abs(val[j])
+        if x > s[i]:
+            w[i] = w[i] * s[i] * s[i] / (x * x)
+            s[i] = x
+    y_hat = 0.0
+    n_add = 0.0
+    for j in range(idx.shape[0]):  # 2. ŷ = Σ w_i x_i ; N ← N + Σ x_i²/s_i²
+        i, x = idx[j], val[j]
+        y_hat += w[i] * x
+        n_add += (x / s[i]) ** 2
+    S[k, 1] += n_add
+    N = S[k, 1]
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    for j in range(idx.shape[0]):  # 3. w_i ← w_i − η (t/N) (1/s_i²) g x_i
+        i, x = idx[j], val[j]
+        w[i] -= eta * (t / N) * g * x / (s[i] * s[i])
+    return y_hat, weight * ell
+
+
+@njit(cache=True)
+def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """NAG, Ross et al. Alg. 2. V = (w, s, G); S = (t, N); hp = (η,)."""
+    w, s, G = V[0, k], V[1, k], V[2, k]
+    eta = hp[0]
+    S[k, 0] += 1.0
+    t = S[k, 0]
+    for j in range(idx.shape[0]):  # 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i| where |x_i| > s_i
+        i, x = idx[j], abs(val[j])
+        if x > s[i]:
+            w[i] = w[i] * s[i] / x
+            s[i] = x
+    y_hat = 0.0
+    n_add = 0.0
+    for j in range(idx.shape[0]):  # 2. ŷ = Σ w_i x_i ; N ← N + Σ x_i²/s_i²
+        i, x = idx[j], val[j]
+        y_hat += w[i] * x
+        n_add += (x / s[i]) ** 2
+    S[k, 1] += n_add
+    N = S[k, 1]
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    if g != 0.0:
+        rate = eta * math.sqrt(t / N)
+        for j in range(idx.shape[0]):  # 3. G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(s_i √G_i)
+            i = idx[j]
+            gx = g * val[j]
+            G[i] += gx * gx
+            w[i] -= rate * gx / (s[i] * math.sqrt(G[i]))
+    return y_hat, weight * ell
+
+
+@njit(cache=True)
+def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """sNAG, Ross et al. Sec. 3: NAG with s_i = Σ x_i² and √(s_i/t) in place of s_i.
+
+    V = (w, s, G); S = (t, N); hp = (η,). The max-rescaling step 1 of NAG has no analogue
+    (the normaliser moves with every example), so w is left as is.
+    """
+    w, s, G = V[0, k], V[1, k], V[2, k]
+    eta = hp[0]
+    S[k, 0] += 1.0
+    t = S[k, 0]
+    y_hat = 0.0
+    n_add = 0.0
+    for j in range(idx.shape[0]):  # s_i ← s_i + x_i² ; ŷ = Σ w_i x_i ; N ← N + Σ x_i² t/s_i
+        i, x = idx[j], val[j]
+        s[i] += x * x
+        y_hat += w[i] * x
+        n_add += x * x * t / s[i]
+    S[k, 1] += n_add
+    N = S[k, 1]
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    g *= weight
+    if g != 0.0:
+        rate = eta * math.sqrt(t / N)
+        for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(√(s_i/t) √G_i)
+            i = idx[j]
+            gx = g * val[j]
+            G[i] += gx * gx
+            w[i] -= rate * gx / (math.sqrt(s[i] / t) * math.sqrt(G[i]))
+    return y_hat, weight * ell
