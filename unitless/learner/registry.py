@@ -23,32 +23,33 @@ class Algorithm:
     initial: dict = field(default_factory=dict)  # vector -> hyperparameter name or constant
     invariance: str = "none"  # "diagonal": any per-feature rescaling; "linear": any invertible map
     reference: str = ""
+    scale: str = None  # the vector holding each feature's scale as the learner sees it
 
 
 _LR = {"learning_rate": 0.5}
 ALGORITHMS = {a.name: a for a in [
     Algorithm("ng", ng_step, ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
-              reference="Ross, Mineiro, Langford 2013, Alg. 1"),
+              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 1"),
     Algorithm("nag", nag_step, ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
-              reference="Ross, Mineiro, Langford 2013, Alg. 2"),
+              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 2"),
     Algorithm("snag", snag_step, ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
               reference="Ross, Mineiro, Langford 2013, Sec. 3"),
     Algorithm("omd_diagonal", omd_diagonal_step, ("w", "theta", "b", "Q"),
               {"learning_rate": 1.0, "lipschitz": None}, invariance="diagonal",
-              reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)"),
+              scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)"),
     Algorithm("omd_pnorm", omd_pnorm_step, ("w", "theta", "b"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("m", "B"), invariance="diagonal",
-              reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
+              scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
     Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t",),
               invariance="diagonal", reference="Kotłowski 2017, Alg. 1"),
     Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",),
-              matrices=("S_pinv", "P"), invariance="linear", reference="Kotłowski 2017, Alg. 2"),
+              matrices=("S_pinv", "P"), invariance="linear", scale="D", reference="Kotłowski 2017, Alg. 2"),
     Algorithm("scinol1", scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
               scalars=("t",), initial={"beta": "epsilon"}, invariance="diagonal",
-              reference="Kempka, Kotłowski 2019, ScInOL1"),
+              scale="M", reference="Kempka, Kotłowski 2019, ScInOL1"),
     Algorithm("scinol2", scinol2_step, ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
               initial={"eta": "epsilon"}, invariance="diagonal",
-              reference="Kempka, Kotłowski 2019, ScInOL2"),
+              scale="M", reference="Kempka, Kotłowski 2019, ScInOL2"),
     Algorithm("sgd", sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
               reference="SGD with η/√t"),
     Algorithm("adagrad", adagrad_step, ("w", "G"), {"learning_rate": 0.1},

@@ -1,0 +1,179 @@
+"""The `unitless` command: train, score, inspect.
+
+Every option the command does not know is handed to Beam (e.g. --runner, --direct_num_workers),
+so any Beam runner can run the same pipeline.
+"""
+import argparse
+import json
+import logging
+import os
+import sys
+from importlib import resources
+
+from .connectors.files import OUTPUT_FORMATS, expand_inputs
+from .connectors.formats import FORMATS, RecordSpec
+from .learner import ALGORITHMS, LOSS_CODES
+
+HYPERPARAMETER_FLAGS = {  # flag -> hyperparameter name in the learner registry
+    "learning_rate": "learning_rate", "alpha": "alpha", "epsilon": "epsilon",
+    "lipschitz": "lipschitz", "beta1": "beta1", "beta2": "beta2", "quantile_tau": "quantile_tau",
+}
+EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
+              ".vw": "vw", ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm"}
+
+
+def bundled_example():
+    return str(resources.files("unitless") / "data" / "artificial.csv.gz")
+
+
+def _input_args(p):
+    p.add_argument("--input", action="append", help="file path or glob (repeatable; gzip ok)")
+    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--id-column")
+    p.add_argument("--model-key-column", help="one independent model per value of this column")
+    p.add_argument("--weight-column", help="importance weight column")
+    p.add_argument("--categorical-columns", default="",
+                   help="comma-separated columns whose values are categories (one-hot)")
+    p.add_argument("--delimiter", default=",", help="CSV field delimiter")
+    p.add_argument("--bits", type=int, default=18, help="hash features into 2^bits (default 18)")
+    p.add_argument("--no-bias", action="store_true", help="no constant feature")
+    p.add_argument("--predictions", default="out/predictions", help="output directory")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
+    p.add_argument("--dead-letter", default="out/dead_letter",
+                   help="directory for malformed records (JSON lines)")
+    p.add_argument("--chunk-size", type=int, default=8192, help="examples per micro-batch")
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="unitless", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="learn from examples, emitting a prediction for each")
+    _input_args(train)
+    train.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="nag")
+    train.add_argument("--loss", choices=sorted(LOSS_CODES), default="logistic")
+    train.add_argument("--classes", type=int, default=1,
+                       help="K > 1: one-against-all over classes 1..K")
+    train.add_argument("--model-dir", default="out/models")
+    train.add_argument("--checkpoint-every", type=int, default=0,
+                       help="checkpoint each model every N examples (always at end of input)")
+    train.add_argument("--checkpoint-seconds", type=float, default=0.0,
+                       help="also checkpoint when T seconds passed since the last one")
+    train.add_argument("--keep-checkpoints", type=int, default=3)
+    train.add_argument("--resume", action="store_true",
+                       help="continue each model from its latest checkpoint")
+    train.add_argument("--log-every", type=float, default=10.0, help="seconds between progress logs")
+    for flag in HYPERPARAMETER_FLAGS:
+        train.add_argument("--" + flag.replace("_", "-"), type=float)
+    score = sub.add_parser("score", help="apply checkpointed models to examples (no learning)")
+    _input_args(score)
+    score.add_argument("--model-dir", required=True,
+                       help="model directory of a training run (one model per key)")
+    inspect = sub.add_parser("inspect", help="summarise a checkpoint")
+    inspect.add_argument("checkpoint", help="checkpoint file, or a model key's directory")
+    inspect.add_argument("--top", type=int, default=20)
+    inspect.add_argument("--json", action="store_true")
+    return top
+
+
+def record_spec(args, require_label=True):
+    return RecordSpec(label=args.label_column, id=args.id_column, model_key=args.model_key_column,
+                      weight=args.weight_column, bits=args.bits, bias=not args.no_bias,
+                      categorical=tuple(c for c in args.categorical_columns.split(",") if c),
+                      delimiter=args.delimiter, require_label=require_label)
+
+
+def _inputs(args):
+    if not args.input:
+        args.input = [bundled_example()]
+        args.id_column = args.id_column or "id"
+        print(f"unitless: no --input given; using the bundled example {args.input[0]}",
+              file=sys.stderr)
+    files = expand_inputs(args.input)
+    fmt = args.format
+    if fmt is None:
+        name = files[0][:-3] if files[0].endswith(".gz") else files[0]
+        fmt = EXTENSIONS.get(os.path.splitext(name)[1])
+        if fmt is None:
+            raise ValueError(f"cannot tell the format of {files[0]}; pass --format")
+    return files, fmt
+
+
+def _beam_options(beam_args):
+    from apache_beam.options.pipeline_options import PipelineOptions
+    return PipelineOptions(beam_args)
+
+
+def _pipeline(beam_args):
+    import apache_beam as beam
+    options = _beam_options(beam_args)
+    if any(a.startswith("--runner") for a in beam_args):
+        return beam.Pipeline(options=options)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    return beam.Pipeline(runner=FnApiRunner(), options=options)
+
+
+def train(args, beam_args):
+    from .pipelines.config import TrainConfig
+    from .pipelines.train import build_training
+    files, fmt = _inputs(args)
+    spec = ALGORITHMS[args.algorithm]
+    hp = {}
+    for flag, name in HYPERPARAMETER_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if name not in spec.hyperparameters and not (name == "quantile_tau"
+                                                      and args.loss == "quantile"):
+            raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.algorithm} "
+                             f"(it takes: {', '.join(spec.hyperparameters) or 'nothing'})")
+        hp[name] = value
+    if spec.matrices and args.bits > 12:
+        raise ValueError(f"{args.algorithm} keeps d×d matrices: pass --bits 12 or less")
+    cfg = TrainConfig(files, fmt, record_spec(args), args.algorithm, args.loss, args.classes, hp,
+                      args.model_dir, args.predictions, args.output_format, args.dead_letter,
+                      args.checkpoint_every, args.checkpoint_seconds, args.keep_checkpoints,
+                      args.resume, args.chunk_size, args.log_every)
+    from .learner import new_state
+    new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
+    with _pipeline(beam_args) as p:
+        build_training(p, cfg)
+    print(f"predictions: {os.path.abspath(cfg.predictions)}")
+    print(f"models:      {os.path.abspath(cfg.model_dir)}")
+    print(f"dead letters: {os.path.abspath(cfg.dead_letter)}")
+
+
+def score(args, beam_args):
+    from .pipelines.score import build_scoring
+    files, fmt = _inputs(args)
+    with _pipeline(beam_args) as p:
+        build_scoring(p, files, fmt, record_spec(args, require_label=False), args.model_dir,
+                      args.predictions, args.output_format, args.dead_letter, args.chunk_size)
+    print(f"predictions: {os.path.abspath(args.predictions)}")
+
+
+def inspect(args):
+    from .pipelines.inspect import summary, render
+    info = summary(args.checkpoint, args.top)
+    print(json.dumps(info, indent=2) if args.json else render(info))
+
+
+def main(argv=None):
+    args, beam_args = parser().parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    try:
+        if args.command == "train":
+            train(args, beam_args)
+        elif args.command == "score":
+            score(args, beam_args)
+        else:
+            inspect(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"unitless: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sources and sinks: files (and Kafka), parsing raw records into example blocks."""

@@ -1,0 +1,1 @@
+"""Beam pipelines: training (predict-then-update per model key) and scoring."""

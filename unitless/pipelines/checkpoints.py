@@ -1,0 +1,87 @@
+"""Model checkpoints on disk: one Arrow IPC file per checkpoint, written atomically.
+
+Layout: MODEL_DIR/<quoted model key>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
+MODEL_DIR/<quoted model key>/latest holding the name of the newest file. Files are written to a
+temporary name, fsynced and renamed, so a crash never leaves a half-written checkpoint or pointer.
+"""
+import os
+import urllib.parse
+
+import pyarrow as pa
+
+LATEST = "latest"
+DEFAULT_KEY_DIR = "_default"
+
+
+def key_dir(model_dir, key):
+    return os.path.join(model_dir, urllib.parse.quote(key, safe="") if key else DEFAULT_KEY_DIR)
+
+
+def dir_key(name):
+    return "" if name == DEFAULT_KEY_DIR else urllib.parse.unquote(name)
+
+
+def _atomic_write(path, data):
+    temp = f"{path}.tmp-{os.getpid()}"
+    with open(temp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
+def table_to_bytes(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def table_from_bytes(data):
+    return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+
+
+def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
+    """Write the table as this key's newest checkpoint; returns the checkpoint's path."""
+    directory = key_dir(model_dir, key)
+    os.makedirs(directory, exist_ok=True)
+    name = f"ckpt-{examples_seen:012d}.arrow"
+    path = os.path.join(directory, name)
+    _atomic_write(path, table_to_bytes(table))
+    _atomic_write(os.path.join(directory, LATEST), name.encode())
+    old = sorted(f for f in os.listdir(directory) if f.startswith("ckpt-") and f.endswith(".arrow"))
+    for stale in old[:-keep] if keep > 0 else []:
+        if stale != name:
+            os.remove(os.path.join(directory, stale))
+    return path
+
+
+def latest_checkpoint(model_dir, key):
+    """Path of the key's newest checkpoint, or None."""
+    directory = key_dir(model_dir, key)
+    try:
+        with open(os.path.join(directory, LATEST), encoding="utf-8") as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return os.path.join(directory, name)
+
+
+def read_checkpoint(path):
+    """The Arrow table of a checkpoint file, or of a model directory's `latest` pointer."""
+    if os.path.isdir(path):
+        pointer = os.path.join(path, LATEST)
+        if not os.path.exists(pointer):
+            raise FileNotFoundError(f"{path} holds no 'latest' checkpoint pointer")
+        with open(pointer, encoding="utf-8") as f:
+            path = os.path.join(path, f.read().strip())
+    with pa.memory_map(path) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def model_keys(model_dir):
+    """Model keys that have a checkpoint under model_dir."""
+    if not os.path.isdir(model_dir):
+        return []
+    return sorted(dir_key(d) for d in os.listdir(model_dir)
+                  if os.path.exists(os.path.join(model_dir, d, LATEST)))

@@ -1,0 +1,143 @@
+"""One model key's learner plus its bookkeeping: input positions, checkpoints, outputs.
+
+Free of Beam: the stateful DoFn holds one KeyedModel per key and calls ``learn_block``.
+"""
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..connectors.records import DeadLetter
+from ..learner import (check_batch, from_arrow, learn, predicted_class, probability, read_metadata,
+                       to_arrow)
+from ..learner.losses import CLASSIFICATION_LOSSES
+from .checkpoints import table_from_bytes, table_to_bytes
+
+PREDICTION_SCHEMA = pa.schema([
+    ("id", pa.string()), ("model_key", pa.string()), ("prediction", pa.float64()),
+    ("probability", pa.float64()), ("label", pa.float64()), ("loss", pa.float64()),
+    ("error", pa.float64()), ("examples_seen", pa.int64()), ("source", pa.string()),
+    ("position", pa.int64()), ("checkpoint_id", pa.string()), ("event_time", pa.float64()),
+])
+
+
+@dataclass
+class KeyedModel:
+    key: str
+    state: object                                  # LearnerState
+    positions: dict = field(default_factory=dict)  # source -> last position learned (or refused)
+    checkpoint_examples: int = -1                  # examples_seen at the last checkpoint
+    checkpoint_time: float = field(default_factory=time.time)
+    checkpoint_id: str = None
+    token: str = None
+
+    def to_table(self):
+        return to_arrow(self.state, {
+            "model_key": self.key, "input_positions": self.positions,
+            "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
+            "token": self.token, "time": time.time()})
+
+    def to_bytes(self):
+        """Token (32 ASCII bytes) + Arrow IPC file: the form kept in Beam state."""
+        self.token = uuid.uuid4().hex
+        return self.token.encode() + table_to_bytes(self.to_table())
+
+    def holds(self, data):
+        """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
+        return self.token is not None and data[:32] == self.token.encode()
+
+    @classmethod
+    def from_table(cls, table):
+        meta = read_metadata(table)
+        return cls(meta.get("model_key", ""), from_arrow(table),
+                   {k: int(v) for k, v in (meta.get("input_positions") or {}).items()},
+                   int(meta.get("checkpoint_examples", -1)), time.time(),
+                   meta.get("checkpoint_id"), meta.get("token"))
+
+    @classmethod
+    def from_bytes(cls, data):
+        model = cls.from_table(table_from_bytes(data[32:]))
+        model.token = data[:32].decode()
+        return model
+
+    def learn_block(self, block):
+        """Learn the block's new examples in order: (predictions table, dead letters, skipped).
+
+        Examples at or before the position already learned from their source are skipped (a
+        replay after a restart); examples the learner refuses become dead letters and never
+        touch the model.
+        """
+        done = self.positions.get(block.source, -1)
+        fresh = np.flatnonzero(block.positions > done)
+        skipped = len(block) - len(fresh)
+        if skipped:
+            block = block.take(fresh)
+        if not len(block):
+            return None, [], skipped
+        self.positions[block.source] = int(block.positions.max())
+        dead = []
+        problems = check_batch(self.state, block.batch())
+        if problems:
+            bad = [r for r, _ in problems]
+            dead = [DeadLetter(block.source, int(block.positions[r]), _raw(block, r), reason)
+                    for r, reason in problems]
+            block = block.take(np.setdiff1d(np.arange(len(block)), bad))
+        for i, name in block.names.items():
+            self.state.feature_names.setdefault(i, name)
+        start = self.state.examples_seen
+        result = learn(self.state, block.batch())
+        return self._predictions(block, result, start), dead, skipped
+
+    def _predictions(self, block, result, start):
+        loss = self.state.loss
+        scores = result.scores
+        n = len(block)
+        if self.state.n_classes > 1:
+            prediction = predicted_class(scores)
+        else:
+            prediction = scores[:, 0]
+        prob = probability(scores[:, 0]) if loss == "logistic" and scores.shape[1] == 1 else None
+        error = None
+        if loss in CLASSIFICATION_LOSSES:
+            labels = block.labels if self.state.n_classes > 1 else np.where(block.labels > 0, 1, -1)
+            error = (predicted_class(scores) != labels).astype(np.float64)
+        return pa.table([
+            pa.array(block.ids, pa.string()), pa.array([self.key] * n, pa.string()),
+            pa.array(prediction), pa.array(prob, pa.float64()) if prob is not None
+            else pa.nulls(n, pa.float64()), pa.array(block.labels), pa.array(result.losses),
+            pa.array(error) if error is not None else pa.nulls(n, pa.float64()),
+            pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)),
+            pa.array([block.source] * n, pa.string()), pa.array(block.positions),
+            pa.array([self.checkpoint_id] * n, pa.string()),
+            pa.array(block.event_times, pa.float64()) if block.event_times is not None
+            else pa.nulls(n, pa.float64()),
+        ], schema=PREDICTION_SCHEMA)
+
+    def checkpoint_due(self, every_examples, every_seconds):
+        if self.state.examples_seen == self.checkpoint_examples:
+            return False
+        if every_examples and (self.state.examples_seen // every_examples
+                               > max(self.checkpoint_examples, 0) // every_examples):
+            return True
+        return bool(every_seconds) and time.time() - self.checkpoint_time >= every_seconds
+
+    def mark_checkpoint(self):
+        self.checkpoint_examples = self.state.examples_seen
+        self.checkpoint_time = time.time()
+        self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"
+
+
+def _raw(block, r):
+    if block.raw is None or block.raw[r] is None:
+        return json.dumps({"label": float(block.labels[r])})
+    raw = block.raw[r]
+    return raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
+
+
+def dead_letter_table(dead):
+    return pa.Table.from_pylist([d.to_dict() for d in dead], schema=pa.schema([
+        ("source", pa.string()), ("position", pa.int64()), ("raw", pa.string()),
+        ("reason", pa.string())]))
