@@ -250,7 +250,8 @@ def _csv_fast(spec, source, items, lines):
             io.BytesIO("\n".join(lines).encode()),
             read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=False),
             parse_options=pacsv.ParseOptions(delimiter=spec.delimiter),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True))
+            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                                null_values=[""]))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
     if table.num_rows != len(lines) or (spec.label in spec.columns
