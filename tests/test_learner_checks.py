@@ -124,3 +124,18 @@ def test_unknown_algorithm_and_hyperparameter_are_clear_errors():
         new_state("nagg", 3)
     with pytest.raises(ValueError, match="has no hyperparameter"):
         new_state("scinol2", 3, learning_rate=0.1)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_explicit_zero_values_are_absent_features(algorithm):
+    from unitless.learner import make_batch
+    X, y = stream(n=50, d=3)
+    dense = dense_batch(X, y, bias=False)
+    # the same examples with an explicit zero for a never-seen feature 4 in every row
+    n = len(y)
+    indptr = np.arange(0, 5 * n + 1, 5)
+    indices = np.hstack([np.tile([0, 1, 2, 3], (n, 1)), np.full((n, 1), 4)]).ravel()
+    values = np.hstack([X, np.zeros((n, 1))]).ravel()
+    a, b = new_state(algorithm, 5), new_state(algorithm, 5)
+    assert (learn(a, dense).scores.tobytes() == learn(b, make_batch(indptr, indices, values, y))
+            .scores.tobytes())

@@ -12,6 +12,7 @@ from importlib import resources
 
 from .connectors.files import OUTPUT_FORMATS, expand_inputs
 from .connectors.formats import FORMATS, RecordSpec
+from .connectors.kafka import is_kafka
 from .learner import ALGORITHMS, LOSS_CODES
 
 HYPERPARAMETER_FLAGS = {  # flag -> hyperparameter name in the learner registry
@@ -27,7 +28,8 @@ def bundled_example():
 
 
 def _input_args(p):
-    p.add_argument("--input", action="append", help="file path or glob (repeatable; gzip ok)")
+    p.add_argument("--input", action="append",
+                   help="file path or glob (repeatable; gzip ok), or kafka://host:port/topic")
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
     p.add_argument("--label-column", default="label")
     p.add_argument("--id-column")
@@ -43,6 +45,9 @@ def _input_args(p):
     p.add_argument("--dead-letter", default="out/dead_letter",
                    help="directory for malformed records (JSON lines)")
     p.add_argument("--chunk-size", type=int, default=8192, help="examples per micro-batch")
+    p.add_argument("--kafka-config", action="append", default=[], metavar="NAME=VALUE",
+                   help="kafka-python client setting, e.g. security_protocol=SASL_SSL "
+                        "(repeatable)")
 
 
 def parser():
@@ -89,6 +94,8 @@ def _inputs(args):
         args.id_column = args.id_column or "id"
         print(f"unitless: no --input given; using the bundled example {args.input[0]}",
               file=sys.stderr)
+    if is_kafka(args.input[0]):
+        return args.input, args.format or "jsonl"
     files = expand_inputs(args.input)
     fmt = args.format
     if fmt is None:
@@ -97,6 +104,17 @@ def _inputs(args):
         if fmt is None:
             raise ValueError(f"cannot tell the format of {files[0]}; pass --format")
     return files, fmt
+
+
+def kafka_settings(pairs):
+    """NAME=VALUE strings -> kafka-python keyword arguments (numbers become numbers)."""
+    settings = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--kafka-config wants NAME=VALUE, got {pair!r}")
+        settings[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value
+    return settings
 
 
 def _beam_options(beam_args):
@@ -133,11 +151,12 @@ def train(args, beam_args):
     cfg = TrainConfig(files, fmt, record_spec(args), args.algorithm, args.loss, args.classes, hp,
                       args.model_dir, args.predictions, args.output_format, args.dead_letter,
                       args.checkpoint_every, args.checkpoint_seconds, args.keep_checkpoints,
-                      args.resume, args.chunk_size, args.log_every)
+                      args.resume, args.chunk_size, args.log_every,
+                      kafka_settings(args.kafka_config))
     from .learner import new_state
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
     with _pipeline(beam_args) as p:
-        build_training(p, cfg)
+        build_training(p, cfg, streaming="--streaming" in beam_args)
     print(f"predictions: {os.path.abspath(cfg.predictions)}")
     print(f"models:      {os.path.abspath(cfg.model_dir)}")
     print(f"dead letters: {os.path.abspath(cfg.dead_letter)}")
@@ -162,6 +181,7 @@ def main(argv=None):
     args, beam_args = parser().parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its retries are reported by us
     try:
         if args.command == "train":
             train(args, beam_args)
@@ -169,7 +189,7 @@ def main(argv=None):
             score(args, beam_args)
         else:
             inspect(args)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, ConnectionError) as err:
         print(f"unitless: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -673,7 +673,7 @@ class LocalKafka:
             try:
                 admin = KafkaAdminClient(
                     bootstrap_servers=self.bootstrap_servers, client_id="local-kafka-probe",
-                    request_timeout_ms=5000, api_version_auto_timeout_ms=5000,
+                    request_timeout_ms=5000, bootstrap_timeout_ms=5000,
                 )
                 info = admin.describe_cluster()
                 if info.get("brokers"):

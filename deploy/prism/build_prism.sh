@@ -45,9 +45,9 @@ trap 'rm -rf "$tmpbin"' EXIT
 
 echo "build_prism.sh: building prism v$version into $dir (this can take several minutes)" >&2
 start=$(date +%s)
-# GOFLAGS=-mod=mod so a project go.mod/vendor dir in the cwd never interferes;
-# we build in $dir, outside any module.
-( cd "$dir" && GOBIN="$tmpbin" GOFLAGS="${GOFLAGS:-} -mod=mod" \
+# `go install pkg@version` ignores any go.mod in the cwd; we build from $dir
+# anyway.
+( cd "$dir" && GOBIN="$tmpbin" \
     timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
     go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$version" ) >&2
 mv -f "$tmpbin/prism" "$bin"

@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from ..learner import make_batch
 
@@ -61,3 +62,11 @@ class DeadLetter:
     def to_dict(self):
         return {"source": self.source, "position": self.position, "raw": self.raw,
                 "reason": self.reason}
+
+
+DEAD_LETTER_SCHEMA = pa.schema([("source", pa.string()), ("position", pa.int64()),
+                               ("raw", pa.string()), ("reason", pa.string())])
+
+
+def dead_letter_table(dead):
+    return pa.Table.from_pylist([d.to_dict() for d in dead], schema=DEAD_LETTER_SCHEMA)

@@ -41,12 +41,20 @@ class Batch:
 
 
 def make_batch(indptr, indices, values, labels, weights=None):
+    """A batch from CSR arrays; explicit zero values are dropped (a zero is an absent feature)."""
     labels = np.ascontiguousarray(labels, dtype=np.float64)
     if weights is None:
         weights = np.ones(labels.shape[0])
-    return Batch(np.ascontiguousarray(indptr, dtype=np.int64),
-                 np.ascontiguousarray(indices, dtype=np.int64),
-                 np.ascontiguousarray(values, dtype=np.float64), labels,
+    indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    zero = values == 0.0
+    if zero.any():
+        rows = np.repeat(np.arange(labels.shape[0]), np.diff(indptr))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[~zero],
+                                                            minlength=labels.shape[0]))])
+        indices, values = indices[~zero], values[~zero]
+    return Batch(indptr, indices, values, labels,
                  np.ascontiguousarray(weights, dtype=np.float64))
 
 

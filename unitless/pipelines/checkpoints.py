@@ -85,3 +85,18 @@ def model_keys(model_dir):
         return []
     return sorted(dir_key(d) for d in os.listdir(model_dir)
                   if os.path.exists(os.path.join(model_dir, d, LATEST)))
+
+
+def resume_offsets(model_dir, topic):
+    """{partition: offset} where a restarted Kafka source must resume so that no model misses
+    an example: one past the earliest position any model's latest checkpoint recorded."""
+    from ..learner import read_metadata
+    starts = {}
+    for key in model_keys(model_dir):
+        table = read_checkpoint(latest_checkpoint(model_dir, key))
+        for source, position in (read_metadata(table).get("input_positions") or {}).items():
+            name, _, partition = source.rpartition("/")
+            if name == topic and partition.isdigit():
+                p = int(partition)
+                starts[p] = min(starts.get(p, position + 1), position + 1)
+    return starts

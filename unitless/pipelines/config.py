@@ -23,3 +23,4 @@ class TrainConfig:
     resume: bool = False
     chunk_size: int = 8192
     log_every_seconds: float = 10.0
+    kafka_settings: dict = field(default_factory=dict)  # kafka-python client settings

@@ -117,8 +117,13 @@ class KeyedModel:
         ], schema=PREDICTION_SCHEMA)
 
     def checkpoint_due(self, every_examples, every_seconds):
+        """Due every N examples or T seconds, and after a model's first block: so every model
+        that learned anything has a checkpoint, and the earliest input position recorded over
+        all checkpoints is a safe place for a restarted source to resume from."""
         if self.state.examples_seen == self.checkpoint_examples:
             return False
+        if self.checkpoint_examples < 0:
+            return True
         if every_examples and (self.state.examples_seen // every_examples
                                > max(self.checkpoint_examples, 0) // every_examples):
             return True
@@ -135,9 +140,3 @@ def _raw(block, r):
         return json.dumps({"label": float(block.labels[r])})
     raw = block.raw[r]
     return raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
-
-
-def dead_letter_table(dead):
-    return pa.Table.from_pylist([d.to_dict() for d in dead], schema=pa.schema([
-        ("source", pa.string()), ("position", pa.int64()), ("raw", pa.string()),
-        ("reason", pa.string())]))

@@ -6,7 +6,8 @@ import pyarrow as pa
 from ..connectors.records import DeadLetter
 from ..learner import loss_values, predict, predicted_class, probability
 from .checkpoints import latest_checkpoint, model_keys, read_checkpoint
-from .keyed_model import PREDICTION_SCHEMA, KeyedModel, dead_letter_table
+from ..connectors.records import dead_letter_table
+from .keyed_model import PREDICTION_SCHEMA, KeyedModel
 from .train import DEAD, ReadFiles, WriteTables
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in

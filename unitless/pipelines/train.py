@@ -12,10 +12,13 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.transforms.window import GlobalWindow
 
 from ..connectors.files import read_file, write_table
+from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition, WriteToKafka,
+                                is_kafka, partition_ranges)
 from ..learner import new_state
 from ..learner.examples import bias_index
-from .checkpoints import latest_checkpoint, read_checkpoint, write_checkpoint
-from .keyed_model import KeyedModel, dead_letter_table
+from .checkpoints import latest_checkpoint, read_checkpoint, resume_offsets, write_checkpoint
+from ..connectors.records import dead_letter_table
+from .keyed_model import KeyedModel
 
 log = logging.getLogger("unitless")
 DEAD = "dead_letter"
@@ -143,25 +146,39 @@ class WriteTables(beam.DoFn):
         self.tables = []
 
 
-def build_training(pipeline, cfg, blocks=None, dead_letters=None):
-    """Add the training graph to ``pipeline``. Sources other than files (Kafka) pass their own
-    ``blocks`` (PCollection of ExampleBlock) and ``dead_letters`` (PCollection of tables)."""
-    dead = []
-    if blocks is None:
-        read = (pipeline
-                | "Files" >> beam.Create(cfg.inputs)
+def read_examples(pipeline, cfg, streaming=False):
+    """Files or a Kafka topic -> (ExampleBlocks, dead-letter tables)."""
+    if is_kafka(cfg.inputs[0]):
+        topic = KafkaTopic.parse(cfg.inputs[0], cfg.kafka_settings)
+        source = KafkaSourceConfig(topic, cfg.format, cfg.spec, cfg.chunk_size)
+        starts = resume_offsets(cfg.model_dir, topic.topic) if cfg.resume else {}
+        ranges = partition_ranges(topic, starts, bounded=not streaming)
+        read = (pipeline | "Partitions" >> beam.Create(ranges)
+                | "Read Kafka" >> beam.ParDo(ReadPartition(source, DEAD)).with_outputs(
+                    DEAD, main="blocks"))
+    else:
+        read = (pipeline | "Files" >> beam.Create(cfg.inputs)
                 | "Read and parse" >> beam.ParDo(ReadFiles(cfg.format, cfg.spec, cfg.chunk_size)
                                                  ).with_outputs(DEAD, main="blocks"))
-        blocks = read.blocks
-        dead.append(read[DEAD])
-    if dead_letters is not None:
-        dead.append(dead_letters)
+    return read.blocks, read[DEAD]
+
+
+def write_tables(tables, target, fmt, kind, settings):
+    """Arrow tables -> part files in a directory, or one Kafka message per row."""
+    if is_kafka(target):
+        return tables | f"{kind} to Kafka" >> beam.ParDo(
+            WriteToKafka(KafkaTopic.parse(target, settings), kind))
+    return tables | f"Write {kind}" >> beam.ParDo(WriteTables(target, fmt))
+
+
+def build_training(pipeline, cfg, streaming=False):
+    """Add the training graph to ``pipeline``; returns the predictions PCollection."""
+    blocks, read_dead = read_examples(pipeline, cfg, streaming)
     learned = (blocks
                | "Key by model" >> beam.FlatMap(lambda block: block.split_by_key())
                | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
-    dead.append(learned[DEAD])
-    learned.predictions | "Write predictions" >> beam.ParDo(
-        WriteTables(cfg.predictions, cfg.output_format))
-    (dead | "All dead letters" >> beam.Flatten()
-     | "Write dead letters" >> beam.ParDo(WriteTables(cfg.dead_letter, "jsonl")))
-    return learned
+    write_tables(learned.predictions, cfg.predictions, cfg.output_format, "predictions",
+                 cfg.kafka_settings)
+    dead = (read_dead, learned[DEAD]) | "All dead letters" >> beam.Flatten()
+    write_tables(dead, cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)
+    return learned.predictions

@@ -1,0 +1,206 @@
+"""Kafka with kafka-python: a splittable-DoFn source (one offset-range restriction per partition)
+and sinks for predictions and dead letters.
+
+URLs name a topic: ``kafka://host:port[,host:port]/topic``. Consumer and producer settings pass
+through as kafka-python keyword arguments (``security_protocol``, ``sasl_mechanism``,
+``sasl_plain_username``, ``ssl_cafile``, ``client_id``, ...).
+"""
+import json
+import time
+import urllib.parse
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from .formats import parse_csv, parse_jsonl, parse_vw
+from .records import dead_letter_table
+
+PREDICTION_SCHEMA_ID = "unitless.prediction/1"
+UNBOUNDED = (1 << 63) - 1
+VALUE_FORMATS = {"jsonl": parse_jsonl, "vw": parse_vw, "csv": parse_csv}
+
+
+@dataclass(frozen=True)
+class KafkaTopic:
+    bootstrap_servers: str
+    topic: str
+    settings: tuple = ()  # (name, value) pairs for kafka-python
+
+    @classmethod
+    def parse(cls, url, settings=None):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "kafka" or not parts.netloc or not parts.path.strip("/"):
+            raise ValueError(f"a Kafka topic is named kafka://host:port/topic, not {url!r}")
+        return cls(parts.netloc, parts.path.strip("/"), tuple(sorted((settings or {}).items())))
+
+    def client_args(self, **extra):
+        return {"bootstrap_servers": self.bootstrap_servers.split(","), **dict(self.settings),
+                **extra}
+
+
+def is_kafka(url):
+    return isinstance(url, str) and url.startswith("kafka://")
+
+
+def _consumer(topic, **extra):
+    from kafka import KafkaConsumer
+    return KafkaConsumer(**topic.client_args(enable_auto_commit=False, group_id=None, **extra))
+
+
+def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
+    """[(partition, start, stop)] for the topic; stop = end offset now if bounded.
+
+    start_offsets: {partition: offset} to resume from (others start at the beginning). A broker
+    that cannot be reached raises ConnectionError within about timeout_s.
+    """
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+    deadline = time.time() + timeout_s
+    try:
+        consumer = _consumer(topic, request_timeout_ms=int(timeout_s * 1000),
+                             bootstrap_timeout_ms=int(timeout_s * 1000))
+    except KafkaError as err:
+        raise ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable: {err}") from None
+    try:
+        partitions = None
+        while time.time() < deadline:
+            partitions = consumer.partitions_for_topic(topic.topic)
+            if partitions:
+                break
+            time.sleep(0.2)
+        if not partitions:
+            raise ConnectionError(f"Kafka topic {topic.topic!r} not found on "
+                                  f"{topic.bootstrap_servers}")
+        tps = [TopicPartition(topic.topic, p) for p in sorted(partitions)]
+        begin = consumer.beginning_offsets(tps)
+        end = consumer.end_offsets(tps) if bounded else {}
+        return [(tp.partition, max(begin[tp], start_offsets.get(tp.partition, 0)),
+                 end[tp] if bounded else UNBOUNDED) for tp in tps]
+    finally:
+        consumer.close()
+
+
+class _OffsetRangeProvider(RestrictionProvider):
+    def initial_restriction(self, element):
+        _, start, stop = element
+        return OffsetRange(start, max(start, stop))
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size() if restriction.stop != UNBOUNDED else 1 << 20
+
+    def split(self, element, restriction):
+        yield restriction  # one reader per partition keeps each model's examples in order
+
+
+@dataclass
+class KafkaSourceConfig:
+    topic: KafkaTopic
+    value_format: str
+    spec: object  # RecordSpec; model key from spec.model_key, else the message key
+    max_records: int = 8192
+    poll_ms: int = 200
+    idle_resume_s: float = 0.2
+
+
+class ReadPartition(beam.DoFn):
+    """(partition, start, stop) -> ExampleBlocks of that partition in offset order, and dead
+    letters (DEAD) for messages that cannot be parsed."""
+
+    def __init__(self, cfg, dead_tag):
+        self.cfg, self.dead_tag = cfg, dead_tag
+
+    def setup(self):
+        self.consumer = _consumer(self.cfg.topic, max_poll_records=self.cfg.max_records)
+
+    def teardown(self):
+        self.consumer.close()
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        from kafka import TopicPartition
+        partition = element[0]
+        tp = TopicPartition(self.cfg.topic.topic, partition)
+        restriction = tracker.current_restriction()
+        self.consumer.assign([tp])
+        self.consumer.seek(tp, restriction.start)
+        position = restriction.start
+        while True:
+            if restriction.stop != UNBOUNDED and position >= restriction.stop:
+                tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
+                return
+            records = self.consumer.poll(timeout_ms=self.cfg.poll_ms,
+                                         max_records=self.cfg.max_records).get(tp, [])
+            if not records:
+                if restriction.stop == UNBOUNDED:
+                    tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
+                    return
+                continue
+            claimed = []
+            for r in records:
+                if not tracker.try_claim(r.offset):
+                    break
+                claimed.append(r)
+            if claimed:
+                position = claimed[-1].offset + 1
+                yield from self._emit(partition, claimed, watermark)
+            if len(claimed) < len(records):
+                return
+
+    def _emit(self, partition, records, watermark):
+        source = f"{self.cfg.topic.topic}/{partition}"
+        items = [(r.offset, r.value.decode("utf-8", errors="replace")) for r in records]
+        block, dead = VALUE_FORMATS[self.cfg.value_format](self.cfg.spec, source, items)
+        by_offset = {r.offset: r for r in records}
+        if dead:
+            yield beam.pvalue.TaggedOutput(self.dead_tag, dead_letter_table(dead))
+        if len(block):
+            if not self.cfg.spec.model_key:
+                block.keys = [(by_offset[p].key or b"").decode("utf-8", errors="replace")
+                              for p in block.positions.tolist()]
+            block.event_times = np.array([by_offset[p].timestamp / 1000.0
+                                          for p in block.positions.tolist()])
+            latest = Timestamp.of(float(block.event_times.max()))
+            if watermark.current_watermark() is None or latest > watermark.current_watermark():
+                watermark.set_watermark(latest)
+            yield block
+
+
+class WriteToKafka(beam.DoFn):
+    """Arrow tables of predictions or dead letters -> one Kafka message per row; the bundle
+    completes only after the broker acknowledged every message (at-least-once delivery)."""
+
+    def __init__(self, topic, kind):
+        self.topic, self.kind = topic, kind
+
+    def setup(self):
+        from kafka import KafkaProducer
+        self.producer = KafkaProducer(**self.topic.client_args(acks="all", linger_ms=5))
+
+    def process(self, table):
+        send = self.producer.send
+        if self.kind == "predictions":
+            for row in table.to_pylist():
+                value = {"schema": PREDICTION_SCHEMA_ID, **row}
+                send(self.topic.topic, key=(row["model_key"] or "").encode(),
+                     value=json.dumps(value).encode())
+        else:  # dead letters: the original record as the value, where it came from in headers
+            for row in table.to_pylist():
+                headers = [("unitless.source", row["source"].encode()),
+                           ("unitless.position", str(row["position"]).encode()),
+                           ("unitless.reason", row["reason"].encode())]
+                send(self.topic.topic, value=row["raw"].encode(), headers=headers)
+
+    def finish_bundle(self):
+        self.producer.flush()
+
+    def teardown(self):
+        self.producer.close()
