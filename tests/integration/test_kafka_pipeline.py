@@ -1,0 +1,146 @@
+"""The training pipeline against a real Kafka broker (KRaft, started by deploy/kafka)."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+from unitless.cli import main  # noqa: E402
+from unitless.connectors.files import read_output  # noqa: E402
+from unitless.pipelines.checkpoints import read_checkpoint  # noqa: E402
+
+KEYS = ("alpha", "beta", "gamma")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
+    k.start()
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+def examples(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
+    y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
+    return [{"id": f"{seed}-{i}", "segment": KEYS[i % 3], "label": int(y[i]),
+             "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
+
+
+def create_topics(bootstrap, *names, partitions=2):
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    admin.close()
+
+
+def produce(bootstrap, topic, rows, bad=()):
+    """JSON examples keyed by model key; ``bad`` raw values are sent between them."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i, row in enumerate(rows):
+        producer.send(topic, key=row["segment"].encode(), value=json.dumps(row).encode())
+        if i < len(bad):
+            producer.send(topic, key=b"alpha", value=bad[i])
+    producer.flush()
+    producer.close()
+
+
+def consume_all(bootstrap, topic, expected, timeout=60):
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+    out, deadline = [], time.time() + timeout
+    while len(out) < expected and time.time() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            out.extend(records)
+    consumer.close()
+    return out
+
+
+def train(tmp_path, bootstrap, topic, *extra, name="run"):
+    code = main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", "jsonl",
+                 "--id-column", "id", "--model-key-column", "segment",
+                 "--model-dir", str(tmp_path / name / "models"),
+                 "--predictions", f"kafka://{bootstrap}/{topic}-predictions",
+                 "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "100",
+                 *extra])
+    assert code == 0
+
+
+def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    topic = "examples"
+    create_topics(bootstrap, topic, f"{topic}-predictions", f"{topic}-dead")
+    rows = examples(900, seed=1)
+    bad = [b"{not json", json.dumps({"id": "x", "segment": "alpha", "a": 1}).encode(),
+           json.dumps({"id": "y", "segment": "alpha", "label": 5, "a": 1}).encode()]
+    produce(bootstrap, topic, rows, bad)
+    train(tmp_path, bootstrap, topic)
+
+    messages = consume_all(bootstrap, f"{topic}-predictions", len(rows))
+    assert len(messages) == len(rows)
+    predictions = [json.loads(m.value) for m in messages]
+    assert all(p["schema"] == "unitless.prediction/1" for p in predictions)
+    assert {p["id"] for p in predictions} == {r["id"] for r in rows}
+    for m, p in zip(messages, predictions):
+        assert m.key.decode() == p["model_key"]
+    for key in KEYS:  # in order per model key
+        seen = [p["examples_seen"] for p in predictions if p["model_key"] == key]
+        assert sorted(seen) == list(range(1, len(seen) + 1))
+
+    # the same examples through the file pipeline give the same predictions
+    path = tmp_path / "same.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", str(tmp_path / "file" / "models"),
+                 "--predictions", str(tmp_path / "file" / "pred"),
+                 "--dead-letter", str(tmp_path / "file" / "dead")]) == 0
+    from_file = {r["id"]: r["prediction"] for r in read_output(
+        str(tmp_path / "file" / "pred")).to_pylist()}
+    for p in predictions:
+        assert p["prediction"] == pytest.approx(from_file[p["id"]], rel=1e-12, abs=1e-15)
+
+    dead = consume_all(bootstrap, f"{topic}-dead", len(bad))
+    assert sorted(m.value for m in dead) == sorted(bad)
+    for m in dead:
+        headers = dict(m.headers)
+        assert headers["unitless.source"].decode().startswith(f"{topic}/")
+        assert headers["unitless.reason"]
+
+
+def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    topic = "stream"
+    create_topics(bootstrap, topic, f"{topic}-predictions", f"{topic}-dead")
+    first, second = examples(600, seed=2), examples(450, seed=3)
+    produce(bootstrap, topic, first)
+    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="resumed")
+    produce(bootstrap, topic, second)
+    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", "--resume", name="resumed")
+    # one uninterrupted run over everything, into a fresh model dir
+    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="whole")
+    for key in KEYS:
+        a = read_checkpoint(str(tmp_path / "resumed" / "models" / key))
+        b = read_checkpoint(str(tmp_path / "whole" / "models" / key))
+        ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
+        n_key = sum(r["segment"] == key for r in first + second)
+        assert ma["examples_seen"] == mb["examples_seen"] == n_key
+        np.testing.assert_allclose(a.column("w").to_numpy(), b.column("w").to_numpy(),
+                                   rtol=1e-12, atol=0)
+        assert ma["input_positions"] == mb["input_positions"]
+
+
+def test_unreachable_broker_is_a_clear_error_within_bounded_time(tmp_path, capsys):
+    started = time.time()
+    code = main(["train", "--input", "kafka://127.0.0.1:9/none", "--model-dir",
+                 str(tmp_path / "m")])
+    assert code == 2
+    assert time.time() - started < 30
+    assert "unitless: error: Kafka broker 127.0.0.1:9 unreachable" in capsys.readouterr().err
