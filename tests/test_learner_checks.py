@@ -139,3 +139,14 @@ def test_explicit_zero_values_are_absent_features(algorithm):
     a, b = new_state(algorithm, 5), new_state(algorithm, 5)
     assert (learn(a, dense).scores.tobytes() == learn(b, make_batch(indptr, indices, values, y))
             .scores.tobytes())
+
+
+@pytest.mark.parametrize("algorithm", ["nag", "snag", "adagrad"])
+def test_a_saturated_loss_whose_squared_gradient_underflows_does_not_crash(algorithm):
+    # g x = 1e-170 squares to 0 in float64: the update must be skipped, not divide by zero
+    state = new_state(algorithm, 2, "logistic")
+    state.V[0, 0, 0] = 400.0  # yŷ = 400: g ≈ -e^-400 ≈ -1.9e-174
+    if algorithm != "adagrad":
+        state.V[1, 0, 0] = 1.0  # s
+    learn(state, dense_batch([[1.0]], [1]))
+    assert np.isfinite(state.V).all()

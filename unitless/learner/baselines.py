@@ -43,7 +43,8 @@ def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             i = idx[j]
             gx = g * val[j]
             G[i] += gx * gx
-            w[i] -= hp[0] * gx / math.sqrt(G[i])
+            if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
+                w[i] -= hp[0] * gx / math.sqrt(G[i])
     return y_hat, weight * ell
 
 

@@ -68,7 +68,8 @@ def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             i = idx[j]
             gx = g * val[j]
             G[i] += gx * gx
-            w[i] -= rate * gx / (s[i] * math.sqrt(G[i]))
+            if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
+                w[i] -= rate * gx / (s[i] * math.sqrt(G[i]))
     return y_hat, weight * ell
 
 
@@ -100,5 +101,6 @@ def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             i = idx[j]
             gx = g * val[j]
             G[i] += gx * gx
-            w[i] -= rate * gx / (math.sqrt(s[i] / t) * math.sqrt(G[i]))
+            if G[i] > 0.0:
+                w[i] -= rate * gx / (math.sqrt(s[i] / t) * math.sqrt(G[i]))
     return y_hat, weight * ell
