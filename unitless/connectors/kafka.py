@@ -85,13 +85,21 @@ def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
         consumer.close()
 
 
+class _PartitionTracker(OffsetRestrictionTracker):
+    """Offsets of one partition: only the reader itself may split (checkpoint) its range, so a
+    runner's dynamic split never hands part of a partition to a second reader out of order."""
+
+    def try_split(self, fraction_of_remainder):
+        return super().try_split(0) if fraction_of_remainder == 0 else None
+
+
 class _OffsetRangeProvider(RestrictionProvider):
     def initial_restriction(self, element):
         _, start, stop = element
         return OffsetRange(start, max(start, stop))
 
     def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
+        return _PartitionTracker(restriction)
 
     def restriction_size(self, element, restriction):
         return restriction.size() if restriction.stop != UNBOUNDED else 1 << 20
@@ -172,6 +180,16 @@ class ReadPartition(beam.DoFn):
             if watermark.current_watermark() is None or latest > watermark.current_watermark():
                 watermark.set_watermark(latest)
             yield block
+
+
+class ReadPartitionForever(ReadPartition):
+    """The unbounded (streaming) reader: the same reader, declared unbounded per element."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        yield from super().process(element, tracker, watermark)
 
 
 class WriteToKafka(beam.DoFn):

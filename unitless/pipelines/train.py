@@ -12,8 +12,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.transforms.window import GlobalWindow
 
 from ..connectors.files import read_file, write_table
-from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition, WriteToKafka,
-                                is_kafka, partition_ranges)
+from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition,
+                                ReadPartitionForever, WriteToKafka, is_kafka, partition_ranges)
 from ..learner import new_state
 from ..learner.examples import bias_index
 from .checkpoints import latest_checkpoint, read_checkpoint, resume_offsets, write_checkpoint
@@ -154,7 +154,8 @@ def read_examples(pipeline, cfg, streaming=False):
         starts = resume_offsets(cfg.model_dir, topic.topic) if cfg.resume else {}
         ranges = partition_ranges(topic, starts, bounded=not streaming)
         read = (pipeline | "Partitions" >> beam.Create(ranges)
-                | "Read Kafka" >> beam.ParDo(ReadPartition(source, DEAD)).with_outputs(
+                | "Read Kafka" >> beam.ParDo((ReadPartitionForever if streaming else ReadPartition)(
+                    source, DEAD)).with_outputs(
                     DEAD, main="blocks"))
     else:
         read = (pipeline | "Files" >> beam.Create(cfg.inputs)
