@@ -6,6 +6,7 @@ temporary name, fsynced and renamed, so a crash never leaves a half-written chec
 """
 import os
 import urllib.parse
+import uuid
 
 import pyarrow as pa
 
@@ -22,7 +23,7 @@ def dir_key(name):
 
 
 def _atomic_write(path, data):
-    temp = f"{path}.tmp-{os.getpid()}"
+    temp = f"{path}.tmp-{uuid.uuid4().hex}"  # unique: bundles may run in parallel threads
     with open(temp, "wb") as f:
         f.write(data)
         f.flush()
