@@ -42,40 +42,56 @@ def table_from_bytes(data):
     return pa.ipc.open_file(pa.py_buffer(data)).read_all()
 
 
+def _checkpoint_files(directory):
+    return sorted(f for f in os.listdir(directory) if f.startswith("ckpt-") and f.endswith(".arrow"))
+
+
 def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
-    """Write the table as this key's newest checkpoint; returns the checkpoint's path."""
+    """Write the table as one of this key's checkpoints; returns the checkpoint's path.
+
+    `latest` never moves back to fewer examples (a runner may re-run a bundle that already
+    wrote a checkpoint), and pruning never removes the file `latest` names.
+    """
     directory = key_dir(model_dir, key)
     os.makedirs(directory, exist_ok=True)
     name = f"ckpt-{examples_seen:012d}.arrow"
     path = os.path.join(directory, name)
     _atomic_write(path, table_to_bytes(table))
-    _atomic_write(os.path.join(directory, LATEST), name.encode())
-    old = sorted(f for f in os.listdir(directory) if f.startswith("ckpt-") and f.endswith(".arrow"))
-    for stale in old[:-keep] if keep > 0 else []:
-        if stale != name:
-            os.remove(os.path.join(directory, stale))
+    current = latest_checkpoint(model_dir, key)
+    if current is None or os.path.basename(current) <= name:
+        _atomic_write(os.path.join(directory, LATEST), name.encode())
+        current = path
+    for stale in _checkpoint_files(directory)[:-keep] if keep > 0 else []:
+        if stale not in (name, os.path.basename(current)):
+            try:
+                os.remove(os.path.join(directory, stale))
+            except FileNotFoundError:  # another writer pruned it first
+                pass
     return path
 
 
 def latest_checkpoint(model_dir, key):
-    """Path of the key's newest checkpoint, or None."""
+    """Path of the key's newest checkpoint (by `latest`, else the newest file), or None."""
     directory = key_dir(model_dir, key)
     try:
         with open(os.path.join(directory, LATEST), encoding="utf-8") as f:
-            name = f.read().strip()
+            path = os.path.join(directory, f.read().strip())
+        if os.path.exists(path):
+            return path
     except FileNotFoundError:
-        return None
-    return os.path.join(directory, name)
+        pass
+    files = _checkpoint_files(directory) if os.path.isdir(directory) else []
+    return os.path.join(directory, files[-1]) if files else None
 
 
 def read_checkpoint(path):
     """The Arrow table of a checkpoint file, or of a model directory's `latest` pointer."""
     if os.path.isdir(path):
-        pointer = os.path.join(path, LATEST)
-        if not os.path.exists(pointer):
-            raise FileNotFoundError(f"{path} holds no 'latest' checkpoint pointer")
-        with open(pointer, encoding="utf-8") as f:
-            path = os.path.join(path, f.read().strip())
+        newest = latest_checkpoint(os.path.dirname(os.path.abspath(path)),
+                                   dir_key(os.path.basename(os.path.abspath(path))))
+        if newest is None:
+            raise FileNotFoundError(f"{path} holds no checkpoint")
+        path = newest
     with pa.memory_map(path) as source:
         return pa.ipc.open_file(source).read_all()
 
