@@ -10,7 +10,6 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.pipelines.checkpoints import read_checkpoint  # noqa: E402
@@ -18,14 +17,6 @@ from unitless.pipelines.checkpoints import read_checkpoint  # noqa: E402
 KEYS = ("alpha", "beta", "gamma")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
-    k.start()
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def examples(n, seed):

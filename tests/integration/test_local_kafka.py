@@ -19,7 +19,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
@@ -35,14 +34,6 @@ GROUP = "local-kafka-it-group"
 WAIT_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
-    k.start()
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def _value(i: int) -> bytes:
