@@ -99,6 +99,37 @@ def other_load():
     return max(busy - own, 0.0) / wall if wall > 0 else None
 
 
+class OtherLoad:
+    """Cores kept busy by other processes while a block runs (``with OtherLoad() as m: ...``,
+    then ``m.cores``): machine busy time minus this process's and its waited-for children's."""
+
+    def __enter__(self):
+        self.j0, self.t0, self.w0 = _busy_jiffies(), os.times(), time.time()
+        return self
+
+    def __exit__(self, *exc):
+        j1, t1, wall = _busy_jiffies(), os.times(), time.time() - self.w0
+        if self.j0 is None or j1 is None or wall <= 0:
+            self.cores = float("nan")
+            return False
+        busy = (j1[0] - self.j0[0]) / os.sysconf("SC_CLK_TCK")
+        own = sum(t1[:4]) - sum(self.t0[:4])
+        self.cores = max(busy - own, 0.0) / wall
+        return False
+
+
+def wait_until_idle(max_wait, threshold=0.25, sample=2.0):
+    """Wait (up to max_wait s) until other processes use < threshold cores over a sample.
+    Returns (their load in the last sample, seconds waited)."""
+    waited = 0.0
+    while True:
+        with OtherLoad() as m:
+            time.sleep(sample)
+        waited += sample
+        if m.cores < threshold or waited >= max_wait:
+            return m.cores, waited
+
+
 def header():
     """What was run, where, with what: goes at the top of every result file."""
     cmd = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT), *sys.argv])

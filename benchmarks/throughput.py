@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (SIGMAS, TMP, artificial_data, artificial_weights, fnum, header,  # noqa: E402
-                     table, write_results, write_vw)
+from _common import (TMP, OtherLoad, artificial_data, artificial_weights, header,  # noqa: E402
+                     table, wait_until_idle, write_results, write_vw)
 
 from unitless.learner import learn, make_batch, new_state  # noqa: E402
 from unitless.learner.kernel import run_batch  # noqa: E402
@@ -69,20 +69,33 @@ def csr_with_bias(idx, val, bias_index):
     return indptr, indices, values
 
 
+WAIT = {"max_wait": 0.0, "waits": []}
+
+
+def settle():
+    """Before each timed run: wait for other processes to go quiet (bounded by --wait-idle)."""
+    if WAIT["max_wait"] > 0:
+        load, waited = wait_until_idle(WAIT["max_wait"])
+        WAIT["waits"].append((round(load, 2), waited))
+
+
 def time_ours(algorithm, batch, dim, batch_size, repeats):
     """Median/min/max examples/s of learn() over the whole stream, fresh state each repeat."""
     warm = new_state(algorithm, dim, "logistic")
     learn(warm, batch.slice(0, min(1000, len(batch))))  # compile (or load the numba cache)
     n = len(batch)
     slices = [batch.slice(a, min(a + batch_size, n)) for a in range(0, n, batch_size)]
-    rates, kernel_rates, cpu = [], [], []
+    rates, kernel_rates, cpu, others = [], [], [], []
     for _ in range(repeats):
         state = new_state(algorithm, dim, "logistic")
-        t, c = time.perf_counter(), time.process_time()
-        for b in slices:
-            learn(state, b)
-        rates.append(n / (time.perf_counter() - t))
-        cpu.append(time.process_time() - c)
+        settle()
+        with OtherLoad() as m:
+            t, c = time.perf_counter(), time.process_time()
+            for b in slices:
+                learn(state, b)
+            rates.append(n / (time.perf_counter() - t))
+            cpu.append(time.process_time() - c)
+        others.append(m.cores)
         # the compiled kernel alone: no validation, no label mapping, preallocated outputs
         state = new_state(algorithm, dim, "logistic")
         hp, code = state.hp_array(), LOSS_CODES["logistic"]
@@ -96,6 +109,7 @@ def time_ours(algorithm, batch, dim, batch_size, repeats):
     return {"examples_per_s": float(np.median(rates)), "min": float(min(rates)),
             "max": float(max(rates)), "kernel_examples_per_s": float(np.median(kernel_rates)),
             "cpu_seconds": float(np.median(cpu)), "repeats": repeats,
+            "other_load_cores": float(np.median(others)), "all_rates": rates,
             "state_bytes": int(state_bytes), "state_bytes_per_feature": state_bytes / dim,
             "state_vectors": list(state.spec.vectors)}
 
@@ -132,24 +146,29 @@ def time_vw(text_path, n, repeats):
     common = f"--loss_function logistic -b {BITS} --quiet"
     text_seconds, text_cpu, _ = vw_in_child(f"-d {text_path} --cache_file {cache} {common}")
     os.sync()
-    rates, cpu = [], []
+    rates, cpu, others = [], [], []
     for _ in range(repeats):
-        seconds, c, _ = vw_in_child(f"--cache_file {cache} --passes 1 {common}")
+        settle()
+        with OtherLoad() as m:
+            seconds, c, _ = vw_in_child(f"--cache_file {cache} --passes 1 {common}")
+        # m also counts the child's Python start-up as "own"; it is this script's, not others'
         cpu.append(c)
         rates.append(n / seconds)
+        others.append(m.cores)
     # startup + teardown cost of a Workspace with this model size, no examples
     empty = TMP / "empty.vw"
     empty.write_text("")
     startup, _, _ = vw_in_child(f"-d {empty} {common}")
     return {"examples_per_s": float(np.median(rates)), "min": float(min(rates)),
             "max": float(max(rates)), "cpu_seconds": float(np.median(cpu)),
+            "other_load_cores": float(np.median(others)), "all_rates": rates,
             "text_pass_examples_per_s": n / text_seconds, "text_pass_cpu_seconds": text_cpu,
             "startup_seconds": startup, "cache_bytes": cache.stat().st_size,
             "text_bytes": Path(text_path).stat().st_size, "repeats": repeats,
             "args_cache_pass": f"--cache_file {cache.name} --passes 1 {common}",
             "args_cache_creation": f"-d {Path(text_path).name} --cache_file {cache.name} {common}",
             "state_bytes_per_feature": 4 * 4, "state_note":
-                "2^b weight slots × stride 4 float32 (w, adaptive Σg², normalizer max|x|, 4th slot) × 4 bytes"}
+                "2^b weight slots × stride 4 float32 (w, adaptive Σg², normalizer max abs x, 4th slot) × 4 bytes"}
 
 
 def vw_stride():
@@ -219,7 +238,11 @@ def main():
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--batch", type=int, default=65_536)
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--wait-idle", type=float, default=None,
+                    help="before each timed run wait up to this many seconds for other processes "
+                         "to use < 0.25 cores (default 60 in full mode, 0 with --quick)")
     args = ap.parse_args()
+    WAIT["max_wait"] = args.wait_idle if args.wait_idle is not None else (0.0 if args.quick else 60.0)
     started = time.time()
     h = header()
     n = args.n or (100_000 if args.quick else 1_000_000)
@@ -263,12 +286,14 @@ def main():
             rows.append([label, f"ours {alg} learn()", f"{o['examples_per_s']:,.0f}",
                          f"{o['min']:,.0f} – {o['max']:,.0f}", f"{o['kernel_examples_per_s']:,.0f}",
                          f"{v['examples_per_s']:,.0f}", f"**{ratio:.2f}**",
-                         "yes" if ratio >= 1.0 else "NO"])
+                         "yes" if ratio >= 1.0 else "NO", f"{o['other_load_cores']:.2f}"])
             o["ratio_vs_vw"] = ratio
         rows.append([label, "VW cache pass", f"{v['examples_per_s']:,.0f}",
-                     f"{v['min']:,.0f} – {v['max']:,.0f}", "—", "—", "—", ""])
+                     f"{v['min']:,.0f} – {v['max']:,.0f}", "—", "—", "—", "",
+                     f"{v['other_load_cores']:.2f}"])
     main_md = table(["data", "learner", "examples/s (median)", f"range over {repeats} runs",
-                     "kernel only (run_batch)", "VW from cache", "ratio ours/VW", "≥ 1.0?"], rows)
+                     "kernel only (run_batch)", "VW from cache", "ratio ours/VW", "≥ 1.0?",
+                     "cores used by other processes while timed (median)"], rows)
     state_rows = []
     for kind, dim in (("dense", 22), ("sparse", 1 << BITS)):
         for alg in ALGORITHMS:
@@ -278,7 +303,7 @@ def main():
                                f"({', '.join(o['state_vectors'])}) × K=1",
                                f"{_size(o['state_bytes'])} for dim {dim:,}"])
         state_rows.append([kind, "VW default", f"{4 * (stride or 4)}",
-                           f"stride {stride} float32 (w, Σg², max|x|, 4th slot)",
+                           f"stride {stride} float32 (w, Σg², max abs x, 4th slot)",
                            f"{_size((1 << BITS) * 4 * (stride or 4))} for 2^{BITS} slots"])
     state_md = table(["data", "learner", "bytes per feature", "layout", "total"], state_rows)
     vw_rows = [[kind, f"{res[kind]['vw']['text_pass_examples_per_s']:,.0f}",
@@ -308,7 +333,9 @@ then timed passes reading only the cache (`{res['dense']['vw']['args_cache_pass'
 update = adaptive + normalized + invariant), wall time of the whole `Workspace(...)` + `finish()`.
 Both learn the same examples: VW text files use integer feature names in the default namespace,
 which VW maps to those indices unhashed, and our sparse batches put the bias at VW's constant
-slot ({VW_CONSTANT}) for -b {BITS}. Median of {repeats} runs.
+slot ({VW_CONSTANT}) for -b {BITS}. Median of {repeats} runs; before each timed run the script
+waited (up to {WAIT['max_wait']:.0f} s) for other processes to go quiet, and the last column says
+how busy they kept the machine while it was timed (VW needs both cores: parser + learner).
 
 ## Examples per second
 
@@ -335,7 +362,8 @@ The text parsers are the pipeline's (`unitless.connectors.formats`), pure Python
 are not part of the learner call timed above; VW's corresponding figure is its text pass.
 """
     out = {"setup": {"n": n, "batch": args.batch, "repeats": repeats, "bits": BITS, "nnz": NNZ,
-                     "vw_constant_slot": VW_CONSTANT, "vw_stride": stride},
+                     "vw_constant_slot": VW_CONSTANT, "vw_stride": stride,
+                     "wait_idle_max_s": WAIT["max_wait"], "waits": WAIT["waits"]},
            "results": res, "input_paths": inputs}
     name = "throughput_quick" if args.quick else "throughput"
     write_results(name, "Throughput: our learn() vs VW from its binary cache", h, started, body, out)
