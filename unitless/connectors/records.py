@@ -44,7 +44,7 @@ class ExampleBlock:
     def split_by_key(self):
         """(key, block) for each model key present, examples in their original order."""
         keys = np.asarray(self.keys, dtype=object)
-        if len(keys) and all(k == keys[0] for k in keys[:1]) and (keys == keys[0]).all():
+        if len(keys) and (keys == keys[0]).all():
             return [(keys[0], self)]
         out = {}
         for r, k in enumerate(keys):

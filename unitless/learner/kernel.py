@@ -3,7 +3,8 @@ from numba import njit
 
 
 # Not cached on disk: numba cannot save an overload whose argument is another dispatcher. The
-# step functions themselves are cached, so compiling this loop per algorithm takes ~0.2 s.
+# step functions themselves are cached; compiling this loop costs ~0.7 s per process (measured
+# in benchmarks/results/pipeline.md).
 @njit
 def run_batch(step, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights,
               scores, losses):
