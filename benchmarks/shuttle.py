@@ -296,7 +296,8 @@ def main():
             at_paper = ours[(alg, kind)].get(p_eta, {}).get("zero_one", float("nan"))
             n_err = sum(1 for r in ours[(alg, kind)].values() if r["error"])
             rows.append([label, "raw" if kind == "raw" else "max-normalized", feta(eta),
-                         fnum(loss), fnum(at_paper), feta(p_eta), fnum(p_loss, 3)
+                         fnum(loss), fnum(at_paper) if np.isfinite(at_paper) else "(η not on the grid)",
+                         feta(p_eta), fnum(p_loss, 3)
                          + (" (Table 3, sq-norm)" if alg == "snag" and kind == "norm" else
                             " (Table 3)" if alg == "snag" else ""),
                          (f"{n_err} of {len(etas)} η crashed" if n_err else "")
