@@ -48,6 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import _cpu_model, _mem_gib  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PY = sys.executable
@@ -318,26 +321,6 @@ def _short(filename):
 
 
 # --------------------------------------------------------------------------------------- header
-
-def _cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _mem_gib():
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
-
 
 def _version(dist):
     from importlib.metadata import version
