@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ..learner import bias_index, hash_feature
-from .records import DeadLetter, ExampleBlock
+from .records import DeadLetter, ExampleBlock, string_array
 
 FORMATS = ("csv", "libsvm", "vw", "jsonl", "parquet")
 DEFAULT_KEY = ""
@@ -89,7 +90,8 @@ class _Builder:
         if self.bias is not None:
             self.names.setdefault(self.bias, "constant")
         return ExampleBlock(
-            self.source, np.asarray(self.positions, dtype=np.int64), self.ids, self.keys,
+            self.source, np.asarray(self.positions, dtype=np.int64), string_array(self.ids),
+            string_array(self.keys),
             np.asarray(self.labels, dtype=np.float64), np.asarray(self.weights, dtype=np.float64),
             np.asarray(self.indptr, dtype=np.int64), np.asarray(self.indices, dtype=np.int64),
             np.asarray(self.values, dtype=np.float64), self.names, self.raw)
@@ -223,9 +225,10 @@ def parse_vw(spec, source, items):
 def parse_csv(spec, source, items):
     """items: (line number, line text) of data lines; spec.columns is the header."""
     lines = [raw for _, raw in items]
-    block = _csv_fast(spec, source, items, lines)
-    if block is not None:
-        return block, []
+    table = csv_table(spec, "\n".join(lines).encode())
+    if table is not None and table.num_rows == len(lines):
+        return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64),
+                                lines), []
     b = _Builder(spec, source)
     n_columns = len(spec.columns)
 
@@ -239,27 +242,28 @@ def parse_csv(spec, source, items):
     return b.block(), b.dead
 
 
-def _csv_fast(spec, source, items, lines):
-    """Whole-chunk parse with Arrow's CSV reader; None when any record needs the careful path."""
+def csv_table(spec, data):
+    """Data lines (bytes, no header) parsed whole by Arrow's CSV reader into the numeric table
+    ``block_from_table`` takes, one row per line; None when any record (a blank line too) needs
+    the careful per-line path."""
     if spec.categorical:
         return None
     strings = {c: pa.string() for c in (spec.id, spec.model_key) if c}
     types = {c: strings.get(c, pa.float64()) for c in spec.columns}
     try:
         table = pacsv.read_csv(
-            io.BytesIO("\n".join(lines).encode()),
-            read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=False),
-            parse_options=pacsv.ParseOptions(delimiter=spec.delimiter),
+            pa.BufferReader(data),
+            read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=True),
+            parse_options=pacsv.ParseOptions(delimiter=spec.delimiter, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                                 null_values=[""]))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
-    if table.num_rows != len(lines) or (spec.label in spec.columns
-                                        and table.column(spec.label).null_count):
+    if spec.label in spec.columns and table.column(spec.label).null_count:
         return None
     if spec.weight and table.column(spec.weight).null_count:
         return None
-    return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64), lines)
+    return table
 
 
 def block_from_table(spec, source, table, positions, raw):
@@ -285,27 +289,33 @@ def block_from_table(spec, source, table, positions, raw):
         X[:, j] = table.column(c).to_numpy(zero_copy_only=False)
     if spec.bias:
         X[:, -1] = 1.0
-    missing = np.zeros_like(X, dtype=bool)
     for j, c in enumerate(columns):
         col = table.column(c)
         if col.null_count:
-            missing[:, j] = col.is_null().to_numpy(zero_copy_only=False)
-    X[missing] = 0.0
-    rows, cols = np.nonzero(X)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+            X[col.is_null().to_numpy(zero_copy_only=False), j] = 0.0
+    present = X != 0.0
+    if present.all():  # dense: every row holds every column
+        indptr = np.arange(0, X.size + 1, X.shape[1], dtype=np.int64)
+        indices, values = np.tile(np.asarray(cols_idx, dtype=np.int64), n), X.reshape(-1)
+    else:
+        rows, cols = np.nonzero(present)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        indices, values = np.asarray(cols_idx, dtype=np.int64)[cols], X[rows, cols]
     labels = (table.column(spec.label).to_numpy(zero_copy_only=False).astype(np.float64)
               if spec.label in table.column_names else np.full(n, np.nan))
     weights = (table.column(spec.weight).to_numpy(zero_copy_only=False).astype(np.float64)
                if spec.weight else np.ones(n))
-    keys = ([DEFAULT_KEY if k is None else str(k) for k in table.column(spec.model_key).to_pylist()]
-            if spec.model_key else [DEFAULT_KEY] * n)
-    ids = ([None if v is None else str(v) for v in table.column(spec.id).to_pylist()]
-           if spec.id else [None] * n)
+    keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY) if spec.model_key
+            else pa.repeat(pa.scalar(DEFAULT_KEY), n))
+    ids = _strings(table.column(spec.id)) if spec.id else pa.nulls(n, pa.string())
     feature_names = dict(zip(cols_idx, columns + (["constant"] if spec.bias else [])))
-    return ExampleBlock(source, positions, ids, keys, labels, weights, indptr,
-                        np.asarray(cols_idx, dtype=np.int64)[cols], X[rows, cols], feature_names,
-                        raw)
+    return ExampleBlock(source, positions, ids, keys, labels, weights, indptr, indices, values,
+                        feature_names, raw)
+
+
+def _strings(column):
+    return column.cast(pa.string()).combine_chunks()
 
 
 def parse_table(spec, source, table, first_row):

@@ -18,7 +18,7 @@ from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from .formats import parse_csv, parse_jsonl, parse_vw
-from .records import dead_letter_table
+from .records import dead_letter_table, string_array
 
 PREDICTION_SCHEMA_ID = "unitless.prediction/1"
 UNBOUNDED = (1 << 63) - 1
@@ -113,6 +113,7 @@ class KafkaSourceConfig:
     topic: KafkaTopic
     value_format: str
     spec: object  # RecordSpec; model key from spec.model_key, else the message key
+    check: object  # block -> [(row, reason)] to refuse here, where the raw records are at hand
     max_records: int = 8192
     poll_ms: int = 200
     idle_resume_s: float = 0.2
@@ -167,13 +168,16 @@ class ReadPartition(beam.DoFn):
         source = f"{self.cfg.topic.topic}/{partition}"
         items = [(r.offset, r.value.decode("utf-8", errors="replace")) for r in records]
         block, dead = VALUE_FORMATS[self.cfg.value_format](self.cfg.spec, source, items)
+        block, refused = block.screen(self.cfg.check(block))
+        dead += refused
+        block.raw = None
         by_offset = {r.offset: r for r in records}
         if dead:
             yield beam.pvalue.TaggedOutput(self.dead_tag, dead_letter_table(dead))
         if len(block):
             if not self.cfg.spec.model_key:
-                block.keys = [(by_offset[p].key or b"").decode("utf-8", errors="replace")
-                              for p in block.positions.tolist()]
+                block.keys = string_array([(by_offset[p].key or b"").decode("utf-8", "replace")
+                                           for p in block.positions.tolist()])
             block.event_times = np.array([by_offset[p].timestamp / 1000.0
                                           for p in block.positions.tolist()])
             latest = Timestamp.of(float(block.event_times.max()))

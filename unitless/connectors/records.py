@@ -1,4 +1,5 @@
 """Parsed examples travel between pipeline stages as ExampleBlocks: columnar, one source each."""
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,15 +12,15 @@ from ..learner import make_batch
 class ExampleBlock:
     source: str             # file path or topic/partition
     positions: np.ndarray   # int64: line number (text), row number (Parquet) or offset (Kafka)
-    ids: list               # example ids (str or None)
-    keys: list              # model keys (str)
+    ids: pa.Array           # string: example ids (null where none)
+    keys: pa.Array          # string: model keys
     labels: np.ndarray      # float64
     weights: np.ndarray     # float64
     indptr: np.ndarray      # int64, CSR over hashed feature indices
     indices: np.ndarray
     values: np.ndarray
     names: dict = field(default_factory=dict)   # feature index -> name, where known
-    raw: list = None        # raw record per example (for dead letters found after parsing)
+    raw: object = None      # raw record per example (indexable), kept at the source only
     event_times: np.ndarray = None  # float seconds since the epoch, where the source has them
 
     def __len__(self):
@@ -29,27 +30,62 @@ class ExampleBlock:
         return make_batch(self.indptr, self.indices, self.values, self.labels, self.weights)
 
     def take(self, rows):
-        """The examples at positions ``rows`` (in that order) as a new block."""
+        """The examples at positions ``rows`` (in that order) as a new block (without the raw
+        records, which stay at the source)."""
         rows = np.asarray(rows, dtype=np.int64)
         b = self.batch().take(rows)
-
-        def pick(xs):
-            return [xs[r] for r in rows]
-
-        return ExampleBlock(self.source, self.positions[rows], pick(self.ids), pick(self.keys),
-                            b.labels, b.weights, b.indptr, b.indices, b.values, self.names,
-                            pick(self.raw) if self.raw is not None else None,
+        return ExampleBlock(self.source, self.positions[rows], self.ids.take(rows),
+                            self.keys.take(rows), b.labels, b.weights, b.indptr, b.indices,
+                            b.values, self.names, None,
                             self.event_times[rows] if self.event_times is not None else None)
 
     def split_by_key(self):
         """(key, block) for each model key present, examples in their original order."""
-        keys = np.asarray(self.keys, dtype=object)
-        if len(keys) and (keys == keys[0]).all():
-            return [(keys[0], self)]
-        out = {}
-        for r, k in enumerate(keys):
-            out.setdefault(k, []).append(r)
-        return [(k, self.take(rows)) for k, rows in out.items()]
+        encoded = self.keys.dictionary_encode()
+        keys = encoded.dictionary.to_pylist()
+        if len(keys) <= 1:
+            return [(keys[0] if keys else "", self)]
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+        return [(keys[k], self.take(order[bounds[k]:bounds[k + 1]])) for k in range(len(keys))
+                if bounds[k + 1] > bounds[k]]
+
+    def screen(self, problems):
+        """Drop the rows named in ``problems`` [(row, reason)]: (remaining block, dead letters
+        carrying each dropped row's raw record)."""
+        if not problems:
+            return self, []
+        dead = [DeadLetter(self.source, int(self.positions[r]), self.raw_record(r), reason)
+                for r, reason in problems]
+        keep = np.setdiff1d(np.arange(len(self)), [r for r, _ in problems])
+        return self.take(keep), dead
+
+    def raw_record(self, r):
+        """Row r's record as read, or (once the source has dropped it) its parsed values."""
+        raw = self.raw[r] if self.raw is not None else None
+        if raw is None:
+            return json.dumps({"label": float(self.labels[r]), "features": {
+                str(i): float(v) for i, v in zip(self.indices[self.indptr[r]:self.indptr[r + 1]],
+                                                 self.values[self.indptr[r]:self.indptr[r + 1]])}})
+        return raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
+
+
+class TextLines:
+    """The lines of a text buffer, split only when one is asked for (raw records of a chunk
+    parsed as a whole; most chunks never need them)."""
+
+    def __init__(self, data, first=0):
+        self.data, self.first, self._lines = data, first, None  # item i is line first + i
+
+    def __getitem__(self, i):
+        if self._lines is None:
+            self._lines = self.data.split(b"\n")
+        return self._lines[self.first + i].rstrip(b"\r").decode("utf-8", errors="replace")
+
+
+def string_array(values):
+    return pa.array(values, pa.string())
 
 
 @dataclass

@@ -24,6 +24,11 @@ class BatchResult:
 
 def check_batch(state, batch):
     """Reasons the learner refuses examples: a list of (position, reason), in batch order."""
+    return check_examples(batch, state.dim, state.n_classes, state.loss)
+
+
+def check_examples(batch, dim, n_classes, loss):
+    """``check_batch`` for a learner of that dimension, number of classes and loss."""
     problems = {}
 
     def flag(rows, reason):
@@ -39,20 +44,20 @@ def check_batch(state, batch):
         flag(np.isin(np.arange(len(batch)), list(first)),
              lambda r: f"feature value {batch.values[first[r]]} (feature index "
                        f"{batch.indices[first[r]]}) is not finite")
-    bad_index = (batch.indices < 0) | (batch.indices >= state.dim)
+    bad_index = (batch.indices < 0) | (batch.indices >= dim)
     if bad_index.any():
         rows = np.zeros(len(batch), bool)
         rows[row_of[bad_index]] = True
-        flag(rows, lambda r: f"a feature index is outside 0..{state.dim - 1}")
+        flag(rows, lambda r: f"a feature index is outside 0..{dim - 1}")
     y = batch.labels
     flag(~np.isfinite(y), lambda r: f"label {y[r]} is not finite")
-    if state.n_classes > 1:
-        ok = (y == np.round(y)) & (y >= 1) & (y <= state.n_classes)
+    if n_classes > 1:
+        ok = (y == np.round(y)) & (y >= 1) & (y <= n_classes)
         flag(np.isfinite(y) & ~ok,
-             lambda r: f"label {y[r]} is not a class in 1..{state.n_classes}")
-    elif state.loss in CLASSIFICATION_LOSSES:
+             lambda r: f"label {y[r]} is not a class in 1..{n_classes}")
+    elif loss in CLASSIFICATION_LOSSES:
         flag(np.isfinite(y) & ~np.isin(y, (-1.0, 0.0, 1.0)),
-             lambda r: f"label {y[r]} is not a {state.loss} label (-1/+1, or 0/1)")
+             lambda r: f"label {y[r]} is not a {loss} label (-1/+1, or 0/1)")
     w = batch.weights
     flag(~np.isfinite(w) | (w < 0), lambda r: f"importance weight {w[r]} is not finite and ≥ 0")
     return sorted(problems.items())

@@ -2,7 +2,6 @@
 
 Free of Beam: the stateful DoFn holds one KeyedModel per key and calls ``learn_block``.
 """
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -10,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.records import DeadLetter
 from ..learner import (check_batch, from_arrow, learn, predicted_class, probability, read_metadata,
                        to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
@@ -78,13 +76,7 @@ class KeyedModel:
         if not len(block):
             return None, [], skipped
         self.positions[block.source] = int(block.positions.max())
-        dead = []
-        problems = check_batch(self.state, block.batch())
-        if problems:
-            bad = [r for r, _ in problems]
-            dead = [DeadLetter(block.source, int(block.positions[r]), _raw(block, r), reason)
-                    for r, reason in problems]
-            block = block.take(np.setdiff1d(np.arange(len(block)), bad))
+        block, dead = block.screen(check_batch(self.state, block.batch()))
         for i, name in block.names.items():
             self.state.feature_names.setdefault(i, name)
         start = self.state.examples_seen
@@ -105,13 +97,13 @@ class KeyedModel:
             labels = block.labels if self.state.n_classes > 1 else np.where(block.labels > 0, 1, -1)
             error = (predicted_class(scores) != labels).astype(np.float64)
         return pa.table([
-            pa.array(block.ids, pa.string()), pa.array([self.key] * n, pa.string()),
+            block.ids, pa.repeat(pa.scalar(self.key, pa.string()), n),
             pa.array(prediction), pa.array(prob, pa.float64()) if prob is not None
             else pa.nulls(n, pa.float64()), pa.array(block.labels), pa.array(result.losses),
             pa.array(error) if error is not None else pa.nulls(n, pa.float64()),
             pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)),
-            pa.array([block.source] * n, pa.string()), pa.array(block.positions),
-            pa.array([self.checkpoint_id] * n, pa.string()),
+            pa.repeat(pa.scalar(block.source, pa.string()), n), pa.array(block.positions),
+            pa.repeat(pa.scalar(self.checkpoint_id, pa.string()), n),
             pa.array(block.event_times, pa.float64()) if block.event_times is not None
             else pa.nulls(n, pa.float64()),
         ], schema=PREDICTION_SCHEMA)
@@ -134,9 +126,3 @@ class KeyedModel:
         self.checkpoint_time = time.time()
         self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"
 
-
-def _raw(block, r):
-    if block.raw is None or block.raw[r] is None:
-        return json.dumps({"label": float(block.labels[r])})
-    raw = block.raw[r]
-    return raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")

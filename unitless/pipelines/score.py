@@ -1,14 +1,15 @@
 """The scoring pipeline: apply each model key's latest checkpoint to examples, learning nothing."""
+from dataclasses import dataclass
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.records import DeadLetter
 from ..learner import loss_values, predict, predicted_class, probability
 from .checkpoints import latest_checkpoint, model_keys, read_checkpoint
 from ..connectors.records import dead_letter_table
 from .keyed_model import PREDICTION_SCHEMA, KeyedModel
-from .train import DEAD, ReadFiles, WriteTables
+from .train import DEAD, ReadFiles, WriteTables, key_by_model
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in
                           ("id", "model_key", "prediction", "probability", "label", "loss",
@@ -26,9 +27,8 @@ def load_models(model_dir):
 def score_block(models, key, block):
     """(scores table or None, dead letters) for one model key's block."""
     state = models.get(key)
-    if state is None:
-        return None, [DeadLetter(block.source, int(p), str(r), f"no model for key {key!r}")
-                      for p, r in zip(block.positions, block.raw or [None] * len(block))]
+    if state is None:  # MissingModel refused these where they were read
+        return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
     scores = predict(state, block.batch())
     n = len(block)
     single = scores.shape[1] == 1
@@ -39,10 +39,20 @@ def score_block(models, key, block):
         labels = np.where(labels == 0, -1.0, labels)
     loss = (loss_values(state.loss, labels, scores[:, 0], state.hyperparameters.get(
         "quantile_tau", 0.5)) if single else np.full(n, np.nan))
-    return pa.table([pa.array(block.ids, pa.string()), pa.array([key] * n, pa.string()),
+    return pa.table([block.ids, pa.repeat(pa.scalar(key, pa.string()), n),
                      pa.array(prediction), pa.array(prob), pa.array(block.labels),
-                     pa.array(loss), pa.array([block.source] * n, pa.string()),
+                     pa.array(loss), pa.repeat(pa.scalar(block.source, pa.string()), n),
                      pa.array(block.positions)], schema=SCORE_SCHEMA), []
+
+
+@dataclass(frozen=True)
+class MissingModel:
+    """Refuses examples whose model key has no checkpoint (run where examples are read)."""
+    keys: frozenset
+
+    def __call__(self, block):
+        return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
+                if k not in self.keys]
 
 
 class ScoreDoFn(beam.DoFn):
@@ -62,11 +72,11 @@ class ScoreDoFn(beam.DoFn):
 
 def build_scoring(pipeline, files, fmt, spec, model_dir, predictions, output_format, dead_letter,
                   chunk_size):
-    load_models(model_dir)  # fail fast, before the pipeline starts
+    check = MissingModel(frozenset(load_models(model_dir)))  # fails fast on no models
     read = (pipeline | "Files" >> beam.Create(files)
-            | "Read and parse" >> beam.ParDo(ReadFiles(fmt, spec, chunk_size)
+            | "Read and parse" >> beam.ParDo(ReadFiles(fmt, spec, chunk_size, check)
                                              ).with_outputs(DEAD, main="blocks"))
-    scored = (read.blocks | "Key by model" >> beam.FlatMap(lambda b: b.split_by_key())
+    scored = (read.blocks | "Key by model" >> key_by_model()
               | "Score" >> beam.ParDo(ScoreDoFn(model_dir)).with_outputs(DEAD, main="scores"))
     scored.scores | "Write scores" >> beam.ParDo(WriteTables(predictions, output_format))
     ((read[DEAD], scored[DEAD]) | beam.Flatten()

@@ -2,6 +2,8 @@
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
 import logging
 import time
+import typing
+from dataclasses import dataclass
 
 import apache_beam as beam
 import pyarrow as pa
@@ -14,7 +16,7 @@ from apache_beam.transforms.window import GlobalWindow
 from ..connectors.files import read_file, write_table
 from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition,
                                 ReadPartitionForever, WriteToKafka, is_kafka, partition_ranges)
-from ..learner import new_state
+from ..learner import check_examples, new_state
 from ..learner.examples import bias_index
 from .checkpoints import latest_checkpoint, read_checkpoint, resume_offsets, write_checkpoint
 from ..connectors.records import dead_letter_table
@@ -25,19 +27,47 @@ DEAD = "dead_letter"
 
 
 class ReadFiles(beam.DoFn):
-    """File path -> ExampleBlocks (main output) and dead-letter tables (DEAD output)."""
+    """File path -> ExampleBlocks (main output) and dead-letter tables (DEAD output).
 
-    def __init__(self, fmt, spec, chunk_size):
-        self.fmt, self.spec, self.chunk_size = fmt, spec, chunk_size
+    ``check(block)`` names the rows to refuse, [(row, reason)]; they become dead letters here,
+    where the raw records are at hand, and blocks travel on without them.
+    """
+
+    def __init__(self, fmt, spec, chunk_size, check):
+        self.fmt, self.spec, self.chunk_size, self.check = fmt, spec, chunk_size, check
         self.bad = Metrics.counter("unitless", "bad_records")
 
     def process(self, path):
         for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
+            block, refused = block.screen(self.check(block))
+            dead += refused
             if dead:
                 self.bad.inc(len(dead))
                 yield beam.pvalue.TaggedOutput(DEAD, dead_letter_table(dead))
             if len(block):
+                block.raw = None
                 yield block
+
+
+@dataclass(frozen=True)
+class LearnerCheck:
+    """The learner's checks on examples (``check_examples``), run where examples are read."""
+    dim: int
+    n_classes: int
+    loss: str
+
+    def __call__(self, block):
+        return check_examples(block.batch(), self.dim, self.n_classes, self.loss)
+
+
+def learner_check(cfg):
+    return LearnerCheck(1 << cfg.spec.bits, cfg.n_classes, cfg.loss)
+
+
+def key_by_model():
+    """ExampleBlock -> (model key, block) per key present; str keys (a deterministic coder)."""
+    return beam.FlatMap(lambda block: block.split_by_key()).with_output_types(
+        typing.Tuple[str, typing.Any])
 
 
 def new_keyed_model(cfg, key):
@@ -150,7 +180,8 @@ def read_examples(pipeline, cfg, streaming=False):
     """Files or a Kafka topic -> (ExampleBlocks, dead-letter tables)."""
     if is_kafka(cfg.inputs[0]):
         topic = KafkaTopic.parse(cfg.inputs[0], cfg.kafka_settings)
-        source = KafkaSourceConfig(topic, cfg.format, cfg.spec, cfg.chunk_size)
+        source = KafkaSourceConfig(topic, cfg.format, cfg.spec, learner_check(cfg),
+                                   cfg.chunk_size)
         starts = resume_offsets(cfg.model_dir, topic.topic) if cfg.resume else {}
         ranges = partition_ranges(topic, starts, bounded=not streaming)
         read = (pipeline | "Partitions" >> beam.Create(ranges)
@@ -159,8 +190,9 @@ def read_examples(pipeline, cfg, streaming=False):
                     DEAD, main="blocks"))
     else:
         read = (pipeline | "Files" >> beam.Create(cfg.inputs)
-                | "Read and parse" >> beam.ParDo(ReadFiles(cfg.format, cfg.spec, cfg.chunk_size)
-                                                 ).with_outputs(DEAD, main="blocks"))
+                | "Read and parse" >> beam.ParDo(ReadFiles(
+                    cfg.format, cfg.spec, cfg.chunk_size, learner_check(cfg))
+                ).with_outputs(DEAD, main="blocks"))
     return read.blocks, read[DEAD]
 
 
@@ -176,7 +208,7 @@ def build_training(pipeline, cfg, streaming=False):
     """Add the training graph to ``pipeline``; returns the predictions PCollection."""
     blocks, read_dead = read_examples(pipeline, cfg, streaming)
     learned = (blocks
-               | "Key by model" >> beam.FlatMap(lambda block: block.split_by_key())
+               | "Key by model" >> key_by_model()
                | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
     write_tables(learned.predictions, cfg.predictions, cfg.output_format, "predictions",
                  cfg.kafka_settings)
