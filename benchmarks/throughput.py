@@ -105,7 +105,7 @@ def time_ours(algorithm, batch, dim, batch_size, repeats):
         outs = [(np.empty((len(b), 1)), np.empty(len(b))) for b in slices]
         t = time.perf_counter()
         for b, (scores, losses) in zip(slices, outs):
-            run_batch(state.spec.step, state.V, state.M, state.S, hp, code, 0.5,
+            run_batch(state.spec.code, state.V, state.M, state.S, hp, code, 0.5,
                       b.indptr, b.indices, b.values, b.labels, b.weights, scores, losses)
         kernel_rates.append(n / (time.perf_counter() - t))
     state_bytes = state.V.nbytes + state.M.nbytes + state.S.nbytes

@@ -81,7 +81,7 @@ def learn(state, batch):
     n = len(batch)
     scores = np.empty((n, state.n_classes))
     losses = np.empty(n)
-    run_batch(state.spec.step, state.V, state.M, state.S, state.hp_array(),
+    run_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
               batch.indptr, batch.indices, batch.values, _labels_for_kernel(state, batch.labels),
               batch.weights, scores, losses)

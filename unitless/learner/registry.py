@@ -6,6 +6,7 @@ function uses (V[0] is always the weight vector w).
 from dataclasses import dataclass, field
 
 from .baselines import adagrad_step, adam_step, cocob_step, sgd_step
+from .kernel import STEPS
 from .kotlowski import kotlowski1_step, kotlowski2_step
 from .mirror_descent import omd_diagonal_step, omd_pnorm_step
 from .normalized import nag_step, ng_step, snag_step
@@ -24,6 +25,11 @@ class Algorithm:
     invariance: str = "none"  # "diagonal": any per-feature rescaling; "linear": any invertible map
     reference: str = ""
     scale: str = None  # the vector holding each feature's scale as the learner sees it
+
+    @property
+    def code(self):
+        """The learner's code for the compiled loop (``kernel.run_batch``)."""
+        return STEPS.index(self.step)
 
 
 _LR = {"learning_rate": 0.5}
