@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from unitless.learner import (ALGORITHMS, InvalidExampleError, dense_batch, from_arrow, learn,
-                              new_state, to_arrow)
+                              make_batch, new_state, to_arrow)
 
 INVARIANT = sorted(a for a, spec in ALGORITHMS.items() if spec.invariance != "none")
 NOT_INVARIANT = ["sgd", "adagrad", "adam"]
@@ -84,6 +84,35 @@ def test_state_round_trips_through_arrow_exactly(algorithm):
     # and learning goes on identically
     batch = dense_batch(X[100:], y[100:], bias=False)
     assert (learn(state, batch).scores.tobytes() == learn(restored, batch).scores.tobytes())
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_arrow_rows_are_exactly_the_features_that_left_their_initial_state(algorithm):
+    # sparse examples over 40 of 300 features, 3 classes: the table lists (class, feature) rows
+    # from the features examples carried; a scan of the whole state must find the same rows
+    rng = np.random.default_rng(4)
+    used = rng.choice(300, size=40, replace=False)
+    scale = np.zeros(300)
+    scale[used] = 10.0 ** rng.integers(-3, 4, size=40)
+    state = new_state(algorithm, 300, "logistic", n_classes=3)
+    for _ in range(3):
+        indices = rng.choice(used, size=(50, 5))
+        indices.sort(axis=1)
+        indices = np.unique(indices, axis=0)  # rows with distinct sorted indices
+        keep = np.array([len(set(r)) == 5 for r in indices])
+        indices = indices[keep]
+        n = len(indices)
+        values = rng.normal(size=(n, 5)) * scale[indices]
+        learn(state, make_batch(np.arange(0, 5 * n + 1, 5), indices.reshape(-1),
+                                values.reshape(-1), rng.integers(1, 4, size=n).astype(float)))
+    table = to_arrow(state)
+    init = new_state(algorithm, 300, "logistic", n_classes=3)
+    changed = (state.V != init.V).any(axis=0) | (state.M != init.M).any(axis=(0, 3))
+    assert sorted(zip(*np.nonzero(changed))) == sorted(
+        zip(table.column("class").to_pylist(), table.column("index").to_pylist()))
+    assert set(table.column("index").to_pylist()) <= set(used.tolist())
+    restored = from_arrow(table)
+    assert restored.V.tobytes() == state.V.tobytes() and restored.M.tobytes() == state.M.tobytes()
 
 
 BAD = {

@@ -33,9 +33,10 @@ class Batch:
         """The examples at the given positions, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         lengths = np.diff(self.indptr)[rows]
-        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        gather = np.concatenate([np.arange(self.indptr[r], self.indptr[r + 1]) for r in rows]
-                                ) if len(rows) else np.zeros(0, np.int64)
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        # entry j of new row r comes from old entry indptr_old[rows[r]] + j
+        gather = np.repeat(self.indptr[rows] - indptr[:-1], lengths) + np.arange(indptr[-1])
         return Batch(indptr, self.indices[gather], self.values[gather],
                      self.labels[rows], self.weights[rows])
 

@@ -85,6 +85,7 @@ def learn(state, batch):
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
               batch.indptr, batch.indices, batch.values, _labels_for_kernel(state, batch.labels),
               batch.weights, scores, losses)
+    state.mark_seen(batch.indices)
     state.examples_seen += n
     state.cumulative_loss += float(losses.sum())
     return BatchResult(scores, losses)

@@ -32,6 +32,20 @@ class LearnerState:
     examples_seen: int = 0
     cumulative_loss: float = 0.0
     feature_names: dict = field(default_factory=dict)  # index -> name, where known
+    seen: np.ndarray = None      # bool [dim]: features some example has carried
+    active: np.ndarray = None    # int64, sorted: the indices where ``seen`` holds
+
+    def __post_init__(self):
+        if self.seen is None:
+            self.seen = np.zeros(self.dim, dtype=bool)
+            self.active = np.zeros(0, dtype=np.int64)
+
+    def mark_seen(self, indices):
+        """Record the features of a batch: only they can leave their initial state."""
+        new = indices[~self.seen[indices]]
+        if new.size:
+            self.seen[new] = True
+            self.active = np.union1d(self.active, new)
 
     @property
     def spec(self):
@@ -50,7 +64,8 @@ class LearnerState:
         return LearnerState(self.algorithm, self.loss, self.dim, self.n_classes,
                             dict(self.hyperparameters), self.V.copy(), self.M.copy(),
                             self.S.copy(), self.bias_index, self.examples_seen,
-                            self.cumulative_loss, dict(self.feature_names))
+                            self.cumulative_loss, dict(self.feature_names), self.seen.copy(),
+                            self.active.copy())
 
     def metadata(self):
         return {
@@ -112,10 +127,12 @@ def to_arrow(state, extra_metadata=None):
     spec = state.spec
     K, dim = state.n_classes, state.dim
     init = np.array([v for _, v in _initial_values(spec, state.hyperparameters)])
-    changed = (state.V != init[:, None, None]).any(axis=0)  # [K, dim]
+    active = state.active  # only features some example carried can differ from the start
+    changed = (state.V[:, :, active] != init[:, None, None]).any(axis=0)  # [K, active]
     if state.M.shape[0]:
-        changed |= (state.M != 0).any(axis=(0, 3))
-    cls, idx = np.nonzero(changed)
+        changed |= (state.M[:, :, active] != 0).any(axis=(0, 3))
+    cls, j = np.nonzero(changed)
+    idx = active[j]
     names = [state.feature_names.get(int(i)) for i in idx]
     columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx.astype(np.int64)),
                "name": pa.array(names, type=pa.string())}
@@ -163,4 +180,5 @@ def from_arrow(table):
     state.cumulative_loss = float(meta["cumulative_loss"])
     names = table.column("name").to_pylist()
     state.feature_names = {int(i): n for i, n in zip(idx, names) if n is not None}
+    state.mark_seen(idx)
     return state

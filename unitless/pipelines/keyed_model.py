@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..learner import (check_batch, from_arrow, learn, predicted_class, probability, read_metadata,
-                       to_arrow)
+from ..learner import (InvalidExampleError, check_batch, from_arrow, learn, predicted_class,
+                       probability, read_metadata, to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
 from .checkpoints import table_from_bytes, table_to_bytes
 
@@ -76,11 +76,14 @@ class KeyedModel:
         if not len(block):
             return None, [], skipped
         self.positions[block.source] = int(block.positions.max())
-        block, dead = block.screen(check_batch(self.state, block.batch()))
+        start, dead = self.state.examples_seen, []
+        try:  # the source already refused what the pipeline's learner settings refuse
+            result = learn(self.state, block.batch())
+        except InvalidExampleError:  # a resumed model whose settings refuse more
+            block, dead = block.screen(check_batch(self.state, block.batch()))
+            result = learn(self.state, block.batch())
         for i, name in block.names.items():
             self.state.feature_names.setdefault(i, name)
-        start = self.state.examples_seen
-        result = learn(self.state, block.batch())
         return self._predictions(block, result, start), dead, skipped
 
     def _predictions(self, block, result, start):
