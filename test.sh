@@ -5,6 +5,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$root/scripts/bootstrap.sh"
 cd "$root"
+# The streaming tests run on Beam's Prism runner, built from its Go module (cached).
+UNITLESS_PRISM="$("$root/deploy/prism/build_prism.sh")"
+export UNITLESS_PRISM
 set +e
 "$root/.venv/bin/python" -m pytest "$@"
 status=$?

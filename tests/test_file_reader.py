@@ -77,6 +77,7 @@ def test_rows_refused_where_they_are_read_keep_their_raw_line(tmp_path):
     out = list(read.process(str(path)))
     dead = [row for o in out if hasattr(o, "tag") for row in o.value.to_pylist()]
     good = [o for o in out if not hasattr(o, "tag")]
-    assert [(d["position"], d["raw"]) for d in dead] == [(11, lines[10]), (21, lines[20])]
+    assert [(d["position"], d["raw"]) for d in dead] == [(11, lines[10].encode()),
+                                                         (21, lines[20].encode())]
     assert "not finite" in dead[0]["reason"] and "not a logistic label" in dead[1]["reason"]
     assert sum(len(b) for b in good) == 48 and all(b.raw is None for b in good)

@@ -118,8 +118,14 @@ def kafka_settings(pairs):
 
 
 def _beam_options(beam_args):
-    from apache_beam.options.pipeline_options import PipelineOptions
-    return PipelineOptions(beam_args)
+    from apache_beam.options.pipeline_options import (DebugOptions, PipelineOptions,
+                                                      StandardOptions)
+    options = PipelineOptions(beam_args)
+    if "prism" in (options.view_as(StandardOptions).runner or "").lower():
+        # Prism splits a slow bundle of the stateful Learn stage and frees the split-off keys,
+        # so a second bundle of the same key would run at once on the same (stale) model state
+        options.view_as(DebugOptions).add_experiment("prism_disable_sdf_split")
+    return options
 
 
 def _pipeline(beam_args):

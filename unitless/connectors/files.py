@@ -124,11 +124,18 @@ def write_table(directory, table, fmt):
     elif fmt == "jsonl":
         with open(temp, "w", encoding="utf-8") as f:
             for row in table.to_pylist():
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                f.write(json.dumps(row, ensure_ascii=False, default=_text) + "\n")
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {OUTPUT_FORMATS}")
     os.replace(temp, final)
     return final
+
+
+def _text(value):
+    """Bytes in JSON output (a dead letter's raw record): UTF-8 text, other bytes as \\xNN."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def read_output(directory):

@@ -127,10 +127,20 @@ class ReadPartition(beam.DoFn):
         self.cfg, self.dead_tag = cfg, dead_tag
 
     def setup(self):
-        self.consumer = _consumer(self.cfg.topic, max_poll_records=self.cfg.max_records)
+        # one consumer per partition: a consumer keeps at most one fetch in flight per broker
+        # (held up to fetch_max_wait_ms), which would starve the next partition assigned to it
+        self.consumers = {}
 
     def teardown(self):
-        self.consumer.close()
+        for consumer in self.consumers.values():
+            consumer.close()
+
+    def _consumer_for(self, tp):
+        if tp.partition not in self.consumers:
+            consumer = _consumer(self.cfg.topic, max_poll_records=self.cfg.max_records)
+            consumer.assign([tp])
+            self.consumers[tp.partition] = consumer
+        return self.consumers[tp.partition]
 
     def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
                 watermark=beam.DoFn.WatermarkEstimatorParam(
@@ -139,15 +149,15 @@ class ReadPartition(beam.DoFn):
         partition = element[0]
         tp = TopicPartition(self.cfg.topic.topic, partition)
         restriction = tracker.current_restriction()
-        self.consumer.assign([tp])
-        self.consumer.seek(tp, restriction.start)
+        consumer = self._consumer_for(tp)
+        consumer.seek(tp, restriction.start)
         position = restriction.start
         while True:
             if restriction.stop != UNBOUNDED and position >= restriction.stop:
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
-            records = self.consumer.poll(timeout_ms=self.cfg.poll_ms,
-                                         max_records=self.cfg.max_records).get(tp, [])
+            records = consumer.poll(timeout_ms=self.cfg.poll_ms,
+                                    max_records=self.cfg.max_records).get(tp, [])
             if not records:
                 if restriction.stop == UNBOUNDED:
                     tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
@@ -167,11 +177,13 @@ class ReadPartition(beam.DoFn):
     def _emit(self, partition, records, watermark):
         source = f"{self.cfg.topic.topic}/{partition}"
         items = [(r.offset, r.value.decode("utf-8", errors="replace")) for r in records]
+        by_offset = {r.offset: r for r in records}
         block, dead = VALUE_FORMATS[self.cfg.value_format](self.cfg.spec, source, items)
         block, refused = block.screen(self.cfg.check(block))
         dead += refused
+        for d in dead:  # the message value exactly as it came, not its decoded text
+            d.raw = by_offset[d.position].value
         block.raw = None
-        by_offset = {r.offset: r for r in records}
         if dead:
             yield beam.pvalue.TaggedOutput(self.dead_tag, dead_letter_table(dead))
         if len(block):
@@ -197,8 +209,8 @@ class ReadPartitionForever(ReadPartition):
 
 
 class WriteToKafka(beam.DoFn):
-    """Arrow tables of predictions or dead letters -> one Kafka message per row; the bundle
-    completes only after the broker acknowledged every message (at-least-once delivery)."""
+    """Arrow tables of predictions or dead letters -> one Kafka message per row; each table is
+    acknowledged by the broker before process() returns (at-least-once delivery)."""
 
     def __init__(self, topic, kind):
         self.topic, self.kind = topic, kind
@@ -219,9 +231,9 @@ class WriteToKafka(beam.DoFn):
                 headers = [("unitless.source", row["source"].encode()),
                            ("unitless.position", str(row["position"]).encode()),
                            ("unitless.reason", row["reason"].encode())]
-                send(self.topic.topic, value=row["raw"].encode(), headers=headers)
-
-    def finish_bundle(self):
+                send(self.topic.topic, value=row["raw"], headers=headers)
+        # acknowledged before the Learn step fused upstream writes a checkpoint covering these
+        # rows: a restart resumes after that checkpoint, so rows unsent by then would be lost
         self.producer.flush()
 
     def teardown(self):

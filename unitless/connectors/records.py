@@ -92,16 +92,17 @@ def string_array(values):
 class DeadLetter:
     source: str
     position: int
-    raw: str
+    raw: object  # the record as read: bytes (Kafka message values) or text
     reason: str
 
     def to_dict(self):
-        return {"source": self.source, "position": self.position, "raw": self.raw,
+        raw = self.raw.encode("utf-8") if isinstance(self.raw, str) else self.raw
+        return {"source": self.source, "position": self.position, "raw": raw,
                 "reason": self.reason}
 
 
 DEAD_LETTER_SCHEMA = pa.schema([("source", pa.string()), ("position", pa.int64()),
-                               ("raw", pa.string()), ("reason", pa.string())])
+                               ("raw", pa.binary()), ("reason", pa.string())])
 
 
 def dead_letter_table(dead):
