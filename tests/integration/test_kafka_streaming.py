@@ -1,16 +1,16 @@
-"""Streaming on Beam's Prism runner against a real broker: kill the pipeline at a random point,
-restart it with --resume, and every example is learned exactly once."""
+"""Streaming on Beam's Prism runner against a real broker: kill the pipeline at a random point and
+restart it with --resume, or restart the broker under it; every example is learned exactly once."""
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
@@ -25,10 +25,13 @@ if not os.access(PRISM, os.X_OK):
     raise RuntimeError(f"Prism runner binary missing at {PRISM}: run deploy/prism/build_prism.sh")
 
 
-def produce(bootstrap, topic, start, n):
+def produce(bootstrap, topic, start, n, per_second=None):
     rng = np.random.default_rng(start)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    began = time.time()
     for i in range(start, start + n):
+        if per_second:
+            time.sleep(max(0.0, began + (i - start) / per_second - time.time()))
         x = rng.normal(size=2) * [1e3, 1e-2]
         row = {"id": str(i), "label": 1 if x[0] * 1e-3 - x[1] * 1e2 > 0 else -1,
                "x": float(x[0]), "z": float(x[1])}
@@ -81,9 +84,7 @@ def wait_for(condition, timeout, process):
 
 def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "live"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(t, 2, 1) for t in (topic, f"{topic}-pred", f"{topic}-dead")])
-    admin.close()
+    create_topics(bootstrap, topic, partitions=2)
     total = 4000
     produce(bootstrap, topic, 0, 2000)
     models = tmp_path / "models"
@@ -103,22 +104,63 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
     finally:
         kill(second)
 
-    # an uninterrupted (bounded) run over the same topic
+    assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
+    assert_every_example_predicted(bootstrap, topic, total)
+
+
+def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
+    bootstrap, topic = broker.bootstrap_servers, "bounce"
+    create_topics(bootstrap, topic, partitions=2)
+    total = 3000
+    produce(bootstrap, topic, 0, 1000)
+    models = tmp_path / "models"
+    pipeline = streaming(bootstrap, topic, models)
+    try:
+        assert wait_for(lambda: all(seen(models, k) >= 300 for k in KEYS), 120, pipeline)
+        # examples keep arriving (the producer buffers and retries) while the broker restarts
+        arriving = threading.Thread(target=produce, args=(bootstrap, topic, 1000, total - 1000),
+                                    kwargs={"per_second": 200})
+        arriving.start()
+        time.sleep(1)
+        broker.stop()  # clean shutdown, same ports and data on start
+        time.sleep(3)
+        broker.start()
+        arriving.join()
+        done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, pipeline)
+        assert done, {k: seen(models, k) for k in KEYS}
+    finally:
+        kill(pipeline)
+    assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
+    assert_every_example_predicted(bootstrap, topic, total)
+
+
+def create_topics(bootstrap, topic, partitions):
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(t, partitions, 1)
+                         for t in (topic, f"{topic}-pred", f"{topic}-dead")])
+    admin.close()
+
+
+def assert_equals_an_uninterrupted_run(bootstrap, topic, models, whole, total):
+    """The streamed models equal a bounded run over the same topic: same examples, same
+    weights (1e-12)."""
     assert main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
-                 "--chunk-size", "50", "--model-dir", str(tmp_path / "whole"),
-                 "--predictions", str(tmp_path / "whole-pred"),
-                 "--dead-letter", str(tmp_path / "whole-dead")]) == 0
+                 "--chunk-size", "50", "--model-dir", str(whole),
+                 "--predictions", str(whole.parent / f"{whole.name}-pred"),
+                 "--dead-letter", str(whole.parent / f"{whole.name}-dead")]) == 0
     for key in KEYS:
         a = read_checkpoint(latest_checkpoint(str(models), key))
-        b = read_checkpoint(latest_checkpoint(str(tmp_path / "whole"), key))
+        b = read_checkpoint(latest_checkpoint(str(whole), key))
         ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
         assert ma["examples_seen"] == mb["examples_seen"] == total // 2
         assert ma["input_positions"] == mb["input_positions"]
         np.testing.assert_allclose(a.column("w").to_numpy(), b.column("w").to_numpy(),
                                    rtol=1e-12, atol=0)
 
-    # every example has a prediction on the topic (examples predicted before the kill but not
-    # yet checkpointed are predicted again after the restart: at-least-once output)
+
+def assert_every_example_predicted(bootstrap, topic, total):
+    """Every example has a prediction on the topic (examples predicted but not yet checkpointed
+    when the pipeline stopped are predicted again: at-least-once output)."""
     consumer = KafkaConsumer(f"{topic}-pred", bootstrap_servers=bootstrap,
                              auto_offset_reset="earliest", group_id=None)
     ids, deadline = set(), time.time() + 30
