@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from unitless.connectors.files import read_file
-from unitless.connectors.formats import RecordSpec, parse_csv
+from unitless.connectors.formats import (RecordSpec, _json_table, numeric_table, parse_csv,
+                                         parse_jsonl)
 from unitless.connectors.records import TextLines
 from unitless.pipelines.train import LearnerCheck, ReadFiles
 
@@ -81,3 +82,24 @@ def test_rows_refused_where_they_are_read_keep_their_raw_line(tmp_path):
                                                          (21, lines[20].encode())]
     assert "not finite" in dead[0]["reason"] and "not a logistic label" in dead[1]["reason"]
     assert sum(len(b) for b in good) == 48 and all(b.raw is None for b in good)
+
+
+def test_json_lines_parsed_whole_equal_the_per_line_parser():
+    spec = RecordSpec(label="label", id="id", model_key="segment", bits=18)
+    lines = ['{"id": "1", "segment": "a", "label": 1, "f1": 2.5, "f2": 3}',
+             '{"id": "2", "label": -1, "f2": null, "f3": true}',           # no key, null, boolean
+             '{"f1": 1e-3, "label": 1, "segment": "b", "id": "x3"}']     # other field order
+    items = list(enumerate(lines, 1))
+    whole, dead = parse_jsonl(spec, "s", items)
+    assert dead == [] and numeric_table(spec, _json_table(lines)) is not None  # Arrow took it
+    careful, dead = parse_jsonl(spec, "s", items + [(4, "{broken")])     # forces the per-line path
+    assert [d.position for d in dead] == [4]
+    assert whole.positions.tolist() == careful.positions.tolist() == [1, 2, 3]
+    assert whole.ids.to_pylist() == careful.ids.to_pylist() == ["1", "2", "x3"]
+    assert whole.keys.to_pylist() == careful.keys.to_pylist() == ["a", "", "b"]
+    assert whole.labels.tolist() == careful.labels.tolist()
+    for r in range(3):
+        def row(b):
+            a, z = b.indptr[r], b.indptr[r + 1]
+            return sorted(zip(b.indices[a:z].tolist(), b.values[a:z].tolist()))
+        assert row(whole) == row(careful)

@@ -117,6 +117,10 @@ def kafka_settings(pairs):
     return settings
 
 
+def _where(target):
+    return target if is_kafka(target) else os.path.abspath(target)
+
+
 def _beam_options(beam_args):
     from apache_beam.options.pipeline_options import (DebugOptions, PipelineOptions,
                                                       StandardOptions)
@@ -163,9 +167,9 @@ def train(args, beam_args):
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
     with _pipeline(beam_args) as p:
         build_training(p, cfg, streaming="--streaming" in beam_args)
-    print(f"predictions: {os.path.abspath(cfg.predictions)}")
-    print(f"models:      {os.path.abspath(cfg.model_dir)}")
-    print(f"dead letters: {os.path.abspath(cfg.dead_letter)}")
+    print(f"predictions: {_where(cfg.predictions)}")
+    print(f"models:      {_where(cfg.model_dir)}")
+    print(f"dead letters: {_where(cfg.dead_letter)}")
 
 
 def score(args, beam_args):
@@ -174,7 +178,7 @@ def score(args, beam_args):
     with _pipeline(beam_args) as p:
         build_scoring(p, files, fmt, record_spec(args, require_label=False), args.model_dir,
                       args.predictions, args.output_format, args.dead_letter, args.chunk_size)
-    print(f"predictions: {os.path.abspath(args.predictions)}")
+    print(f"predictions: {_where(args.predictions)}")
 
 
 def inspect(args):

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 
 from ..learner import bias_index, hash_feature
 from .records import DeadLetter, ExampleBlock, string_array
@@ -145,6 +146,13 @@ def _parse_each(b, items, parse_one):
 
 def parse_jsonl(spec, source, items):
     """items: (line number, line text) pairs."""
+    lines = [raw for _, raw in items]
+    table = _json_table(lines)
+    if table is not None:
+        table = numeric_table(spec, table)
+    if table is not None:
+        return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64),
+                                lines), []
     b = _Builder(spec, source)
 
     def one(line):
@@ -160,6 +168,18 @@ def parse_jsonl(spec, source, items):
 
     _parse_each(b, items, one)
     return b.block(), b.dead
+
+
+def _json_table(lines):
+    """The lines parsed whole by Arrow's JSON reader, one row per line; None when any line needs
+    the careful per-line path (not an object, invalid, or spread over several lines)."""
+    data = "\n".join(lines).encode()
+    try:
+        table = pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(
+            use_threads=False, block_size=len(data) + 1))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    return table if table.num_rows == len(lines) else None
 
 
 def parse_libsvm(spec, source, items):
@@ -306,9 +326,10 @@ def block_from_table(spec, source, table, positions, raw):
               if spec.label in table.column_names else np.full(n, np.nan))
     weights = (table.column(spec.weight).to_numpy(zero_copy_only=False).astype(np.float64)
                if spec.weight else np.ones(n))
-    keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY) if spec.model_key
-            else pa.repeat(pa.scalar(DEFAULT_KEY), n))
-    ids = _strings(table.column(spec.id)) if spec.id else pa.nulls(n, pa.string())
+    present = set(table.column_names)
+    keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY)
+            if spec.model_key in present else pa.repeat(pa.scalar(DEFAULT_KEY), n))
+    ids = _strings(table.column(spec.id)) if spec.id in present else pa.nulls(n, pa.string())
     feature_names = dict(zip(cols_idx, columns + (["constant"] if spec.bias else [])))
     return ExampleBlock(source, positions, ids, keys, labels, weights, indptr, indices, values,
                         feature_names, raw)
@@ -318,18 +339,30 @@ def _strings(column):
     return column.cast(pa.string()).combine_chunks()
 
 
+def numeric_table(spec, table):
+    """The table with every field but id and model key as float64, when each is a number (or
+    null, an absent feature) and labels and weights are present; else None."""
+    numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                  or pa.types.is_null(t) for name, t in zip(table.column_names, table.schema.types)
+                  if name not in (spec.id, spec.model_key))
+    if not numeric or spec.categorical or spec.label not in table.column_names:
+        return None
+    if table.column(spec.label).null_count or (spec.weight and (
+            spec.weight not in table.column_names or table.column(spec.weight).null_count)):
+        return None
+    if any(not (pa.types.is_string(table.schema.field(c).type)
+                or pa.types.is_integer(table.schema.field(c).type))
+           for c in (spec.id, spec.model_key) if c and c in table.column_names):
+        return None
+    return table.cast(_float_schema(spec, table.schema))
+
+
 def parse_table(spec, source, table, first_row):
     """A Parquet record batch -> (block, dead letters); rows that are not numeric go one by one."""
     positions = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
-    numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-                  for name, t in zip(table.column_names, table.schema.types)
-                  if name not in (spec.id, spec.model_key))
-    has_label = spec.label in table.column_names
-    if (numeric and not spec.categorical and has_label and table.column(spec.label).null_count == 0
-            and not (spec.weight and table.column(spec.weight).null_count)):
-        raw = [None] * table.num_rows
-        return block_from_table(spec, source, table.cast(_float_schema(spec, table.schema)),
-                                positions, raw), []
+    numeric = numeric_table(spec, table)
+    if numeric is not None:
+        return block_from_table(spec, source, numeric, positions, None), []
     b = _Builder(spec, source)
     rows = table.to_pylist()
     _parse_each(b, zip(positions.tolist(), rows),

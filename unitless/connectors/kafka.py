@@ -222,10 +222,13 @@ class WriteToKafka(beam.DoFn):
     def process(self, table):
         send = self.producer.send
         if self.kind == "predictions":
+            partitions = {}
             for row in table.to_pylist():
-                value = {"schema": PREDICTION_SCHEMA_ID, **row}
-                send(self.topic.topic, key=(row["model_key"] or "").encode(),
-                     value=json.dumps(value).encode())
+                key = (row["model_key"] or "").encode()
+                if key not in partitions:
+                    partitions[key] = self._partition(key)
+                send(self.topic.topic, key=key, partition=partitions[key],
+                     value=json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}).encode())
         else:  # dead letters: the original record as the value, where it came from in headers
             for row in table.to_pylist():
                 headers = [("unitless.source", row["source"].encode()),
@@ -235,6 +238,13 @@ class WriteToKafka(beam.DoFn):
         # acknowledged before the Learn step fused upstream writes a checkpoint covering these
         # rows: a restart resumes after that checkpoint, so rows unsent by then would be lost
         self.producer.flush()
+
+    def _partition(self, key):
+        """The partition Kafka's default partitioner gives a keyed message (found once per key
+        and table rather than once per message)."""
+        from kafka.partitioner import murmur2
+        partitions = sorted(self.producer.partitions_for(self.topic.topic))
+        return partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
 
     def teardown(self):
         self.producer.close()

@@ -1,0 +1,329 @@
+"""Kafka end to end on a real broker: examples topic -> `unitless train` -> predictions topic.
+
+A single-node Apache Kafka (deploy/kafka/local_kafka.py) runs on this machine; every topic has one
+partition and every example the same model key (one model). Examples are JSON objects of the
+artificial stream (21 features, σ_i = 2⁻¹⁰ … 2¹⁰), NAG, logistic loss. Prediction topics use
+LogAppendTime, so each prediction carries the time the broker appended it.
+
+Measured in one run:
+
+1. Reference: a plain kafka-python relay (consume each example message, produce it unchanged to
+   another topic; no parsing, no Beam, no learning): what the Kafka client library itself
+   manages on this machine, end to end.
+2. Throughput, bounded: ``unitless train --input kafka://…`` on the FnApiRunner (reads to the end
+   offsets seen at start) over N examples already on the topic. Sustained examples/s = N over the
+   time between the first and the last prediction appended; also N over the command's wall time.
+3. Streaming on Prism (``--streaming``): after a warm-up, (a) N examples produced as fast as the
+   producer can, sustained examples/s as above; (b) a fixed offered load R examples/s for T s
+   (target: half of 50,000), end-to-end latency = prediction append time − example produce time
+   (the example's Kafka timestamp, carried in the prediction's ``event_time``), p50/p99.
+
+    .venv/bin/python benchmarks/kafka_e2e.py            # full run
+    .venv/bin/python benchmarks/kafka_e2e.py --quick    # smoke run
+
+Writes benchmarks/results/kafka_e2e{.md,.json} (``--quick``: results/tmp/kafka_e2e_quick.*).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import fnum, header, table, write_results  # noqa: E402
+from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
+    "~/.cache/unitless/prism/2.77.0/prism")
+SIGMAS = 2.0 ** np.arange(-10, 11)
+TARGET = 50_000
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def example_values(n, seed, first_id=0):
+    """n JSON-encoded examples of the artificial stream."""
+    rng = np.random.default_rng(seed)
+    w_star = rng.choice([-1.0, 1.0], size=SIGMAS.size) / SIGMAS
+    X = rng.standard_normal((n, SIGMAS.size)) * SIGMAS
+    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-(X @ w_star))), 1, -1)
+    names = [f"x{j + 1}" for j in range(SIGMAS.size)]
+    return [json.dumps({"id": str(first_id + i), "label": int(y[i]),
+                        **dict(zip(names, X[i].tolist()))}).encode() for i in range(n)]
+
+
+def create_topics(bootstrap, *names, append_time=()):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(t, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"}
+                                  if t in append_time else {}) for t in names])
+    admin.close()
+
+
+def producer(bootstrap):
+    from kafka import KafkaProducer
+    return KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
+                         batch_size=512 * 1024)
+
+
+def produce(bootstrap, topic, values):
+    p = producer(bootstrap)
+    t = time.time()
+    for v in values:
+        p.send(topic, key=b"model", value=v)
+    p.flush()
+    p.close()
+    return time.time() - t
+
+
+def consume(bootstrap, topic, n, timeout):
+    """The first n messages of a topic (fewer if timeout passes first)."""
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                      max_poll_records=50_000, fetch_max_bytes=64 << 20)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    out, deadline = [], time.time() + timeout
+    while len(out) < n and time.time() < deadline:
+        out.extend(c.poll(timeout_ms=500).get(tp, []))
+    c.close()
+    return out
+
+
+def relay(bootstrap, source, target, n):
+    """The reference: consume n messages and produce each unchanged; (seconds, messages)."""
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                      max_poll_records=8192)
+    tp = TopicPartition(source, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    p = producer(bootstrap)
+    t, done = time.time(), 0
+    while done < n and time.time() - t < 600:
+        for r in c.poll(timeout_ms=500).get(tp, []):
+            p.send(target, key=r.key, value=r.value)
+            done += 1
+    p.flush()
+    seconds = time.time() - t
+    p.close()
+    c.close()
+    return seconds, done
+
+
+def train_cmd(bootstrap, topic, work, *extra):
+    return [sys.executable, "-m", "unitless.cli", "train", "--input", f"kafka://{bootstrap}/{topic}",
+            "--id-column", "id", "--algorithm", "nag", "--loss", "logistic",
+            "--learning-rate", "0.5", "--model-dir", str(work / f"{topic}-models"),
+            "--predictions", f"kafka://{bootstrap}/{topic}-pred",
+            "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", *extra]
+
+
+def append_span(messages):
+    """Seconds between the first and the last message's (LogAppendTime) timestamp."""
+    stamps = [m.timestamp for m in messages]
+    return (max(stamps) - min(stamps)) / 1000.0
+
+
+def bounded_run(bootstrap, work, n):
+    topic = "bounded"
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
+                  append_time=(f"{topic}-pred",))
+    produce(bootstrap, topic, example_values(n, seed=1))
+    t = time.time()
+    done = subprocess.run(train_cmd(bootstrap, topic, work), capture_output=True, text=True)
+    wall = time.time() - t
+    if done.returncode:
+        raise RuntimeError(f"unitless train failed:\n{done.stderr[-3000:]}")
+    predictions = consume(bootstrap, f"{topic}-pred", n, 120)
+    losses = [json.loads(m.value)["loss"] for m in predictions]
+    return {"examples": n, "predictions": len(predictions), "wall_s": wall,
+            "append_span_s": append_span(predictions),
+            "examples_per_s_sustained": n / max(append_span(predictions), 1e-9),
+            "examples_per_s_wall": n / wall, "progressive_loss": float(np.mean(losses))}
+
+
+class PredictionWatcher(threading.Thread):
+    """Consumes a prediction topic as it grows: (append time ms, event time s, id) per message."""
+
+    def __init__(self, bootstrap, topic):
+        super().__init__(daemon=True)
+        from kafka import KafkaConsumer, TopicPartition
+        self.tp = TopicPartition(topic, 0)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      group_id=None, max_poll_records=50_000)
+        self.rows, self.stop = [], False
+
+    def run(self):
+        while not self.consumer.assignment() or self.tp not in self.consumer.assignment():
+            self.consumer.assign([self.tp])
+            self.consumer.seek_to_beginning(self.tp)
+        while not self.stop:
+            for m in self.consumer.poll(timeout_ms=200).get(self.tp, []):
+                p = json.loads(m.value)
+                self.rows.append((m.timestamp, p["event_time"], p["id"]))
+        self.consumer.close()
+
+    def wait_for(self, count, timeout):
+        deadline = time.time() + timeout
+        while len(self.rows) < count and time.time() < deadline:
+            time.sleep(0.05)
+        return len(self.rows) >= count
+
+
+def paced_produce(bootstrap, topic, values, rate):
+    """Send values at `rate` per second in 10 ms slices; returns the achieved rate."""
+    p = producer(bootstrap)
+    per_slice = max(1, int(rate / 100))
+    start = time.time()
+    for a in range(0, len(values), per_slice):
+        due = start + a / rate
+        while time.time() < due:
+            time.sleep(max(0.0, min(due - time.time(), 0.005)))
+        for v in values[a:a + per_slice]:
+            p.send(topic, key=b"model", value=v)
+    p.flush()
+    seconds = time.time() - start
+    p.close()
+    return len(values) / seconds
+
+
+def streaming_run(bootstrap, work, n, rate, seconds):
+    topic = "live"
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
+                  append_time=(f"{topic}-pred",))
+    logf = open(work / "streaming.log", "w")
+    process = subprocess.Popen(train_cmd(bootstrap, topic, work, "--streaming", "--runner",
+                                         "PrismRunner", "--prism_location", PRISM,
+                                         "--checkpoint-seconds", "10"),
+                               stdout=logf, stderr=subprocess.STDOUT)
+    watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
+    watcher.start()
+    out = {"runner": "PrismRunner (--streaming)"}
+    try:
+        warm = 2000
+        produce(bootstrap, topic, example_values(warm, seed=2, first_id=0))
+        if not watcher.wait_for(warm, 180):
+            raise RuntimeError(f"no predictions from the streaming pipeline after 180 s "
+                               f"({len(watcher.rows)} of {warm}); log {work / 'streaming.log'}")
+        log(f"streaming pipeline warm ({warm} predictions)")
+        # (a) as fast as the producer sends
+        values = example_values(n, seed=3, first_id=warm)
+        t = time.time()
+        produce(bootstrap, topic, values)
+        ok = watcher.wait_for(warm + n, 600)
+        burst = watcher.rows[warm:warm + n]
+        out["burst"] = {"examples": n, "predictions": len(burst), "complete": ok,
+                        "wall_s": time.time() - t,
+                        "append_span_s": (burst[-1][0] - burst[0][0]) / 1000 if burst else None}
+        out["burst"]["examples_per_s_sustained"] = (
+            len(burst) / out["burst"]["append_span_s"] if burst else 0.0)
+        log(f"burst: {out['burst']}")
+        # (b) a fixed offered load
+        first = warm + n
+        count = int(rate * seconds)
+        values = example_values(count, seed=4, first_id=first)
+        achieved = paced_produce(bootstrap, topic, values, rate)
+        ok = watcher.wait_for(first + count, 300)
+        paced = watcher.rows[first:first + count]
+        latency = np.array([append - event * 1000.0 for append, event, _ in paced])
+        out["paced"] = {"offered_per_s": rate, "achieved_offered_per_s": achieved,
+                        "seconds": seconds, "examples": count, "predictions": len(paced),
+                        "complete": ok,
+                        "latency_ms_p50": float(np.percentile(latency, 50)) if len(paced) else None,
+                        "latency_ms_p99": float(np.percentile(latency, 99)) if len(paced) else None,
+                        "latency_ms_max": float(latency.max()) if len(paced) else None}
+        log(f"paced: {out['paced']}")
+        ids = [r[2] for r in watcher.rows]
+        out["duplicates"] = len(ids) - len(set(ids))
+    finally:
+        process.kill()
+        process.wait()
+        watcher.stop = True
+        watcher.join(5)
+        logf.close()
+    return out
+
+
+def render(h, data):
+    ref, bounded, live = data["reference"], data["bounded"], data.get("streaming")
+    rows = [["kafka-python relay (reference: consume + produce, no parsing, no learning)",
+             "—", fnum(ref["examples_per_s"], 0), "—", "—"],
+            ["unitless train, bounded, FnApiRunner", fnum(bounded["wall_s"], 3),
+             fnum(bounded["examples_per_s_sustained"], 0), fnum(bounded["examples_per_s_wall"], 0),
+             fnum(bounded["examples_per_s_sustained"] / ref["examples_per_s"], 3)]]
+    if live:
+        b = live["burst"]
+        rows.append(["unitless train --streaming, PrismRunner", fnum(b["wall_s"], 3),
+                     fnum(b["examples_per_s_sustained"], 0), "—",
+                     fnum(b["examples_per_s_sustained"] / ref["examples_per_s"], 3)])
+    body = [f"Target: ≥ {TARGET:,} examples/s with one model key; p99 latency < 1 s at half that "
+            "load.", "", "## Throughput", "",
+            table(["run", "wall s", "examples/s sustained (first→last prediction appended)",
+                   "examples/s (wall, incl. start-up)", "ratio to the relay"], rows), "",
+            f"Examples: {bounded['examples']:,} (bounded), progressive logistic loss "
+            f"{bounded['progressive_loss']:.6f}; predictions counted {bounded['predictions']:,}."]
+    if live:
+        p = live["paced"]
+        body += ["", "## Latency at a fixed offered load (streaming, PrismRunner)", "",
+                 table(["offered examples/s", "achieved offered", "seconds", "examples",
+                        "predictions", "p50 ms", "p99 ms", "max ms"],
+                       [[fnum(p["offered_per_s"], 0), fnum(p["achieved_offered_per_s"], 0),
+                         p["seconds"], p["examples"], p["predictions"],
+                         fnum(p["latency_ms_p50"], 1), fnum(p["latency_ms_p99"], 1),
+                         fnum(p["latency_ms_max"], 1)]]), "",
+                 "Latency = the prediction's LogAppendTime − the example's produce timestamp "
+                 "(CreateTime, carried as the prediction's `event_time`). Producer, broker, "
+                 f"pipeline and this script share the machine's {os.cpu_count()} cores. "
+                 f"Duplicate predictions seen: {live['duplicates']}."]
+    return "\n".join(body)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--examples", type=int, help="bounded and burst examples (default 300,000)")
+    ap.add_argument("--rate", type=int, default=TARGET // 2, help="offered load, examples/s")
+    ap.add_argument("--seconds", type=int, help="length of the fixed-load phase (default 20)")
+    ap.add_argument("--no-streaming", action="store_true", help="skip the Prism phase")
+    args = ap.parse_args()
+    n = args.examples or (20_000 if args.quick else 300_000)
+    seconds = args.seconds or (5 if args.quick else 20)
+    started, h = time.time(), header()
+    work = Path(tempfile.mkdtemp(prefix="unitless-kafka-bench-"))
+    data = {}
+    try:
+        with LocalKafka(work / "broker", startup_timeout=120) as kafka:
+            bootstrap = kafka.bootstrap_servers
+            log(f"broker at {bootstrap}")
+            create_topics(bootstrap, "relay-in", "relay-out")
+            produce(bootstrap, "relay-in", example_values(n, seed=1))
+            s, done = relay(bootstrap, "relay-in", "relay-out", n)
+            data["reference"] = {"examples": done, "seconds": s, "examples_per_s": done / s}
+            log(f"relay: {data['reference']}")
+            data["bounded"] = bounded_run(bootstrap, work, n)
+            log(f"bounded: {data['bounded']}")
+            if not args.no_streaming:
+                data["streaming"] = streaming_run(bootstrap, work, n, args.rate, seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    name = "kafka_e2e_quick" if args.quick else "kafka_e2e"
+    write_results(name, "Kafka end to end: examples topic → unitless train → predictions topic",
+                  h, started, render(h, data), data)
+
+
+if __name__ == "__main__":
+    main()
