@@ -14,9 +14,11 @@ Measured in one run:
    offsets seen at start) over N examples already on the topic. Sustained examples/s = N over the
    time between the first and the last prediction appended; also N over the command's wall time.
 3. Streaming on Prism (``--streaming``): after a warm-up, (a) N examples produced as fast as the
-   producer can, sustained examples/s as above; (b) a fixed offered load R examples/s for T s
-   (target: half of 50,000), end-to-end latency = prediction append time − example produce time
-   (the example's Kafka timestamp, carried in the prediction's ``event_time``), p50/p99.
+   producer can, sustained examples/s as above; (b) fixed offered loads R examples/s for T s each
+   (half the 50,000 target, and half of what (a) sustained), end-to-end latency = prediction
+   append time − example produce time (the example's Kafka timestamp, carried in the
+   prediction's ``event_time``), p50/p99.
+4. Where the time goes: the bounded run under cProfile, own time grouped by module.
 
     .venv/bin/python benchmarks/kafka_e2e.py            # full run
     .venv/bin/python benchmarks/kafka_e2e.py --quick    # smoke run
@@ -201,7 +203,7 @@ def paced_produce(bootstrap, topic, values, rate):
     return len(values) / seconds
 
 
-def streaming_run(bootstrap, work, n, rate, seconds):
+def streaming_run(bootstrap, work, n, rates, seconds):
     topic = "live"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
@@ -232,21 +234,23 @@ def streaming_run(bootstrap, work, n, rate, seconds):
         out["burst"]["examples_per_s_sustained"] = (
             len(burst) / out["burst"]["append_span_s"] if burst else 0.0)
         log(f"burst: {out['burst']}")
-        # (b) a fixed offered load
+        # (b) fixed offered loads: the target's half, and half of what the burst sustained
         first = warm + n
-        count = int(rate * seconds)
-        values = example_values(count, seed=4, first_id=first)
-        achieved = paced_produce(bootstrap, topic, values, rate)
-        ok = watcher.wait_for(first + count, 300)
-        paced = watcher.rows[first:first + count]
-        latency = np.array([append - event * 1000.0 for append, event, _ in paced])
-        out["paced"] = {"offered_per_s": rate, "achieved_offered_per_s": achieved,
-                        "seconds": seconds, "examples": count, "predictions": len(paced),
-                        "complete": ok,
-                        "latency_ms_p50": float(np.percentile(latency, 50)) if len(paced) else None,
-                        "latency_ms_p99": float(np.percentile(latency, 99)) if len(paced) else None,
-                        "latency_ms_max": float(latency.max()) if len(paced) else None}
-        log(f"paced: {out['paced']}")
+        out["paced"] = []
+        for rate in rates or [TARGET // 2, int(out["burst"]["examples_per_s_sustained"] / 2)]:
+            count = int(rate * seconds)
+            values = example_values(count, seed=4, first_id=first)
+            achieved = paced_produce(bootstrap, topic, values, rate)
+            ok = watcher.wait_for(first + count, 300)
+            paced = watcher.rows[first:first + count]
+            latency = np.array([append - event * 1000.0 for append, event, _ in paced])
+            out["paced"].append({
+                "offered_per_s": rate, "achieved_offered_per_s": achieved, "seconds": seconds,
+                "examples": count, "predictions": len(paced), "complete": ok,
+                **{f"latency_ms_{q}": float(np.percentile(latency, v)) if len(paced) else None
+                   for q, v in (("p50", 50), ("p99", 99), ("max", 100))}})
+            log(f"paced: {out['paced'][-1]}")
+            first += count
         ids = [r[2] for r in watcher.rows]
         out["duplicates"] = len(ids) - len(set(ids))
     finally:
@@ -256,6 +260,49 @@ def streaming_run(bootstrap, work, n, rate, seconds):
         watcher.join(5)
         logf.close()
     return out
+
+
+GROUPS = [  # (part, path fragment) in order; the first match names a function's part
+    ("kafka-python producer (predictions sink)", "kafka/producer"),
+    ("kafka-python consumer (example source)", "kafka/consumer"),
+    ("kafka-python record encoding/decoding", "kafka/record"),
+    ("kafka-python client and protocol", "kafka/"),
+    ("unitless parse (Arrow JSON, blocks)", "unitless/connectors/formats"),
+    ("unitless Kafka DoFns (source, sink)", "unitless/connectors/kafka"),
+    ("unitless learner", "unitless/learner"),
+    ("unitless pipeline (keyed models, checkpoints)", "unitless/pipelines"),
+    ("Apache Beam", "apache_beam"),
+    ("JSON encoding (prediction messages)", "json/"),
+    ("locks, sockets, other built-ins", "~"),
+]
+
+
+def profile_bounded(bootstrap, work, n):
+    """cProfile of a bounded run in this process, own time grouped by module."""
+    import cProfile
+    import pstats
+    from unitless.cli import main as unitless_main
+    topic = "profiled"
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead")
+    produce(bootstrap, topic, example_values(n, seed=1))
+    out = work / "kafka.prof"
+    t = time.time()
+    cProfile.runctx("unitless_main(cmd)", {"unitless_main": unitless_main,
+                                           "cmd": train_cmd(bootstrap, topic, work)[3:]},
+                    {}, str(out))
+    seconds = time.time() - t
+    st = pstats.Stats(str(out))
+    total = sum(v[2] for v in st.stats.values())
+    groups = {g: 0.0 for g, _ in GROUPS}
+    groups["other Python"] = 0.0
+    for (path, _, _), v in st.stats.items():
+        where = path.replace("\\", "/")
+        part = next((g for g, frag in GROUPS if frag in where), "other Python")
+        groups[part] += v[2]
+    top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:15]
+    return {"examples": n, "seconds": seconds, "total_s": total,
+            "groups": sorted(groups.items(), key=lambda kv: -kv[1]),
+            "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
 def render(h, data):
@@ -277,18 +324,29 @@ def render(h, data):
             f"Examples: {bounded['examples']:,} (bounded), progressive logistic loss "
             f"{bounded['progressive_loss']:.6f}; predictions counted {bounded['predictions']:,}."]
     if live:
-        p = live["paced"]
-        body += ["", "## Latency at a fixed offered load (streaming, PrismRunner)", "",
+        body += ["", "## Latency at fixed offered loads (streaming, PrismRunner)", "",
                  table(["offered examples/s", "achieved offered", "seconds", "examples",
                         "predictions", "p50 ms", "p99 ms", "max ms"],
                        [[fnum(p["offered_per_s"], 0), fnum(p["achieved_offered_per_s"], 0),
                          p["seconds"], p["examples"], p["predictions"],
                          fnum(p["latency_ms_p50"], 1), fnum(p["latency_ms_p99"], 1),
-                         fnum(p["latency_ms_max"], 1)]]), "",
+                         fnum(p["latency_ms_max"], 1)] for p in live["paced"]]), "",
                  "Latency = the prediction's LogAppendTime − the example's produce timestamp "
-                 "(CreateTime, carried as the prediction's `event_time`). Producer, broker, "
-                 f"pipeline and this script share the machine's {os.cpu_count()} cores. "
-                 f"Duplicate predictions seen: {live['duplicates']}."]
+                 "(CreateTime, carried as the prediction's `event_time`). A load above what the "
+                 "pipeline sustains queues up, and latency grows with the phase's length. "
+                 f"Producer, broker, pipeline and this script share the machine's "
+                 f"{os.cpu_count()} cores. Duplicate predictions seen: {live['duplicates']}."]
+    if data.get("profile"):
+        prof = data["profile"]
+        body += ["", "## Where the time goes (bounded run under cProfile)", "",
+                 f"`{prof['examples']:,}` examples, {prof['seconds']:.1f} s under the profiler. "
+                 "Own time of every function, grouped by where it lives:", "",
+                 table(["part", "own s", "% of total"],
+                       [[g, fnum(t, 3), f"{100 * t / prof['total_s']:.1f}"]
+                        for g, t in prof["groups"]]), "",
+                 "Top functions by own time:", "",
+                 table(["function", "calls", "own s", "cumulative s"],
+                       [[f"`{f}`", c, fnum(t, 3), fnum(ct, 3)] for f, c, t, ct in prof["top"]])]
     return "\n".join(body)
 
 
@@ -296,7 +354,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--examples", type=int, help="bounded and burst examples (default 300,000)")
-    ap.add_argument("--rate", type=int, default=TARGET // 2, help="offered load, examples/s")
+    ap.add_argument("--rates", help="offered loads, examples/s, comma-separated (default: "
+                    "half the target, and half of what the streaming burst sustained)")
     ap.add_argument("--seconds", type=int, help="length of the fixed-load phase (default 20)")
     ap.add_argument("--no-streaming", action="store_true", help="skip the Prism phase")
     args = ap.parse_args()
@@ -316,8 +375,11 @@ def main():
             log(f"relay: {data['reference']}")
             data["bounded"] = bounded_run(bootstrap, work, n)
             log(f"bounded: {data['bounded']}")
+            data["profile"] = profile_bounded(bootstrap, work, min(n, 100_000))
+            log(f"profile: {data['profile']['groups']}")
             if not args.no_streaming:
-                data["streaming"] = streaming_run(bootstrap, work, n, args.rate, seconds)
+                rates = [int(r) for r in args.rates.split(",")] if args.rates else None
+                data["streaming"] = streaming_run(bootstrap, work, n, rates, seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     name = "kafka_e2e_quick" if args.quick else "kafka_e2e"

@@ -6,6 +6,7 @@ through as kafka-python keyword arguments (``security_protocol``, ``sasl_mechani
 ``sasl_plain_username``, ``ssl_cafile``, ``client_id``, ...).
 """
 import json
+import logging
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from .formats import parse_csv, parse_jsonl, parse_vw
 from .records import dead_letter_table, string_array
 
+log = logging.getLogger("unitless")
 PREDICTION_SCHEMA_ID = "unitless.prediction/1"
 UNBOUNDED = (1 << 63) - 1
 VALUE_FORMATS = {"jsonl": parse_jsonl, "vw": parse_vw, "csv": parse_csv}
@@ -146,10 +148,18 @@ class ReadPartition(beam.DoFn):
                 watermark=beam.DoFn.WatermarkEstimatorParam(
                     ManualWatermarkEstimator.default_provider())):
         from kafka import TopicPartition
+        from kafka.errors import KafkaError
         partition = element[0]
         tp = TopicPartition(self.cfg.topic.topic, partition)
         restriction = tracker.current_restriction()
-        consumer = self._consumer_for(tp)
+        try:
+            consumer = self._consumer_for(tp)
+        except KafkaError as err:
+            if restriction.stop != UNBOUNDED:
+                raise
+            log.warning("Kafka partition %s: %s; trying again in 1 s", partition, err)
+            tracker.defer_remainder(Duration.of(1.0))  # a broker down for now: streams go on
+            return
         consumer.seek(tp, restriction.start)
         position = restriction.start
         while True:
