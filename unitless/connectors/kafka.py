@@ -16,6 +16,7 @@ import numpy as np
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from .formats import parse_csv, parse_jsonl, parse_vw
@@ -119,6 +120,9 @@ class KafkaSourceConfig:
     max_records: int = 8192
     poll_ms: int = 200
     idle_resume_s: float = 0.2
+    # streaming: a reader hands its blocks downstream only when its bundle ends, so it ends
+    # each bundle after this long even while records keep coming (bounds the latency)
+    max_bundle_s: float = 0.1
 
 
 class ReadPartition(beam.DoFn):
@@ -162,6 +166,7 @@ class ReadPartition(beam.DoFn):
             return
         consumer.seek(tp, restriction.start)
         position = restriction.start
+        began = time.time()
         while True:
             if restriction.stop != UNBOUNDED and position >= restriction.stop:
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
@@ -183,6 +188,9 @@ class ReadPartition(beam.DoFn):
                 yield from self._emit(partition, claimed, watermark)
             if len(claimed) < len(records):
                 return
+            if restriction.stop == UNBOUNDED and time.time() - began >= self.cfg.max_bundle_s:
+                tracker.defer_remainder()
+                return
 
     def _emit(self, partition, records, watermark):
         source = f"{self.cfg.topic.topic}/{partition}"
@@ -202,10 +210,15 @@ class ReadPartition(beam.DoFn):
                                            for p in block.positions.tolist()])
             block.event_times = np.array([by_offset[p].timestamp / 1000.0
                                           for p in block.positions.tolist()])
-            latest = Timestamp.of(float(block.event_times.max()))
-            if watermark.current_watermark() is None or latest > watermark.current_watermark():
-                watermark.set_watermark(latest)
-            yield block
+            # each block of a partition gets a later timestamp than the one before (the latest
+            # record time, made strictly increasing): a runner that orders a key's pending
+            # elements by timestamp then keeps the partition's order across reader bundles
+            stamp = Timestamp.of(float(block.event_times.max()))
+            previous = watermark.current_watermark()
+            if previous is not None and stamp <= previous:
+                stamp = previous + Duration(micros=1)
+            watermark.set_watermark(stamp)
+            yield TimestampedValue(block, stamp)
 
 
 class ReadPartitionForever(ReadPartition):
