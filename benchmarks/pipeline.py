@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import _cpu_model, _mem_gib  # noqa: E402
+from _common import _cpu_model, _git, _mem_gib, _version  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -322,22 +322,6 @@ def _short(filename):
 
 
 # --------------------------------------------------------------------------------------- header
-
-def _version(dist):
-    from importlib.metadata import version
-    try:
-        return version(dist)
-    except Exception:
-        return "not installed"
-
-
-def _git(*args):
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=20).stdout.strip()
-    except Exception:
-        return ""
-
 
 def header():
     cmd = shlex.join([os.path.relpath(PY, ROOT), *sys.argv])
