@@ -62,18 +62,19 @@ class ExampleBlock:
         return self.take(keep), dead
 
     def raw_record(self, r):
-        """Row r's record as read, or (once the source has dropped it) its parsed values."""
+        """Row r's record as read (text or bytes), or (once the source has dropped it) its
+        parsed values."""
         raw = self.raw[r] if self.raw is not None else None
         if raw is None:
             return json.dumps({"label": float(self.labels[r]), "features": {
                 str(i): float(v) for i, v in zip(self.indices[self.indptr[r]:self.indptr[r + 1]],
                                                  self.values[self.indptr[r]:self.indptr[r + 1]])}})
-        return raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
+        return raw
 
 
 class TextLines:
-    """The lines of a text buffer, split only when one is asked for (raw records of a chunk
-    parsed as a whole; most chunks never need them)."""
+    """The lines of a text buffer as bytes, split only when one is asked for (raw records of a
+    chunk parsed as a whole; most chunks never need them)."""
 
     def __init__(self, data, first=0):
         self.data, self.first, self._lines = data, first, None  # item i is line first + i
@@ -81,7 +82,7 @@ class TextLines:
     def __getitem__(self, i):
         if self._lines is None:
             self._lines = self.data.split(b"\n")
-        return self._lines[self.first + i].rstrip(b"\r").decode("utf-8", errors="replace")
+        return self._lines[self.first + i].rstrip(b"\r")
 
 
 def string_array(values):
