@@ -3,7 +3,7 @@ with the right line numbers, whatever the buffer boundaries and line endings."""
 import numpy as np
 import pytest
 
-from unitless.connectors.files import read_file
+from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import (RecordSpec, _json_table, numeric_table, parse_csv,
                                          parse_jsonl)
 from unitless.connectors.records import TextLines
@@ -74,12 +74,12 @@ def test_rows_refused_where_they_are_read_keep_their_raw_line(tmp_path):
     lines[20] = "e19,a,3,1,2"     # not a logistic label
     path = tmp_path / "data.csv"
     path.write_text("\n".join(lines) + "\n")
-    read = ReadFiles("csv", SPEC, 8192, LearnerCheck(1 << 18, 1, "logistic"))
-    out = list(read.process(str(path)))
-    dead = [row for o in out if hasattr(o, "tag") for row in o.value.to_pylist()]
-    good = [o for o in out if not hasattr(o, "tag")]
-    assert [(d["position"], d["raw"]) for d in dead] == [(11, lines[10].encode()),
-                                                         (21, lines[20].encode())]
+    read = ReadFiles("csv", SPEC, 8192, LearnerCheck(1 << 18, 1, "logistic"),
+                     str(tmp_path / "dead"))
+    read.setup()
+    good = list(read.process(str(path)))
+    dead = read_output(str(tmp_path / "dead")).to_pylist()  # written before the blocks left
+    assert [(d["position"], d["raw"]) for d in dead] == [(11, lines[10]), (21, lines[20])]
     assert "not finite" in dead[0]["reason"] and "not a logistic label" in dead[1]["reason"]
     assert sum(len(b) for b in good) == 48 and all(b.raw is None for b in good)
 

@@ -71,6 +71,7 @@ def test_batches_of_any_size_give_bit_identical_predictions_and_state(algorithm)
         assert parts.tobytes() == whole.tobytes()
         for a, b in ((state.V, other.V), (state.M, other.M), (state.S, other.S)):
             assert a.tobytes() == b.tobytes()
+        assert state.cumulative_loss == other.cumulative_loss
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

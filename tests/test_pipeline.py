@@ -16,7 +16,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
-from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+from unitless.pipelines.checkpoints import key_dir, latest_checkpoint, read_checkpoint
 
 BITS = 18
 FEATURES = ["f1", "f2", "f3", "f4"]
@@ -174,7 +174,7 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
                  "--dead-letter", str(tmp_path / "dead2")]) == 0
     rows = read_output(str(scored)).to_pylist()
     assert len(rows) == 300
-    model = read_checkpoint(str(out / "models" / "a"))
+    model = read_checkpoint(key_dir(str(out / "models"), "a"))
     w = dict(zip(model.column("index").to_pylist(), model.column("w").to_pylist()))
     from unitless.learner import hash_feature
     r = next(r for r in rows if r["model_key"] == "a")
@@ -183,7 +183,7 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
                                          for j, n in enumerate(FEATURES))
     assert r["prediction"] == pytest.approx(expected, rel=1e-12)
     capsys.readouterr()
-    assert main(["inspect", str(out / "models" / "a"), "--json", "--top", "3"]) == 0
+    assert main(["inspect", key_dir(str(out / "models"), "a"), "--json", "--top", "3"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["algorithm"] == "scinol2" and info["model_key"] == "a"
     assert info["examples_seen"] == sum(k == "a" for k in keys)
@@ -219,23 +219,25 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path):
     subprocess.run(command("whole"), check=True, capture_output=True)
     crashed = subprocess.Popen(command("crash"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+    def learned(key):  # examples in the key's newest checkpoint (its first one records none)
+        path = latest_checkpoint(str(tmp_path / "crash" / "models"), key)
+        return path and json.loads(read_checkpoint(path).schema.metadata[b"unitless"])[
+            "examples_seen"]
+
     deadline = time.time() + 120
-    while time.time() < deadline and latest_checkpoint(str(tmp_path / "crash" / "models"),
-                                                       "a") is None:
+    while time.time() < deadline and not learned("a"):
         assert crashed.poll() is None, "the run ended before it could be interrupted"
         time.sleep(0.01)
     crashed.send_signal(signal.SIGKILL)
     crashed.wait()
-    interrupted_at = {k: json.loads(read_checkpoint(str(tmp_path / "crash" / "models" / k))
-                                    .schema.metadata[b"unitless"])["examples_seen"]
-                      for k in ("a",)}
+    interrupted_at = {"a": learned("a")}
     assert 0 < interrupted_at["a"] < sum(k == "a" for k in keys)
     resumed = command("crash", "--resume")
     resumed[resumed.index("--predictions") + 1] = str(tmp_path / "crash" / "pred2")
     subprocess.run(resumed, check=True, capture_output=True)
     for k in ("a", "b"):
-        whole = read_checkpoint(str(tmp_path / "whole" / "models" / k))
-        again = read_checkpoint(str(tmp_path / "crash" / "models" / k))
+        whole = read_checkpoint(key_dir(str(tmp_path / "whole" / "models"), k))
+        again = read_checkpoint(key_dir(str(tmp_path / "crash" / "models"), k))
         assert whole.drop_columns(["name"]).equals(again.drop_columns(["name"]))
         m1, m2 = (json.loads(t.schema.metadata[b"unitless"]) for t in (whole, again))
         assert m1["examples_seen"] == m2["examples_seen"] == sum(x == k for x in keys)

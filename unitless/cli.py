@@ -4,9 +4,11 @@ Every option the command does not know is handed to Beam (e.g. --runner, --direc
 so any Beam runner can run the same pipeline.
 """
 import argparse
+import builtins
 import json
 import logging
 import os
+import re
 import sys
 from importlib import resources
 
@@ -67,6 +69,9 @@ def parser():
     train.add_argument("--keep-checkpoints", type=int, default=3)
     train.add_argument("--resume", action="store_true",
                        help="continue each model from its latest checkpoint")
+    train.add_argument("--allow-hyperparameter-change", action="store_true",
+                       help="with --resume: continue with the hyperparameters given now "
+                            "(algorithm, loss, bits, bias and classes can never change)")
     train.add_argument("--log-every", type=float, default=10.0, help="seconds between progress logs")
     for flag in HYPERPARAMETER_FLAGS:
         train.add_argument("--" + flag.replace("_", "-"), type=float)
@@ -96,7 +101,9 @@ def _inputs(args):
               file=sys.stderr)
     if is_kafka(args.input[0]):
         return args.input, args.format or "jsonl"
-    files = expand_inputs(args.input)
+    # a file's canonical name keys its input positions: the same file spelled differently
+    # (relative, absolute, through a link) is one source
+    files = [os.path.realpath(f) for f in expand_inputs(args.input)]
     fmt = args.format
     if fmt is None:
         name = files[0][:-3] if files[0].endswith(".gz") else files[0]
@@ -143,7 +150,7 @@ def _pipeline(beam_args):
 
 def train(args, beam_args):
     from .pipelines.config import TrainConfig
-    from .pipelines.train import build_training
+    from .pipelines.train import build_training, check_before_start
     files, fmt = _inputs(args)
     spec = ALGORITHMS[args.algorithm]
     hp = {}
@@ -162,9 +169,10 @@ def train(args, beam_args):
                       args.model_dir, args.predictions, args.output_format, args.dead_letter,
                       args.checkpoint_every, args.checkpoint_seconds, args.keep_checkpoints,
                       args.resume, args.chunk_size, args.log_every,
-                      kafka_settings(args.kafka_config))
+                      kafka_settings(args.kafka_config), args.allow_hyperparameter_change)
     from .learner import new_state
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
+    check_before_start(cfg)
     with _pipeline(beam_args) as p:
         build_training(p, cfg, streaming="--streaming" in beam_args)
     print(f"predictions: {_where(cfg.predictions)}")
@@ -191,6 +199,8 @@ def main(argv=None):
     args, beam_args = parser().parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    # a failing DoFn is reported once, by us (one line) or by the re-raised exception
+    logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its retries are reported by us
     try:
         if args.command == "train":
@@ -199,10 +209,33 @@ def main(argv=None):
             score(args, beam_args)
         else:
             inspect(args)
-    except (FileNotFoundError, ValueError, ConnectionError) as err:
-        print(f"unitless: error: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - a user's mistake is one line, a bug a traceback
+        message = user_error(err)
+        if message is None:
+            raise
+        print(f"unitless: error: {message}", file=sys.stderr)
         return 2
     return 0
+
+
+USER_ERRORS = (OSError, ValueError)  # FileNotFoundError, PermissionError, ConnectionError too
+BEAM_WRAPPED = re.compile(r"^(\w+Error): (.*?)(?: \[while running '[^']*'\])*$")
+
+
+def user_error(err):
+    """The one-line message for a failure the user can cause and fix (bad settings or input,
+    an unreachable broker, an unwritable or full disk), or None for anything else. A runner
+    reports a DoFn's exception inside its own (as 'OSError: ... [while running ...]')."""
+    while err is not None:
+        if isinstance(err, USER_ERRORS):
+            return str(err)
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        match = BEAM_WRAPPED.match(lines[-1].strip()) if lines else None
+        if match and isinstance(getattr(builtins, match.group(1), None), type) and issubclass(
+                getattr(builtins, match.group(1)), USER_ERRORS):
+            return match.group(2)
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":

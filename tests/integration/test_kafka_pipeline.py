@@ -12,7 +12,7 @@ from kafka.admin import NewTopic
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
-from unitless.pipelines.checkpoints import read_checkpoint  # noqa: E402
+from unitless.pipelines.checkpoints import key_dir, read_checkpoint  # noqa: E402
 
 KEYS = ("alpha", "beta", "gamma")
 
@@ -119,8 +119,8 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     # one uninterrupted run over everything, into a fresh model dir
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="whole")
     for key in KEYS:
-        a = read_checkpoint(str(tmp_path / "resumed" / "models" / key))
-        b = read_checkpoint(str(tmp_path / "whole" / "models" / key))
+        a = read_checkpoint(key_dir(str(tmp_path / "resumed" / "models"), key))
+        b = read_checkpoint(key_dir(str(tmp_path / "whole" / "models"), key))
         ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
         n_key = sum(r["segment"] == key for r in first + second)
         assert ma["examples_seen"] == mb["examples_seen"] == n_key

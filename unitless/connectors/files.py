@@ -1,8 +1,10 @@
 """File sources (local paths and globs, gzip) and the per-bundle file sinks."""
+import base64
 import csv
 import glob
 import gzip
 import json
+import logging
 import os
 import uuid
 from dataclasses import replace
@@ -12,9 +14,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .formats import PARSERS, block_from_table, csv_table, parse_table
+from .durable import atomic_write
+from .formats import (BOM, PARSERS, block_from_table, count_byte, csv_table, empty_block,
+                      parse_table)
 from .records import TextLines
 
+log = logging.getLogger("unitless")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
 
 
@@ -51,18 +56,44 @@ def _buffers(f, size):
 
 
 def _lines(data, first_number):
-    """(line number, text) of the non-blank lines of a buffer."""
-    for number, line in enumerate(data.decode("utf-8", errors="replace").split("\n")[:-1],
-                                  first_number):
-        line = line.rstrip("\r")
+    """([(line number, line bytes as read)] of the non-blank lines of a buffer, [for each blank
+    line, how many non-blank lines came before it]). Lines end without their '\\r\\n' or
+    '\\n'; a blank line holds nothing but ASCII whitespace."""
+    items, blanks = [], []
+    for number, line in enumerate(data.split(b"\n")[:-1], first_number):
+        line = line.rstrip(b"\r")
         if line.strip():
-            yield number, line
+            items.append((number, line))
+        else:
+            blanks.append(len(items))
+    return items, blanks
 
 
-def _unquoted(data):
-    """True when no field may hold a newline, so Arrow's row i is the buffer's line i (the
-    parse refuses blank lines)."""
-    return b'"' not in data
+def _line_chunks(parse, spec, path, data, first_number, chunk_size):
+    """(block, dead letters) for each chunk of a buffer's lines through the format's parser;
+    each block counts the blank lines before its chunk's last line (the last block also those
+    after it), and a buffer of blank lines alone gives one empty block that counts them."""
+    items, blanks = _lines(data, first_number)
+    n_chunks = max(1, -(-len(items) // chunk_size))
+    blank_lines = np.bincount(np.minimum(np.asarray(blanks, np.int64) // chunk_size,
+                                         n_chunks - 1), minlength=n_chunks)
+    for k in range(n_chunks):
+        chunk = items[k * chunk_size:(k + 1) * chunk_size]
+        block, dead = parse(spec, path, chunk) if chunk else (empty_block(spec, path), [])
+        block.blank_lines = int(blank_lines[k])
+        yield block, dead
+
+
+def _whole_buffer_csv(spec, data):
+    """The buffer's lines parsed whole by Arrow, or None: only when no field is quoted (which
+    may hold a newline) or starts with a BOM (which Arrow skips), and Arrow gives one row per
+    line (it refuses blank lines, and takes a lone '\\r' for a line break)."""
+    if b'"' in data or data.startswith(BOM):
+        return None
+    table = csv_table(spec, data)
+    if table is None or (b"\r" in data and table.num_rows != count_byte(data, ord("\n"))):
+        return None
+    return table
 
 
 def _csv_header(f, path, spec):
@@ -81,7 +112,9 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
 
     Text is read in buffers of whole lines. A CSV buffer without quotes or blank lines is parsed
     whole by Arrow; any other buffer, or one Arrow refuses, goes line by line through the
-    format's parser, which sends each bad record to the dead letters.
+    format's parser, which sends each bad record to the dead letters with its bytes as read.
+    Blank lines are skipped, counted in ``blank_lines`` of the block of their chunk, and logged
+    per file.
     """
     if fmt == "parquet":
         first = 0
@@ -91,13 +124,14 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
             first += table.num_rows
         return
     parse = PARSERS[fmt]
+    blank_lines = 0
     with _open(path) as f:
         number = 1  # line number of the buffer's first line
         if fmt == "csv":
             spec = _csv_header(f, path, spec)
             number = 2
         for data in _buffers(f, buffer_bytes):
-            table = csv_table(spec, data) if fmt == "csv" and _unquoted(data) else None
+            table = _whole_buffer_csv(spec, data) if fmt == "csv" else None
             if table is not None:
                 for a in range(0, table.num_rows, chunk_size):
                     rows = table.slice(a, chunk_size)
@@ -105,37 +139,61 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
                     yield block_from_table(spec, path, rows, positions,
                                            TextLines(data, a)), []
             else:
-                items = list(_lines(data, number))
-                for a in range(0, len(items), chunk_size):
-                    yield parse(spec, path, items[a:a + chunk_size])
-            number += table.num_rows if table is not None else data.count(b"\n")
+                for block, dead in _line_chunks(parse, spec, path, data, number, chunk_size):
+                    blank_lines += block.blank_lines
+                    yield block, dead
+            number += table.num_rows if table is not None else count_byte(data, ord("\n"))
+    if blank_lines:
+        log.info("%s: skipped %d blank lines", path, blank_lines)
 
 
 def write_table(directory, table, fmt):
-    """Write one part file atomically (temp name, then rename); returns its path."""
+    """Write one part file atomically and durably (``durable.atomic_write``); returns its path."""
     os.makedirs(directory, exist_ok=True)
-    name = f"part-{uuid.uuid4().hex}.{fmt}"
-    final = os.path.join(directory, name)
-    temp = os.path.join(directory, f".{name}.tmp")
+    path = os.path.join(directory, f"part-{uuid.uuid4().hex}.{fmt}")
+    atomic_write(path, table_bytes(table, fmt))
+    return path
+
+
+def table_bytes(table, fmt):
+    """The table as the bytes of a parquet, csv or jsonl file."""
+    if fmt == "jsonl":
+        binary = {f.name for f in table.schema
+                  if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
+        return "".join(json.dumps(_json_row(row, binary), ensure_ascii=False) + "\n"
+                       for row in table.to_pylist()).encode("utf-8")
+    sink = pa.BufferOutputStream()
     if fmt == "parquet":
-        pq.write_table(table, temp)
+        pq.write_table(table, sink)
     elif fmt == "csv":
-        pacsv.write_csv(table, temp)
-    elif fmt == "jsonl":
-        with open(temp, "w", encoding="utf-8") as f:
-            for row in table.to_pylist():
-                f.write(json.dumps(row, ensure_ascii=False, default=_text) + "\n")
+        pacsv.write_csv(table, sink)
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {OUTPUT_FORMATS}")
-    os.replace(temp, final)
-    return final
+    return sink.getvalue().to_pybytes()
 
 
-def _text(value):
-    """Bytes in JSON output (a dead letter's raw record): UTF-8 text, other bytes as \\xNN."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+def _json_row(row, binary):
+    """A row for JSON output. JSON cannot carry arbitrary bytes, so each binary column (a dead
+    letter's ``raw`` record) is written as text when its bytes are valid UTF-8 (else null),
+    followed by ``<column>_base64``, the exact bytes (null only for a null)."""
+    if not binary:
+        return row
+    out = {}
+    for name, value in row.items():
+        if name in binary:
+            out[name] = _utf8_or_none(value)
+            out[name + "_base64"] = (None if value is None
+                                     else base64.b64encode(value).decode("ascii"))
+        else:
+            out[name] = value
+    return out
+
+
+def _utf8_or_none(data):
+    try:
+        return data.decode("utf-8")
+    except (AttributeError, UnicodeDecodeError):
+        return None
 
 
 def read_output(directory):

@@ -4,11 +4,15 @@ Every format goes through one record model: a label, an optional importance weig
 key, and named features. Feature names are hashed into 2^bits (``unitless.learner.hash_feature``)
 with a constant/bias feature unless it is turned off. Numeric columns give name -> value; string
 values of categorical columns (and JSON strings) give the one-hot feature "column=value".
-A record that cannot be parsed becomes a DeadLetter carrying the raw text and the reason.
+
+Every record is untrusted. Whatever goes wrong with one record makes it a DeadLetter carrying
+the record exactly as read (bytes) and a short reason; nothing in a record can stop the reader.
+Chunks are parsed whole by Arrow where they can be (the fast path); a chunk Arrow refuses, or
+that is not plainly one record per line, goes through the format's careful per-record parser.
 """
 import csv
-import io
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,10 +22,20 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ..learner import bias_index, hash_feature
-from .records import DeadLetter, ExampleBlock, string_array
+from .records import DeadLetter, ExampleBlock, quoted, string_array
 
 FORMATS = ("csv", "libsvm", "vw", "jsonl", "parquet")
 DEFAULT_KEY = ""
+BOM = b"\xef\xbb\xbf"
+# a JSON record is an object of scalars, with at most one nested "features" object of scalars
+MAX_JSON_NESTING = 2
+# Arrow's JSON reader takes a chunk only when its records have no fields but those of the
+# chunk's first lines (at most JSON_SAMPLE_LINES lines and JSON_SAMPLE_BYTES bytes), at most
+# MAX_JSON_COLUMNS of them: its time and memory grow with rows × distinct fields (one line of
+# 100k distinct fields among 8192 lines took it 108 s and 13 GB)
+JSON_SAMPLE_LINES = 64
+JSON_SAMPLE_BYTES = 64 << 10
+MAX_JSON_COLUMNS = 256
 
 
 @dataclass
@@ -47,6 +61,51 @@ class BadRecord(ValueError):
     pass
 
 
+class HashCollision(ValueError):
+    """Two columns hash to one feature index: a configuration error (raise --bits)."""
+
+
+def record_text(raw):
+    """A record's text: bytes must be valid UTF-8, text passes through, and a null (a Kafka
+    message without a value) has none."""
+    if raw is None:
+        raise BadRecord("the record has no value (null)")
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRecord(f"not valid UTF-8 at byte {err.start}") from None
+
+
+def count_byte(data, byte):
+    """How many times ``byte`` (an int) occurs in ``data`` (numpy: ~5x bytes.count)."""
+    return int(np.count_nonzero(np.frombuffer(data, np.uint8) == byte))
+
+
+def _or_none(make, *args):
+    """make(*args), or None when it raises anything: a chunk's fast path that fails leaves the
+    chunk to the per-record parser, which finds and explains the records at fault."""
+    try:
+        return make(*args)
+    except Exception:
+        return None
+
+
+def _joined(lines):
+    """(the lines joined by newlines, the lines as bytes) or, when one is a null, None. Text
+    lines are encoded."""
+    try:
+        return b"\n".join(lines), lines
+    except TypeError:  # text, or a null
+        pass
+    try:
+        lines = [line.encode() if isinstance(line, str) else bytes(line) for line in lines]
+    except (TypeError, UnicodeEncodeError):
+        return None
+    return b"\n".join(lines), lines
+
+
 class _Builder:
     """Accumulates parsed records of one source into an ExampleBlock."""
 
@@ -61,25 +120,39 @@ class _Builder:
     def index(self, name):
         i = self._index.get(name)
         if i is None:
-            i = self._index[name] = hash_feature(name, self.spec.bits)
-            self.names.setdefault(i, name)
+            try:
+                i = hash_feature(name, self.spec.bits)
+            except UnicodeEncodeError:  # a lone surrogate, from a JSON \\ud800 escape
+                raise BadRecord(f"feature name {quoted(name)} is not valid Unicode") from None
+            self._index[name] = i
         return i
 
     def add(self, position, raw, label, features, weight=1.0, id=None, key=DEFAULT_KEY):
-        merged = {}
+        """Add one parsed record, whole or (raising BadRecord) not at all."""
+        key = DEFAULT_KEY if key is None else _text(key, "model key")
+        id = None if id is None else _text(id, "id")
+        merged, named = {}, []
         for name, value in features:
             i = self.index(name)
+            if i not in self.names:
+                named.append((i, name))
             merged[i] = merged.get(i, 0.0) + value
+        # nothing below can fail: the record goes in whole
+        for i, name in named:
+            self.names.setdefault(i, name)
         if self.bias is not None:
             merged[self.bias] = merged.get(self.bias, 0.0) + 1.0
-        for i, v in merged.items():
+        # a row's features in index order, as block_from_table has them: a record is learned
+        # alike whichever path parsed it
+        for i in sorted(merged):
+            v = merged[i]
             if v != 0.0:
                 self.indices.append(i)
                 self.values.append(v)
         self.indptr.append(len(self.indices))
         self.positions.append(position)
         self.ids.append(id)
-        self.keys.append(DEFAULT_KEY if key is None else str(key))
+        self.keys.append(key)
         self.labels.append(label)
         self.weights.append(weight)
         self.raw.append(raw)
@@ -98,18 +171,39 @@ class _Builder:
             np.asarray(self.values, dtype=np.float64), self.names, self.raw)
 
 
-def _number(text, what):
+def empty_block(spec, source):
+    return _Builder(spec, source).block()
+
+
+def _number(value, what, name=None):
+    """float(value); a BadRecord naming ``what`` (and the feature ``name``) when it is none."""
     try:
-        return float(text)
+        return float(value)
+    except OverflowError:  # an integer past float's range (JSON allows any number of digits)
+        problem = "is out of range"
     except (TypeError, ValueError):
-        raise BadRecord(f"{what} {text!r} is not a number") from None
+        problem = "is not a number"
+    what = what if name is None else f"{what} {quoted(name)}"
+    raise BadRecord(f"{what} {quoted(value)} {problem}")
+
+
+def _text(value, what):
+    """An id or model key as text that Arrow can hold (no lone surrogates)."""
+    if type(value) is str and value.isascii():
+        return value
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRecord(f"{what} {quoted(text)} is not valid Unicode") from None
+    return text
 
 
 def _mapping_record(b, spec, row, strings_are_numbers):
     """Fields of one mapping (a JSON object, a CSV row, a Parquet row) -> builder.add args."""
     if spec.label not in row or row[spec.label] in (None, ""):
         if spec.require_label:
-            raise BadRecord(f"missing label field {spec.label!r}")
+            raise BadRecord(f"missing label field {quoted(spec.label)}")
         label = float("nan")
     else:
         label = _number(row[spec.label], "label")
@@ -120,74 +214,176 @@ def _mapping_record(b, spec, row, strings_are_numbers):
     for name, value in row.items():
         if name in spec.special or value is None or value == "":
             continue
-        if isinstance(value, bool):
-            features.append((name, float(value)))
-        elif isinstance(value, (int, float)):
-            features.append((name, float(value)))
+        if isinstance(value, (bool, int, float)):
+            features.append((name, _number(value, "feature", name)))
         elif isinstance(value, str):
             if name in spec.categorical or not strings_are_numbers:
                 features.append((f"{name}={value}", 1.0))
             else:
-                features.append((name, _number(value, f"feature {name!r}")))
+                features.append((name, _number(value, "feature", name)))
         else:
-            raise BadRecord(f"feature {name!r} has unsupported value {value!r}")
+            raise BadRecord(f"feature {quoted(name)} has unsupported value {quoted(value)}")
     key = row.get(spec.model_key) if spec.model_key else DEFAULT_KEY
     id_ = row.get(spec.id) if spec.id else None
-    return label, features, weight, None if id_ is None else str(id_), key
+    return label, features, weight, id_, key
 
 
-def _parse_each(b, items, parse_one):
+def _one_line(text):
+    """The text of a line-based record (VW, libsvm), which holds no line break but at its end
+    (a Kafka message may hold several lines)."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    line = text.rstrip("\r\n")
+    if "\n" in line or "\r" in line:
+        at = min(i for i in (line.find("\n"), line.find("\r")) if i >= 0)
+        raise BadRecord(f"a record is one line; this one breaks at character {at}")
+    return line
+
+
+def _parse_each(b, items, parse_one, text=True):
+    """Each (position, raw record): parse_one(its text, or with text=False the raw record
+    itself) gives the builder's add() arguments. Any failure makes that record a dead letter:
+    one record cannot stop the reader."""
     for position, raw in items:
         try:
-            b.add(position, raw, *parse_one(raw))
+            b.add(position, raw, *parse_one(record_text(raw) if text else raw))
         except BadRecord as err:
             b.reject(position, raw, str(err))
+        except Exception as err:
+            b.reject(position, raw, f"cannot parse: {type(err).__name__}: {err}")
 
 
 def parse_jsonl(spec, source, items):
-    """items: (line number, line text) pairs."""
-    lines = [raw for _, raw in items]
-    table = _json_table(lines)
-    if table is not None:
-        table = numeric_table(spec, table)
-    if table is not None:
-        return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64),
-                                lines), []
+    """items: (position, raw record: bytes, or text) pairs."""
+    block = _json_block(spec, source, items)
+    if block is not None:
+        return block, []
     b = _Builder(spec, source)
-
-    def one(line):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BadRecord(f"invalid JSON: {err.msg} at column {err.colno}") from None
-        if not isinstance(row, dict):
-            raise BadRecord("a JSON line must hold an object")
-        if isinstance(row.get("features"), dict):
-            row = {**{k: v for k, v in row.items() if k != "features"}, **row["features"]}
-        return _mapping_record(b, spec, row, strings_are_numbers=False)
-
-    _parse_each(b, items, one)
+    _parse_each(b, items, lambda line: _mapping_record(b, spec, _json_object(line),
+                                                       strings_are_numbers=False))
     return b.block(), b.dead
 
 
-def _json_table(lines):
-    """The lines parsed whole by Arrow's JSON reader, one row per line; None when any line needs
-    the careful per-line path (not an object, invalid, or spread over several lines)."""
-    data = "\n".join(lines).encode()
+def _json_object(line):
+    """One JSON line -> the fields of its object (a nested "features" object merged in)."""
+    if _nested_too_deep(line):
+        raise BadRecord(f"JSON nested deeper than {MAX_JSON_NESTING} levels (a record is an "
+                        'object of scalars, with at most a nested "features" object)')
     try:
-        table = pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(
-            use_threads=False, block_size=len(data) + 1))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BadRecord(f"invalid JSON: {err.msg} at column {err.colno}") from None
+    except ValueError as err:  # e.g. an integer longer than Python's int digit limit
+        raise BadRecord(f"invalid JSON: {err}") from None
+    if not isinstance(row, dict):
+        raise BadRecord("a JSON line must hold an object")
+    if isinstance(row.get("features"), dict):
+        row = {**{k: v for k, v in row.items() if k != "features"}, **row["features"]}
+    return row
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _nested_too_deep(text):
+    """True when objects and arrays nest deeper than MAX_JSON_NESTING in a JSON text (read
+    before json.loads, which recurses once per level)."""
+    if text.count("{") + text.count("[") <= MAX_JSON_NESTING:
+        return False
+    depth = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > MAX_JSON_NESTING:
+            return True
+    return False
+
+
+def _json_block(spec, source, items):
+    """The chunk parsed whole by Arrow, or None when it needs the per-line path."""
+    lines = [raw for _, raw in items]
+    table = _json_table(lines, keep=(spec.id, spec.model_key))
+    table = table if table is None else _or_none(numeric_table, spec, table)
+    if table is None:
         return None
+    try:
+        return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64),
+                                lines)
+    except HashCollision:
+        # JSON field names are data, not configuration: the per-line path hashes them like
+        # any other feature names (names that collide share an index)
+        return None
+
+
+def _json_table(lines, keep=()):
+    """The lines parsed whole by Arrow's JSON reader, one row per line; None when any line needs
+    the careful per-line path: not one flat object alone on its line, not valid UTF-8, a field
+    that the chunk's first lines do not have, or anything else Arrow refuses. Fields other than
+    those named in ``keep`` that hold numbers are read as float64."""
+    joined = _joined(lines) if lines else None
+    if joined is None:
+        return None
+    data, lines = joined
+    if not _one_flat_object_per_line(data, lines):
+        return None
+    return _or_none(_read_json, data, lines, keep)
+
+
+def _one_flat_object_per_line(data, lines):
+    """True when the buffer (lines joined by newlines) is valid UTF-8 and each line starts with
+    '{', ends with '}' and holds no other '{' or '[': then no object spans lines, Arrow's row i
+    is line i, and Arrow's reader (which crashes on JSON nested ~20k deep) sees no nesting.
+    Vectorised: whole-buffer counts and one look at each line's first and last byte."""
+    n = len(lines)
+    array = np.frombuffer(data, np.uint8)
+    # '[' is 0x5b, '{' 0x7b: OR-ing in 0x20 makes both 0x7b, and no other byte
+    if (np.count_nonzero((array | 0x20) == ord("{")) != n
+            or np.count_nonzero(array == ord("\n")) != n - 1):
+        return False
+    lengths = np.fromiter(map(len, lines), np.int64, n)
+    last = np.cumsum(lengths + 1) - 2
+    if (lengths < 2).any() or not ((array[last - lengths + 1] == ord("{")).all()
+                                   and (array[last] == ord("}")).all()):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_json(data, lines, keep):
+    """Arrow reads the first lines, then the whole buffer with the fields found there (as
+    float64 where they hold numbers, but those in ``keep``); None when those fields are too
+    many, or a line has others."""
+    cut = min(JSON_SAMPLE_LINES, len(lines))
+    while cut > 1 and sum(map(len, lines[:cut])) > JSON_SAMPLE_BYTES:
+        cut //= 2
+    sample = pajson.read_json(pa.BufferReader(b"\n".join(lines[:cut])),
+                              read_options=pajson.ReadOptions(use_threads=False))
+    if sample.num_columns > MAX_JSON_COLUMNS:
+        return None
+    schema = pa.schema([pa.field(f.name, pa.float64()) if f.name not in keep and (
+        pa.types.is_integer(f.type) or pa.types.is_null(f.type)) else f for f in sample.schema])
+    table = pajson.read_json(
+        pa.BufferReader(data),
+        read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
+        parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                          unexpected_field_behavior="error"))
     return table if table.num_rows == len(lines) else None
 
 
+# a libsvm feature index: a positive integer (leading zeros dropped: 007 is feature 7)
+_LIBSVM_INDEX = re.compile(r"0*([1-9][0-9]*)")
+
+
 def parse_libsvm(spec, source, items):
-    """label [qid:n] index:value ...; indices are feature names (hashed like any other)."""
+    """label [qid:n] index:value ...; indices are positive integers, hashed by their decimal
+    name like any other feature name; qid is ignored."""
     b = _Builder(spec, source)
 
     def one(line):
-        parts = line.split("#", 1)[0].split()
+        parts = _one_line(line).split("#", 1)[0].split()
         if not parts:
             raise BadRecord("empty record")
         label = _number(parts[0], "label")
@@ -195,10 +391,13 @@ def parse_libsvm(spec, source, items):
         for token in parts[1:]:
             name, sep, value = token.partition(":")
             if not sep or not name:
-                raise BadRecord(f"feature {token!r} is not index:value")
+                raise BadRecord(f"feature {quoted(token)} is not index:value")
             if name == "qid":
                 continue
-            features.append((name, _number(value, f"feature {name!r}")))
+            index = _LIBSVM_INDEX.fullmatch(name)
+            if index is None:
+                raise BadRecord(f"feature index {quoted(name)} is not a positive integer")
+            features.append((index.group(1), _number(value, "feature", index.group(1))))
         return label, features
 
     _parse_each(b, items, one)
@@ -210,7 +409,7 @@ def parse_vw(spec, source, items):
     b = _Builder(spec, source)
 
     def one(line):
-        head, bar, rest = line.partition("|")
+        head, bar, rest = _one_line(line).partition("|")
         if not bar:
             raise BadRecord("no '|' feature section")
         tokens = head.split()
@@ -235,7 +434,7 @@ def parse_vw(spec, source, items):
             for token in names:
                 name, sep, value = token.partition(":")
                 full = f"{namespace}^{name}" if namespace else name
-                features.append((full, _number(value, f"feature {full!r}") if sep else 1.0))
+                features.append((full, _number(value, "feature", full) if sep else 1.0))
         return label, features, weight, tag
 
     _parse_each(b, items, one)
@@ -243,17 +442,21 @@ def parse_vw(spec, source, items):
 
 
 def parse_csv(spec, source, items):
-    """items: (line number, line text) of data lines; spec.columns is the header."""
+    """items: (position, raw record: bytes, or text) of data lines; spec.columns is the
+    header."""
+    if spec.columns is None:
+        raise ValueError("CSV records need their column names (RecordSpec.columns); a file's "
+                         "header line gives them")
     lines = [raw for _, raw in items]
-    table = csv_table(spec, "\n".join(lines).encode())
-    if table is not None and table.num_rows == len(lines):
+    table = _csv_lines_table(spec, lines)
+    if table is not None:
         return block_from_table(spec, source, table, np.array([p for p, _ in items], np.int64),
                                 lines), []
     b = _Builder(spec, source)
     n_columns = len(spec.columns)
 
     def one(line):
-        fields = next(csv.reader([line], delimiter=spec.delimiter))
+        fields = _csv_fields(line, spec.delimiter)
         if len(fields) != n_columns:
             raise BadRecord(f"expected {n_columns} fields, got {len(fields)}")
         return _mapping_record(b, spec, dict(zip(spec.columns, fields)), strings_are_numbers=True)
@@ -262,23 +465,49 @@ def parse_csv(spec, source, items):
     return b.block(), b.dead
 
 
+def _csv_lines_table(spec, lines):
+    """csv_table of the lines joined, when Arrow's row i is surely line i (no line holds a line
+    break or a carriage return, which Arrow takes for one, and no BOM that Arrow would skip)."""
+    joined = _joined(lines) if lines else None
+    if joined is None:
+        return None
+    data, lines = joined
+    if b"\r" in data or data.startswith(BOM) or count_byte(data, ord("\n")) != len(lines) - 1:
+        return None
+    table = csv_table(spec, data)
+    return table if table is not None and table.num_rows == len(lines) else None
+
+
+def _csv_fields(line, delimiter):
+    """The fields of one CSV line, of any size (the line is in memory already)."""
+    if '"' not in line and "\r" not in line and "\n" not in line:
+        return line.split(delimiter)  # what csv.reader gives for such a line, faster
+    if len(line) > csv.field_size_limit():
+        csv.field_size_limit(len(line))  # process-wide, and only ever raised
+    try:
+        return next(csv.reader([line], delimiter=delimiter), [])
+    except csv.Error as err:
+        raise BadRecord(f"CSV: {err}") from None
+
+
 def csv_table(spec, data):
     """Data lines (bytes, no header) parsed whole by Arrow's CSV reader into the numeric table
     ``block_from_table`` takes, one row per line; None when any record (a blank line too) needs
-    the careful per-line path."""
+    the careful per-line path, or Arrow fails in any way."""
     if spec.categorical:
         return None
+    return _or_none(_read_csv, spec, data)
+
+
+def _read_csv(spec, data):
     strings = {c: pa.string() for c in (spec.id, spec.model_key) if c}
     types = {c: strings.get(c, pa.float64()) for c in spec.columns}
-    try:
-        table = pacsv.read_csv(
-            pa.BufferReader(data),
-            read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=True),
-            parse_options=pacsv.ParseOptions(delimiter=spec.delimiter, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
-                                                null_values=[""]))
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
+    table = pacsv.read_csv(
+        pa.BufferReader(data),
+        read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=True),
+        parse_options=pacsv.ParseOptions(delimiter=spec.delimiter, ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                            null_values=[""]))
     if spec.label in spec.columns and table.column(spec.label).null_count:
         return None
     if spec.weight and table.column(spec.weight).null_count:
@@ -287,41 +516,44 @@ def csv_table(spec, data):
 
 
 def block_from_table(spec, source, table, positions, raw):
-    """Numeric columns of an Arrow table -> ExampleBlock, vectorised (no per-row Python)."""
+    """Numeric columns of an Arrow table -> ExampleBlock, vectorised (no per-row Python).
+    Raises HashCollision when two columns hash to one feature index."""
     n = table.num_rows
     names = [c for c in table.column_names if c not in spec.special]
     bits_index = {}
     for c in names:
         i = hash_feature(c, spec.bits)
         if i in bits_index:
-            raise ValueError(f"columns {bits_index[i]!r} and {c!r} hash to the same feature index "
-                             f"in 2^{spec.bits}; raise --bits")
+            raise HashCollision(f"columns {bits_index[i]!r} and {c!r} hash to the same feature "
+                                f"index in 2^{spec.bits}; raise --bits")
         bits_index[i] = c
-    columns = names
-    cols_idx = list(bits_index)
-    if spec.bias:
-        cols_idx.append(bias_index(spec.bits))
-        if cols_idx[-1] in bits_index:
-            raise ValueError(f"column {bits_index[cols_idx[-1]]!r} hashes to the bias index; "
-                             "raise --bits or use --no-bias")
-    X = np.empty((n, len(cols_idx)))
-    for j, c in enumerate(columns):
-        X[:, j] = table.column(c).to_numpy(zero_copy_only=False)
-    if spec.bias:
-        X[:, -1] = 1.0
-    for j, c in enumerate(columns):
+    bias = [(bias_index(spec.bits), None)] if spec.bias else []
+    if bias and bias[0][0] in bits_index:
+        raise HashCollision(f"column {bits_index[bias[0][0]]!r} hashes to the bias index; "
+                            "raise --bits or use --no-bias")
+    # each row's features in index order, as _Builder has them: a record is learned alike
+    # whichever path parsed it
+    features = sorted([*bits_index.items(), *bias])  # (index, column; None: the bias)
+    cols_idx = np.array([i for i, _ in features], dtype=np.int64)
+    X = np.empty((n, len(features)))
+    for j, (_, c) in enumerate(features):
+        if c is None:
+            X[:, j] = 1.0
+            continue
         col = table.column(c)
+        X[:, j] = col.to_numpy(zero_copy_only=False)
         if col.null_count:
             X[col.is_null().to_numpy(zero_copy_only=False), j] = 0.0
+    feature_names = {i: "constant" if c is None else c for i, c in features}
     present = X != 0.0
     if present.all():  # dense: every row holds every column
         indptr = np.arange(0, X.size + 1, X.shape[1], dtype=np.int64)
-        indices, values = np.tile(np.asarray(cols_idx, dtype=np.int64), n), X.reshape(-1)
+        indices, values = np.tile(cols_idx, n), X.reshape(-1)
     else:
         rows, cols = np.nonzero(present)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-        indices, values = np.asarray(cols_idx, dtype=np.int64)[cols], X[rows, cols]
+        indices, values = cols_idx[cols], X[rows, cols]
     labels = (table.column(spec.label).to_numpy(zero_copy_only=False).astype(np.float64)
               if spec.label in table.column_names else np.full(n, np.nan))
     weights = (table.column(spec.weight).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -330,7 +562,6 @@ def block_from_table(spec, source, table, positions, raw):
     keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY)
             if spec.model_key in present else pa.repeat(pa.scalar(DEFAULT_KEY), n))
     ids = _strings(table.column(spec.id)) if spec.id in present else pa.nulls(n, pa.string())
-    feature_names = dict(zip(cols_idx, columns + (["constant"] if spec.bias else [])))
     return ExampleBlock(source, positions, ids, keys, labels, weights, indptr, indices, values,
                         feature_names, raw)
 
@@ -360,13 +591,13 @@ def numeric_table(spec, table):
 def parse_table(spec, source, table, first_row):
     """A Parquet record batch -> (block, dead letters); rows that are not numeric go one by one."""
     positions = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
-    numeric = numeric_table(spec, table)
+    numeric = _or_none(numeric_table, spec, table)
     if numeric is not None:
         return block_from_table(spec, source, numeric, positions, None), []
     b = _Builder(spec, source)
     rows = table.to_pylist()
     _parse_each(b, zip(positions.tolist(), rows),
-                lambda row: _mapping_record(b, spec, row, strings_are_numbers=False))
+                lambda row: _mapping_record(b, spec, row, strings_are_numbers=False), text=False)
     for d in b.dead:
         d.raw = json.dumps(d.raw, default=str)
     b.raw = [json.dumps(r, default=str) for r in b.raw]

@@ -5,7 +5,6 @@ URLs name a topic: ``kafka://host:port[,host:port]/topic``. Consumer and produce
 through as kafka-python keyword arguments (``security_protocol``, ``sasl_mechanism``,
 ``sasl_plain_username``, ``ssl_cafile``, ``client_id``, ...).
 """
-import json
 import logging
 import time
 import urllib.parse
@@ -123,23 +122,33 @@ class KafkaSourceConfig:
     # streaming: a reader hands its blocks downstream only when its bundle ends, so it ends
     # each bundle after this long even while records keep coming (bounds the latency)
     max_bundle_s: float = 0.1
+    # where refused messages go (a directory or kafka:// URL; settings as for the topic), and,
+    # per source, the position through which a resumed run already wrote them
+    dead_letter: str = None
+    logged_through: dict = None
 
 
 class ReadPartition(beam.DoFn):
-    """(partition, start, stop) -> ExampleBlocks of that partition in offset order, and dead
-    letters (DEAD) for messages that cannot be parsed."""
+    """(partition, start, stop) -> ExampleBlocks of that partition in offset order; messages
+    that cannot be parsed go to the dead-letter sink, durable before the block after them is
+    handed on (so a checkpoint past a refused message implies its dead letter exists, and a
+    resumed run skips writing it again)."""
 
-    def __init__(self, cfg, dead_tag):
-        self.cfg, self.dead_tag = cfg, dead_tag
+    def __init__(self, cfg):
+        self.cfg = cfg
 
     def setup(self):
+        from .sinks import open_sink  # sinks needs this module
         # one consumer per partition: a consumer keeps at most one fetch in flight per broker
         # (held up to fetch_max_wait_ms), which would starve the next partition assigned to it
         self.consumers = {}
+        self.dead = open_sink(self.cfg.dead_letter, "jsonl", "dead letters",
+                              dict(self.cfg.topic.settings))
 
     def teardown(self):
         for consumer in self.consumers.values():
             consumer.close()
+        self.dead.close()
 
     def _consumer_for(self, tp):
         if tp.partition not in self.consumers:
@@ -194,16 +203,19 @@ class ReadPartition(beam.DoFn):
 
     def _emit(self, partition, records, watermark):
         source = f"{self.cfg.topic.topic}/{partition}"
-        items = [(r.offset, r.value.decode("utf-8", errors="replace")) for r in records]
+        # the parser takes each message value as it came (bytes, or None for a null value):
+        # a dead letter carries it byte for byte
+        items = [(r.offset, r.value) for r in records]
         by_offset = {r.offset: r for r in records}
         block, dead = VALUE_FORMATS[self.cfg.value_format](self.cfg.spec, source, items)
         block, refused = block.screen(self.cfg.check(block))
         dead += refused
-        for d in dead:  # the message value exactly as it came, not its decoded text
-            d.raw = by_offset[d.position].value
         block.raw = None
+        logged = (self.cfg.logged_through or {}).get(source, -1)
+        dead = [d for d in dead if d.position > logged]
         if dead:
-            yield beam.pvalue.TaggedOutput(self.dead_tag, dead_letter_table(dead))
+            self.dead.write(dead_letter_table(dead))
+            self.dead.flush()
         if len(block):
             if not self.cfg.spec.model_key:
                 block.keys = string_array([(by_offset[p].key or b"").decode("utf-8", "replace")
@@ -229,45 +241,3 @@ class ReadPartitionForever(ReadPartition):
                 watermark=beam.DoFn.WatermarkEstimatorParam(
                     ManualWatermarkEstimator.default_provider())):
         yield from super().process(element, tracker, watermark)
-
-
-class WriteToKafka(beam.DoFn):
-    """Arrow tables of predictions or dead letters -> one Kafka message per row; each table is
-    acknowledged by the broker before process() returns (at-least-once delivery)."""
-
-    def __init__(self, topic, kind):
-        self.topic, self.kind = topic, kind
-
-    def setup(self):
-        from kafka import KafkaProducer
-        self.producer = KafkaProducer(**self.topic.client_args(acks="all", linger_ms=5))
-
-    def process(self, table):
-        send = self.producer.send
-        if self.kind == "predictions":
-            partitions = {}
-            for row in table.to_pylist():
-                key = (row["model_key"] or "").encode()
-                if key not in partitions:
-                    partitions[key] = self._partition(key)
-                send(self.topic.topic, key=key, partition=partitions[key],
-                     value=json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}).encode())
-        else:  # dead letters: the original record as the value, where it came from in headers
-            for row in table.to_pylist():
-                headers = [("unitless.source", row["source"].encode()),
-                           ("unitless.position", str(row["position"]).encode()),
-                           ("unitless.reason", row["reason"].encode())]
-                send(self.topic.topic, value=row["raw"], headers=headers)
-        # acknowledged before the Learn step fused upstream writes a checkpoint covering these
-        # rows: a restart resumes after that checkpoint, so rows unsent by then would be lost
-        self.producer.flush()
-
-    def _partition(self, key):
-        """The partition Kafka's default partitioner gives a keyed message (found once per key
-        and table rather than once per message)."""
-        from kafka.partitioner import murmur2
-        partitions = sorted(self.producer.partitions_for(self.topic.topic))
-        return partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
-
-    def teardown(self):
-        self.producer.close()

@@ -22,6 +22,7 @@ class ExampleBlock:
     names: dict = field(default_factory=dict)   # feature index -> name, where known
     raw: object = None      # raw record per example (indexable), kept at the source only
     event_times: np.ndarray = None  # float seconds since the epoch, where the source has them
+    blank_lines: int = 0    # blank lines the reader skipped in this block's chunk of a file
 
     def __len__(self):
         return len(self.labels)
@@ -58,8 +59,9 @@ class ExampleBlock:
             return self, []
         dead = [DeadLetter(self.source, int(self.positions[r]), self.raw_record(r), reason)
                 for r, reason in problems]
-        keep = np.setdiff1d(np.arange(len(self)), [r for r, _ in problems])
-        return self.take(keep), dead
+        kept = self.take(np.setdiff1d(np.arange(len(self)), [r for r, _ in problems]))
+        kept.blank_lines = self.blank_lines
+        return kept, dead
 
     def raw_record(self, r):
         """Row r's record as read (text or bytes), or (once the source has dropped it) its
@@ -89,12 +91,35 @@ def string_array(values):
     return pa.array(values, pa.string())
 
 
+MAX_QUOTED = 60    # characters of a record's value quoted in a reason
+MAX_REASON = 500   # characters of a reason
+
+
+def clip(text, limit):
+    """text cut to ``limit`` characters, with '…' where it was cut."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def quoted(value):
+    """A value from a record as a reason quotes it: its repr, cut to MAX_QUOTED characters
+    (records are untrusted: a value may be megabytes long)."""
+    if isinstance(value, (str, bytes)):
+        return clip(repr(value[:MAX_QUOTED + 1]), MAX_QUOTED)
+    try:
+        return clip(repr(value), MAX_QUOTED)
+    except Exception:  # e.g. an integer too long for repr
+        return f"<{type(value).__name__}>"
+
+
 @dataclass
 class DeadLetter:
     source: str
     position: int
-    raw: object  # the record as read: bytes (Kafka message values) or text
-    reason: str
+    raw: object  # the record exactly as read: bytes (None: a Kafka message without a value),
+    reason: str  # or text (a Parquet row as JSON); the reason is cut to MAX_REASON characters
+
+    def __post_init__(self):
+        self.reason = clip(str(self.reason), MAX_REASON)
 
     def to_dict(self):
         raw = self.raw.encode("utf-8") if isinstance(self.raw, str) else self.raw

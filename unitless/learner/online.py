@@ -6,6 +6,10 @@ import numpy as np
 from .kernel import run_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES
 
+# The largest |value| a feature value, label or importance weight may have: squares and products
+# of a few such values stay finite in float64 (1e100² = 1e200 < 1.8e308).
+MAX_MAGNITUDE = 1e100
+
 
 class InvalidExampleError(ValueError):
     """An example the learner refuses; ``position`` is its index in the batch."""
@@ -36,21 +40,22 @@ def check_examples(batch, dim, n_classes, loss):
             problems.setdefault(int(r), reason(int(r)))
 
     row_of = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
-    bad_value = ~np.isfinite(batch.values)
+    bad_value = ~(np.abs(batch.values) <= MAX_MAGNITUDE)  # NaN fails the comparison
     if bad_value.any():
         first = {}
         for pos in np.flatnonzero(bad_value)[::-1]:
             first[int(row_of[pos])] = pos
         flag(np.isin(np.arange(len(batch)), list(first)),
              lambda r: f"feature value {batch.values[first[r]]} (feature index "
-                       f"{batch.indices[first[r]]}) is not finite")
+                       f"{batch.indices[first[r]]}) is not finite with |x| ≤ {MAX_MAGNITUDE:g}")
     bad_index = (batch.indices < 0) | (batch.indices >= dim)
     if bad_index.any():
         rows = np.zeros(len(batch), bool)
         rows[row_of[bad_index]] = True
         flag(rows, lambda r: f"a feature index is outside 0..{dim - 1}")
     y = batch.labels
-    flag(~np.isfinite(y), lambda r: f"label {y[r]} is not finite")
+    flag(~(np.abs(y) <= MAX_MAGNITUDE),
+         lambda r: f"label {y[r]} is not finite with |y| ≤ {MAX_MAGNITUDE:g}")
     if n_classes > 1:
         ok = (y == np.round(y)) & (y >= 1) & (y <= n_classes)
         flag(np.isfinite(y) & ~ok,
@@ -59,7 +64,8 @@ def check_examples(batch, dim, n_classes, loss):
         flag(np.isfinite(y) & ~np.isin(y, (-1.0, 0.0, 1.0)),
              lambda r: f"label {y[r]} is not a {loss} label (-1/+1, or 0/1)")
     w = batch.weights
-    flag(~np.isfinite(w) | (w < 0), lambda r: f"importance weight {w[r]} is not finite and ≥ 0")
+    flag(~((w >= 0) & (w <= MAX_MAGNITUDE)),
+         lambda r: f"importance weight {w[r]} is not in 0..{MAX_MAGNITUDE:g}")
     return sorted(problems.items())
 
 
@@ -87,8 +93,90 @@ def learn(state, batch):
               batch.weights, scores, losses)
     state.mark_seen(batch.indices)
     state.examples_seen += n
-    state.cumulative_loss += float(losses.sum())
+    # summed one example after the other (not pairwise): the same total however the stream is
+    # cut into batches
+    state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
     return BatchResult(scores, losses)
+
+
+def learn_or_refuse(state, batch):
+    """Learn every example of the batch that the learner can take, in order, and refuse the
+    others, leaving the state as if they had never come.
+
+    Refused: the examples ``check_batch`` names, and any example whose prediction, loss or
+    resulting state is not finite (the state is restored to what it was before it, and the
+    next example is learned from there). Returns (learned rows, BatchResult of those rows,
+    refused [(row, reason)]). When nothing is refused it does exactly what ``learn`` does.
+    """
+    refused = check_batch(state, batch)
+    rows = np.arange(len(batch))
+    if refused:
+        rows = np.setdiff1d(rows, [r for r, _ in refused])
+        batch = batch.take(rows)
+    parts = []
+    _learn_finite(state, batch, rows, parts, refused)
+    kept = [p for p in parts if p[0].size]
+    if not kept:
+        return rows[:0], BatchResult(np.empty((0, state.n_classes)), np.empty(0)), sorted(refused)
+    return (np.concatenate([r for r, _ in kept]),
+            BatchResult(np.vstack([b.scores for _, b in kept]),
+                        np.concatenate([b.losses for _, b in kept])), sorted(refused))
+
+
+def _learn_finite(state, batch, rows, parts, refused):
+    """Learn the batch; if anything came out non-finite, restore the state and bisect down to
+    the examples responsible (learning the others in order)."""
+    if not len(batch):
+        return
+    snapshot = _Snapshot(state, batch.indices)
+    result = learn(state, batch)
+    problem = snapshot.non_finite(state, result)
+    if problem is None:
+        parts.append((rows, result))
+        return
+    snapshot.restore(state)
+    if len(batch) == 1:
+        refused.append((int(rows[0]), problem))
+        return
+    half = len(batch) // 2
+    _learn_finite(state, batch.slice(0, half), rows[:half], parts, refused)
+    _learn_finite(state, batch.slice(half, len(batch)), rows[half:], parts, refused)
+
+
+class _Snapshot:
+    """The part of a state that learning a batch can change: the coordinates some example has
+    carried (``active``) or this batch carries, the scalars and the counters."""
+
+    def __init__(self, state, indices):
+        self.touched = np.union1d(state.active, indices)
+        t = self.touched
+        self.V = state.V[:, :, t]
+        self.M = state.M[:, :, t][:, :, :, t] if state.M.size else None
+        self.S = state.S.copy()
+        self.active = state.active
+        self.counters = (state.examples_seen, state.cumulative_loss)
+
+    def non_finite(self, state, result):
+        """Why the batch's outcome cannot be kept, or None."""
+        if not np.isfinite(result.scores).all():
+            return "the prediction is not finite"
+        if not np.isfinite(result.losses).all():
+            return "the loss is not finite"
+        t = self.touched
+        if not (np.isfinite(state.V[:, :, t]).all() and np.isfinite(state.S).all()
+                and (self.M is None or np.isfinite(state.M[:, :, t][:, :, :, t]).all())):
+            return "learning it makes the learner's state non-finite"
+        return None
+
+    def restore(self, state):
+        t = self.touched
+        state.V[:, :, t] = self.V
+        if self.M is not None:
+            state.M[np.ix_(range(state.M.shape[0]), range(state.M.shape[1]), t, t)] = self.M
+        state.S[...] = self.S
+        state.seen[np.setdiff1d(state.active, self.active)] = False
+        state.active = self.active
+        state.examples_seen, state.cumulative_loss = self.counters
 
 
 def predict(state, batch):

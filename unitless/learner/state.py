@@ -157,28 +157,167 @@ def read_metadata(table_or_schema):
 
 
 def from_arrow(table):
-    """Rebuild the exact state written by ``to_arrow``."""
+    """Rebuild the exact state written by ``to_arrow``.
+
+    Everything read is checked before it is used: a table that ``to_arrow`` could not have
+    written (unknown algorithm or loss, a dimension, class or feature index out of range, a
+    missing column or one of the wrong type or width, a negative example count, a NaN or
+    infinite state value, ...) raises ValueError with a one-line reason.
+    """
     meta = read_metadata(table)
+    if not isinstance(meta, dict):
+        raise ValueError("model metadata is not a JSON object")
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"model schema version {meta.get('schema_version')} is not supported "
                          f"(this unitless reads version {SCHEMA_VERSION})")
-    hp = dict(meta["hyperparameters"])
-    state = new_state(meta["algorithm"], meta["dim"], meta["loss"], meta["n_classes"],
-                      meta["bias_index"], **hp)
+    algorithm, loss = _meta_str(meta, "algorithm"), _meta_str(meta, "loss")
+    spec = get_algorithm(algorithm)
+    if loss not in LOSS_CODES:
+        raise ValueError(f"unknown loss {loss!r}; choose one of: {', '.join(LOSS_CODES)}")
+    dim = _meta_int(meta, "dim", 1, MAX_DIM)
+    n_classes = _meta_int(meta, "n_classes", 1, MAX_CLASSES)
+    bias_index = _meta_int(meta, "bias_index", -1, dim - 1)
+    examples_seen = _meta_int(meta, "examples_seen", 0, None)
+    cumulative_loss = _finite_number(meta.get("cumulative_loss"), "cumulative_loss")
+    hp = _meta_hyperparameters(meta, spec, loss)
+    scalars = _meta_scalars(meta, spec, n_classes)
+    cls, idx, names, vectors, matrices = _state_columns(table, spec, dim, n_classes)
+    try:
+        state = new_state(algorithm, dim, loss, n_classes, bias_index, **hp)
+    except MemoryError:
+        raise ValueError(f"a {algorithm} model of dimension {dim} with {n_classes} classes is "
+                         "too large to load") from None
     state.hyperparameters = hp
-    spec = state.spec
-    cls = table.column("class").to_numpy().astype(np.int64)
-    idx = table.column("index").to_numpy().astype(np.int64)
-    for j, name in enumerate(spec.vectors):
-        state.V[j][cls, idx] = table.column(name).to_numpy()
-    for j, name in enumerate(spec.matrices):
-        flat = table.column(name).combine_chunks().flatten().to_numpy()
+    for j, values in enumerate(vectors):
+        state.V[j][cls, idx] = values
+    for j, flat in enumerate(matrices):
         state.M[j][cls, idx] = flat.reshape(len(idx), state.dim)
-    for j, name in enumerate(spec.scalars):
-        state.S[:, j] = meta["scalars"][name]
-    state.examples_seen = int(meta["examples_seen"])
-    state.cumulative_loss = float(meta["cumulative_loss"])
-    names = table.column("name").to_pylist()
+    for j, values in enumerate(scalars):
+        state.S[:, j] = values
+    state.examples_seen = examples_seen
+    state.cumulative_loss = cumulative_loss
     state.feature_names = {int(i): n for i, n in zip(idx, names) if n is not None}
     state.mark_seen(idx)
     return state
+
+
+# Features are hashed with CRC-32, so no model is wider than 2^32; K one-against-all learners
+# each keep a full state, so a few million classes is already far beyond any real model.
+MAX_DIM = 1 << 32
+MAX_CLASSES = 1 << 24
+
+
+def _meta_str(meta, name):
+    value = meta.get(name)
+    if not isinstance(value, str):
+        raise ValueError(f"model metadata {name!r} is {value!r}, not a string")
+    return value
+
+
+def _meta_int(meta, name, low, high):
+    """meta[name], which must be an integer in low..high (high None: no upper bound)."""
+    value = meta.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"model metadata {name!r} is {value!r}, not an integer")
+    if value < low or (high is not None and value > high):
+        upper = "" if high is None else f"..{high}"
+        raise ValueError(f"model metadata {name!r} is {value}, outside {low}{upper}")
+    return value
+
+
+def _finite_number(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"model {what} is {value!r}, not a number")
+    if not np.isfinite(value):
+        raise ValueError(f"model {what} is {value!r}, not finite")
+    return float(value)
+
+
+def _meta_hyperparameters(meta, spec, loss):
+    """The algorithm's hyperparameters, every one present and finite (plus an optional
+    quantile_tau); nothing else."""
+    hp = meta.get("hyperparameters")
+    if not isinstance(hp, dict):
+        raise ValueError(f"model metadata 'hyperparameters' is {hp!r}, not an object")
+    missing = set(spec.hyperparameters) - set(hp)
+    extra = set(hp) - set(spec.hyperparameters) - {"quantile_tau"}
+    if missing or extra:
+        raise ValueError(f"{spec.name} takes hyperparameters {sorted(spec.hyperparameters)}; "
+                         f"the model has {sorted(hp)}")
+    return {name: _finite_number(value, f"hyperparameter {name!r}") for name, value in hp.items()}
+
+
+def _meta_scalars(meta, spec, n_classes):
+    """One list of n_classes finite values per scalar of the algorithm, in its order."""
+    scalars = meta.get("scalars")
+    if not isinstance(scalars, dict):
+        raise ValueError(f"model metadata 'scalars' is {scalars!r}, not an object")
+    out = []
+    for name in spec.scalars:
+        values = scalars.get(name)
+        if not isinstance(values, list) or len(values) != n_classes:
+            raise ValueError(f"model scalar {name!r} is not a list of {n_classes} values")
+        out.append([_finite_number(v, f"scalar {name!r}") for v in values])
+    return out
+
+
+def _state_columns(table, spec, dim, n_classes):
+    """(class, index, names, vector values, flat matrix values) of the table's rows, checked:
+    every required column present once, of its type, without nulls (but names), every class in
+    0..K-1, every index in 0..dim-1, no (class, index) twice, every value finite, every matrix
+    row dim wide."""
+    cls = _index_column(table, "class", n_classes)
+    idx = _index_column(table, "index", dim)
+    if len(np.unique(cls * dim + idx)) != len(idx):
+        raise ValueError("model table lists a (class, index) row twice")
+    name_column = _column(table, "name", nulls=True)
+    if not (pa.types.is_string(name_column.type) or pa.types.is_large_string(name_column.type)):
+        raise ValueError(f"model column 'name' is {name_column.type}, not string")
+    names = name_column.to_pylist()
+    vectors = []
+    for name in spec.vectors:
+        column = _column(table, name)
+        if column.type != pa.float64():
+            raise ValueError(f"model column {name!r} is {column.type}, not double")
+        vectors.append(_finite_values(column.to_numpy(), name))
+    matrices = []
+    for name in spec.matrices:
+        column = _column(table, name)
+        expected = pa.list_(pa.float64(), dim)
+        if column.type != expected:
+            raise ValueError(f"model column {name!r} is {column.type}, not {expected}")
+        flat = column.combine_chunks().flatten()
+        if flat.null_count or len(flat) != len(idx) * dim:
+            raise ValueError(f"model column {name!r} has null values")
+        matrices.append(_finite_values(flat.to_numpy(), name))
+    return cls, idx, names, vectors, matrices
+
+
+def _column(table, name, nulls=False):
+    count = table.column_names.count(name)
+    if count != 1:
+        raise ValueError(f"model table has {'no' if count == 0 else count} {name!r} column"
+                         f"{'s' if count > 1 else ''}")
+    column = table.column(name)
+    if column.null_count and not nulls:
+        raise ValueError(f"model column {name!r} has null values")
+    return column
+
+
+def _index_column(table, name, size):
+    """An integer column's values as int64, each in 0..size-1."""
+    column = _column(table, name)
+    if not pa.types.is_integer(column.type):
+        raise ValueError(f"model column {name!r} is {column.type}, not an integer")
+    values = column.to_numpy()
+    if len(values) and (values.min() < 0 or values.max() >= size):
+        bad = values[(values < 0) | (values >= size)][0]
+        raise ValueError(f"model column {name!r} holds {bad}, outside 0..{size - 1}")
+    return values.astype(np.int64)
+
+
+def _finite_values(values, name):
+    if not np.isfinite(values).all():
+        bad = values[~np.isfinite(values)][0]
+        raise ValueError(f"model column {name!r} holds {bad}, not finite")
+    return values

@@ -1,34 +1,76 @@
-"""Model checkpoints on disk: one Arrow IPC file per checkpoint, written atomically.
+"""Model checkpoints on disk: one Arrow IPC file per checkpoint, written atomically, checked
+whenever it is read.
 
-Layout: MODEL_DIR/<quoted model key>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
-MODEL_DIR/<quoted model key>/latest holding the name of the newest file. Files are written to a
+Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
+MODEL_DIR/<key directory>/latest holding the name of the newest file. Files are written to a
 temporary name, fsynced and renamed, so a crash never leaves a half-written checkpoint or pointer.
-"""
-import os
-import urllib.parse
-import uuid
 
+Key directories (``key_dir_name``) are built so that no key, however hostile, can name a path
+outside MODEL_DIR, share a directory with another key (also on case-insensitive file systems),
+or exceed a file system's name limit: "k-" and the key's UTF-8 bytes with every byte other than
+[a-z0-9_-] written as %XX (upper-case hex; so '.', '/', '~', '%' and upper-case letters are
+escaped too); when that is longer than 100 characters, "h-", its first 64 characters and the
+SHA-256 of the key (64 hex digits). Names are ASCII, at most 131 characters, never '.' or '..'.
+The key itself is read back from the checkpoints' metadata (``model_key``), never decoded from
+a directory name. This layout replaced the earlier one (the percent-quoted key, '_default' for
+the empty key), which is no longer read: models written before it must be retrained or moved.
+
+Every checkpoint holds a SHA-256 checksum of its columns and metadata (``checksum`` in its
+metadata). A checkpoint is valid when it is a readable Arrow file whose checksum matches and
+whose model ``from_arrow`` accepts (which refuses NaN or infinite state). Readers take the
+newest valid checkpoint: the one `latest` names first, then the files newest first; each
+invalid one is skipped with a warning naming it and why.
+"""
+import hashlib
+import json
+import logging
+import os
+import re
+
+import numpy as np
 import pyarrow as pa
 
+from ..connectors.durable import atomic_write
+from ..learner import from_arrow, read_metadata
+from ..learner.state import METADATA_KEY
+
+log = logging.getLogger("unitless")
+
 LATEST = "latest"
-DEFAULT_KEY_DIR = "_default"
+CHECKPOINT_NAME = re.compile(r"ckpt-[0-9]{12}\.arrow")
+SHORT_PREFIX, HASHED_PREFIX = "k-", "h-"
+MAX_ESCAPED = 100   # longer escaped keys get the hashed form
+CLIPPED = 64        # escaped characters kept in the hashed form
+CHECKSUM_FIELD = "checksum"
+_UNESCAPED = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def key_dir_name(key):
+    """The directory name of a model key (see the module docstring): a one-to-one map from
+    keys to ASCII names of [a-z0-9_%A-F-] of at most 131 characters, never '.' or '..'."""
+    if not isinstance(key, str):
+        raise TypeError(f"a model key is a string, not {type(key).__name__}")
+    raw = key.encode("utf-8", "surrogatepass")
+    escaped = "".join(chr(b) if b in _UNESCAPED else f"%{b:02X}" for b in raw)
+    if len(escaped) <= MAX_ESCAPED:
+        return SHORT_PREFIX + escaped
+    clipped = escaped[:CLIPPED]
+    if "%" in clipped[-2:]:  # do not cut an escape in two
+        clipped = clipped[:clipped.rindex("%")]
+    return f"{HASHED_PREFIX}{clipped}-{hashlib.sha256(raw).hexdigest()}"
 
 
 def key_dir(model_dir, key):
-    return os.path.join(model_dir, urllib.parse.quote(key, safe="") if key else DEFAULT_KEY_DIR)
+    """The directory under model_dir holding the key's checkpoints."""
+    return os.path.join(model_dir, key_dir_name(key))
 
 
-def dir_key(name):
-    return "" if name == DEFAULT_KEY_DIR else urllib.parse.unquote(name)
-
-
-def _atomic_write(path, data):
-    temp = f"{path}.tmp-{uuid.uuid4().hex}"  # unique: bundles may run in parallel threads
-    with open(temp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
+def checkpoint_name(examples_seen):
+    """ckpt-<examples seen, 12 digits>.arrow; names sort as their example counts do."""
+    if isinstance(examples_seen, bool) or not 0 <= examples_seen < 10 ** 12:
+        raise ValueError(f"a checkpoint's example count must be in 0..10^12-1, "
+                         f"not {examples_seen!r}")
+    return f"ckpt-{int(examples_seen):012d}.arrow"
 
 
 def table_to_bytes(table):
@@ -42,27 +84,272 @@ def table_from_bytes(data):
     return pa.ipc.open_file(pa.py_buffer(data)).read_all()
 
 
-def _checkpoint_files(directory):
-    return sorted(f for f in os.listdir(directory) if f.startswith("ckpt-") and f.endswith(".arrow"))
+# --- checksums ---------------------------------------------------------------------------------
 
+def checksum(table):
+    """"sha256:<hex>" over the table's row count, each column's name, type and values, and the
+    canonical JSON (sorted keys) of its metadata without the checksum field. Values are hashed
+    in a form independent of chunking and buffer layout: numbers as little-endian bytes, strings
+    as their lengths then their bytes, nulls as a bit mask, fixed-size lists flattened."""
+    meta = read_metadata(table)
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    meta = {k: v for k, v in meta.items() if k != CHECKSUM_FIELD}
+    h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
+    _hash_part(h, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
+    _hash_part(h, table.num_rows.to_bytes(8, "little"))
+    for name, column in zip(table.column_names, table.columns):
+        _hash_part(h, name.encode("utf-8", "surrogatepass"))
+        _hash_array(h, column.combine_chunks())
+    return "sha256:" + h.hexdigest()
+
+
+def _hash_part(h, data):
+    h.update(len(data).to_bytes(8, "little"))
+    h.update(data)
+
+
+def _hash_array(h, array):
+    kind = array.type
+    _hash_part(h, str(kind).encode())
+    _hash_part(h, len(array).to_bytes(8, "little"))
+    nulls = array.is_null().to_numpy(zero_copy_only=False)
+    _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        values = array.fill_null(False if pa.types.is_boolean(kind) else 0)
+        values = values.to_numpy(zero_copy_only=False)
+        _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
+    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+          or pa.types.is_large_binary(kind)):
+        filled = array.cast(pa.large_binary()).fill_null(b"")
+        offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[
+            filled.offset:filled.offset + len(filled) + 1]
+        _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
+        data = filled.buffers()[2]
+        _hash_part(h, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
+    elif pa.types.is_fixed_size_list(kind):
+        _hash_array(h, array.flatten())
+    else:
+        raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
+
+
+def seal(table, key):
+    """The table with its model key and checksum in its metadata, as write_checkpoint writes
+    it. A table already naming another model key is refused (ValueError)."""
+    meta = read_metadata(table)
+    if meta.get("model_key", key) != key:
+        raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
+                         f"model {key!r}")
+    meta["model_key"] = key
+    meta.pop(CHECKSUM_FIELD, None)
+    table = _with_metadata(table, meta)
+    meta[CHECKSUM_FIELD] = checksum(table)
+    return _with_metadata(table, meta)
+
+
+def _with_metadata(table, meta):
+    schema_metadata = dict(table.schema.metadata or {})
+    schema_metadata[METADATA_KEY] = json.dumps(meta).encode()
+    return table.replace_schema_metadata(schema_metadata)
+
+
+def check_table(table):
+    """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
+    checksum present and matching, and its model accepted by ``from_arrow``."""
+    meta = read_metadata(table)
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    stored = meta.get(CHECKSUM_FIELD)
+    if stored is None:
+        raise ValueError("it has no checksum")
+    if stored != checksum(table):
+        raise ValueError("its checksum does not match its contents (the file is damaged)")
+    from_arrow(table)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def _read_valid(path):
+    """The table of the checkpoint file at path; ValueError (the reason) unless it is valid;
+    FileNotFoundError if there is no such file."""
+    try:
+        with open(path, "rb") as f:  # read whole, not mapped: a file changed later cannot
+            data = f.read()          # change (or, truncated, crash) a table already read
+        table = table_from_bytes(data)
+        table.validate(full=True)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ValueError(f"it is not a readable Arrow file ({_one_line(err)})") from None
+    try:
+        check_table(table)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError,
+            pa.ArrowException) as err:
+        raise ValueError(_one_line(err) if isinstance(err, ValueError)
+                         else f"{type(err).__name__}: {_one_line(err)}") from None
+    return table
+
+
+def _one_line(err):
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def checkpoint_files(directory):
+    """Names of the checkpoint files in directory (ckpt-<12 digits>.arrow only), oldest first."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(n for n in names if CHECKPOINT_NAME.fullmatch(n))
+
+
+def _pointer(directory, files, warn=True):
+    """The checkpoint file `latest` names, if it names one of ``files`` (the directory's); else
+    None, with a warning when `latest` exists but names anything else. `latest` must hold
+    exactly a name ckpt-<12 digits>.arrow (a final newline is allowed): never a path."""
+    path = os.path.join(directory, LATEST)
+    if not os.path.lexists(path):
+        return None
+    try:
+        if not os.path.isfile(path):
+            raise ValueError("it is not a regular file")
+        with open(path, "rb") as f:
+            content = f.read(64)
+        name = content.decode("ascii").removesuffix("\n")
+        if not CHECKPOINT_NAME.fullmatch(name):
+            raise ValueError(f"{content[:40]!r} is not a name ckpt-<12 digits>.arrow")
+        if name not in files:
+            raise ValueError(f"it names {name}, which does not exist")
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        if warn:
+            log.warning("ignoring %s: %s", path, _one_line(err))
+        return None
+    return name
+
+
+def _candidates(directory, warn=True):
+    """The directory's checkpoint file names in the order readers try them: the one `latest`
+    names, then the others newest first."""
+    files = checkpoint_files(directory)
+    pointed = _pointer(directory, files, warn)
+    newest_first = files[::-1]
+    return newest_first if pointed is None else [pointed] + [n for n in newest_first
+                                                             if n != pointed]
+
+
+def load_newest(directory, key=None):
+    """(path, table) of the newest valid checkpoint in a key directory (`latest`'s file first,
+    then the files newest first), or None. Each invalid file is skipped with a warning naming
+    it and why; given ``key``, so is a checkpoint of another model key."""
+    for name in _candidates(directory):
+        path = os.path.join(directory, name)
+        try:
+            table = _read_valid(path)
+            held = read_metadata(table).get("model_key")
+            if key is not None and held != key:
+                raise ValueError(f"it holds model {held!r}, not {key!r}")
+        except FileNotFoundError:  # pruned by a writer since it was listed
+            continue
+        except ValueError as err:
+            log.warning("ignoring checkpoint %s: %s", path, err)
+            continue
+        return path, table
+    return None
+
+
+def load_latest(model_dir, key):
+    """(path, table) of the key's newest valid checkpoint, or None (see load_newest)."""
+    return load_newest(key_dir(model_dir, key), key)
+
+
+def latest_checkpoint(model_dir, key):
+    """Path of the key's newest valid checkpoint (see load_newest), or None."""
+    found = load_latest(model_dir, key)
+    return None if found is None else found[0]
+
+
+def load_checkpoint(path):
+    """(checkpoint file, table) of a checkpoint file, which must be valid (ValueError naming the
+    file and why, FileNotFoundError if absent), or of a model key's directory, whose newest
+    valid checkpoint is taken (FileNotFoundError if it has none). The directory is read as it
+    is: no model key is decoded from its name."""
+    if os.path.isdir(path):
+        found = load_newest(path)
+        if found is None:
+            raise FileNotFoundError(f"{path} holds no valid checkpoint")
+        return found
+    try:
+        return path, _read_valid(path)
+    except ValueError as err:
+        raise ValueError(f"invalid checkpoint {path}: {err}") from None
+
+
+def read_checkpoint(path):
+    """The Arrow table of a checkpoint file or of a model key's directory (see load_checkpoint)."""
+    return load_checkpoint(path)[1]
+
+
+def model_keys(model_dir):
+    """The model keys with a checkpoint under model_dir, sorted, read from the checkpoints'
+    metadata (only the Arrow schema is read). A directory counts only when its name is
+    ``key_dir_name`` of the key its checkpoints hold; anything else is ignored. Whether the key
+    has a valid checkpoint is only known once it is read (``load_latest``)."""
+    try:
+        entries = sorted(os.scandir(model_dir), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    keys = []
+    for entry in entries:
+        if not (entry.name.startswith((SHORT_PREFIX, HASHED_PREFIX))
+                and entry.is_dir(follow_symlinks=False)):
+            continue
+        key = _directory_key(entry.path)
+        if key is None:
+            continue
+        if key_dir_name(key) != entry.name:
+            log.warning("ignoring %s: its checkpoints are of model key %r, whose directory is %s",
+                        entry.path, key, key_dir_name(key))
+            continue
+        keys.append(key)
+    return sorted(keys)
+
+
+def _directory_key(directory):
+    """The model key in the schema of the directory's newest checkpoint with a readable one."""
+    for name in _candidates(directory, warn=False):
+        try:
+            with pa.OSFile(os.path.join(directory, name)) as source:
+                meta = read_metadata(pa.ipc.open_file(source).schema)
+        except (OSError, ValueError, pa.ArrowException):
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("model_key"), str):
+            return meta["model_key"]
+    return None
+
+
+# --- writing -----------------------------------------------------------------------------------
 
 def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
-    """Write the table as one of this key's checkpoints; returns the checkpoint's path.
+    """Write the table, with its model key and checksum added (``seal``), as one of this key's
+    checkpoints; returns the checkpoint's path.
 
     `latest` never moves back to fewer examples (a runner may re-run a bundle that already
-    wrote a checkpoint), and pruning never removes the file `latest` names.
+    wrote a checkpoint), and pruning, which keeps the newest ``keep`` files, never removes the
+    file `latest` names nor the one just written. Only checkpoint files inside the key's own
+    directory are ever removed.
     """
+    name = checkpoint_name(examples_seen)
     directory = key_dir(model_dir, key)
     os.makedirs(directory, exist_ok=True)
-    name = f"ckpt-{examples_seen:012d}.arrow"
     path = os.path.join(directory, name)
-    _atomic_write(path, table_to_bytes(table))
-    current = latest_checkpoint(model_dir, key)
-    if current is None or os.path.basename(current) <= name:
-        _atomic_write(os.path.join(directory, LATEST), name.encode())
-        current = path
-    for stale in _checkpoint_files(directory)[:-keep] if keep > 0 else []:
-        if stale not in (name, os.path.basename(current)):
+    atomic_write(path, table_to_bytes(seal(table, key)))
+    files = checkpoint_files(directory)
+    current = _pointer(directory, files) or (files[-1] if files else None)
+    if current is None or current <= name:
+        atomic_write(os.path.join(directory, LATEST), name.encode())
+        current = name
+    for stale in files[:-keep] if keep > 0 else []:
+        if stale not in (name, current):
             try:
                 os.remove(os.path.join(directory, stale))
             except FileNotFoundError:  # another writer pruned it first
@@ -70,50 +357,27 @@ def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
     return path
 
 
-def latest_checkpoint(model_dir, key):
-    """Path of the key's newest checkpoint (by `latest`, else the newest file), or None."""
-    directory = key_dir(model_dir, key)
-    try:
-        with open(os.path.join(directory, LATEST), encoding="utf-8") as f:
-            path = os.path.join(directory, f.read().strip())
-        if os.path.exists(path):
-            return path
-    except FileNotFoundError:
-        pass
-    files = _checkpoint_files(directory) if os.path.isdir(directory) else []
-    return os.path.join(directory, files[-1]) if files else None
-
-
-def read_checkpoint(path):
-    """The Arrow table of a checkpoint file, or of a model directory's `latest` pointer."""
-    if os.path.isdir(path):
-        newest = latest_checkpoint(os.path.dirname(os.path.abspath(path)),
-                                   dir_key(os.path.basename(os.path.abspath(path))))
-        if newest is None:
-            raise FileNotFoundError(f"{path} holds no checkpoint")
-        path = newest
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all()
-
-
-def model_keys(model_dir):
-    """Model keys that have a checkpoint under model_dir."""
-    if not os.path.isdir(model_dir):
-        return []
-    return sorted(dir_key(d) for d in os.listdir(model_dir)
-                  if os.path.exists(os.path.join(model_dir, d, LATEST)))
+def resume_positions(model_dir):
+    """({source: earliest position}, {source: furthest position}) over the input positions
+    that the models' latest valid checkpoints record."""
+    earliest, furthest = {}, {}
+    for key in model_keys(model_dir):
+        found = load_latest(model_dir, key)
+        if found is None:
+            continue
+        for source, position in (read_metadata(found[1]).get("input_positions") or {}).items():
+            earliest[source] = min(earliest.get(source, position), position)
+            furthest[source] = max(furthest.get(source, position), position)
+    return earliest, furthest
 
 
 def resume_offsets(model_dir, topic):
     """{partition: offset} where a restarted Kafka source must resume so that no model misses
-    an example: one past the earliest position any model's latest checkpoint recorded."""
-    from ..learner import read_metadata
+    an example: one past the earliest position any model's latest valid checkpoint recorded
+    (a model records where it starts in a source before it learns from it)."""
     starts = {}
-    for key in model_keys(model_dir):
-        table = read_checkpoint(latest_checkpoint(model_dir, key))
-        for source, position in (read_metadata(table).get("input_positions") or {}).items():
-            name, _, partition = source.rpartition("/")
-            if name == topic and partition.isdigit():
-                p = int(partition)
-                starts[p] = min(starts.get(p, position + 1), position + 1)
+    for source, position in resume_positions(model_dir)[0].items():
+        name, _, partition = source.rpartition("/")
+        if name == topic and partition.isdigit():
+            starts[int(partition)] = position + 1
     return starts

@@ -2,11 +2,13 @@
 import numpy as np
 
 from ..learner import from_arrow, read_metadata
-from .checkpoints import read_checkpoint
+from .checkpoints import load_checkpoint
 
 
 def summary(path, top=20):
-    table = read_checkpoint(path)
+    """What the checkpoint at ``path`` holds: a checkpoint file, which must be valid, or a model
+    key's directory, whose newest valid checkpoint is summarised (``file`` names it)."""
+    file, table = load_checkpoint(path)
     meta = read_metadata(table)
     state = from_arrow(table)
     spec = state.spec
@@ -23,7 +25,7 @@ def summary(path, top=20):
     influence = np.abs(w * scale)
     order = np.argsort(-influence, kind="stable")[:top]
     return {
-        "path": path,
+        "path": path, "file": file,
         "algorithm": meta["algorithm"], "reference": spec.reference, "loss": meta["loss"],
         "hyperparameters": meta["hyperparameters"], "model_key": meta.get("model_key"),
         "classes": meta["n_classes"], "dimension": meta["dim"],

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..learner import (InvalidExampleError, check_batch, from_arrow, learn, predicted_class,
-                       probability, read_metadata, to_arrow)
+from ..learner import (from_arrow, learn_or_refuse, predicted_class, probability,
+                       read_metadata, to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
 from .checkpoints import table_from_bytes, table_to_bytes
 
@@ -61,12 +61,22 @@ class KeyedModel:
         model.token = data[:32].decode()
         return model
 
+    def enter_source(self, block):
+        """True when the block comes from a source this model has no position for: it is then
+        given the position just before the block's first example, which the caller checkpoints
+        before learning, so a restarted source never starts after an example this model still
+        needs."""
+        if block.source in self.positions or not len(block):
+            return False
+        self.positions[block.source] = int(block.positions.min()) - 1
+        return True
+
     def learn_block(self, block):
         """Learn the block's new examples in order: (predictions table, dead letters, skipped).
 
         Examples at or before the position already learned from their source are skipped (a
-        replay after a restart); examples the learner refuses become dead letters and never
-        touch the model.
+        replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
+        letters and never touch the model.
         """
         done = self.positions.get(block.source, -1)
         fresh = np.flatnonzero(block.positions > done)
@@ -76,12 +86,11 @@ class KeyedModel:
         if not len(block):
             return None, [], skipped
         self.positions[block.source] = int(block.positions.max())
-        start, dead = self.state.examples_seen, []
-        try:  # the source already refused what the pipeline's learner settings refuse
-            result = learn(self.state, block.batch())
-        except InvalidExampleError:  # a resumed model whose settings refuse more
-            block, dead = block.screen(check_batch(self.state, block.batch()))
-            result = learn(self.state, block.batch())
+        start = self.state.examples_seen
+        _, result, refused = learn_or_refuse(self.state, block.batch())
+        # refused: what a resumed model's settings refuse beyond the source's checks, and
+        # examples whose prediction, loss or resulting state would not be finite
+        block, dead = block.screen(refused)
         for i, name in block.names.items():
             self.state.feature_names.setdefault(i, name)
         return self._predictions(block, result, start), dead, skipped
@@ -111,14 +120,13 @@ class KeyedModel:
             else pa.nulls(n, pa.float64()),
         ], schema=PREDICTION_SCHEMA)
 
+    def progressive_loss(self):
+        return self.state.cumulative_loss / max(self.state.examples_seen, 1)
+
     def checkpoint_due(self, every_examples, every_seconds):
-        """Due every N examples or T seconds, and after a model's first block: so every model
-        that learned anything has a checkpoint, and the earliest input position recorded over
-        all checkpoints is a safe place for a restarted source to resume from."""
+        """Due every N examples or T seconds (and at the end of input, by the caller)."""
         if self.state.examples_seen == self.checkpoint_examples:
             return False
-        if self.checkpoint_examples < 0:
-            return True
         if every_examples and (self.state.examples_seen // every_examples
                                > max(self.checkpoint_examples, 0) // every_examples):
             return True

@@ -1,4 +1,5 @@
 """The scoring pipeline: apply each model key's latest checkpoint to examples, learning nothing."""
+import logging
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -6,22 +7,32 @@ import numpy as np
 import pyarrow as pa
 
 from ..learner import loss_values, predict, predicted_class, probability
-from .checkpoints import latest_checkpoint, model_keys, read_checkpoint
+from .checkpoints import load_latest, model_keys
 from ..connectors.records import dead_letter_table
 from .keyed_model import PREDICTION_SCHEMA, KeyedModel
-from .train import DEAD, ReadFiles, WriteTables, key_by_model
+from .train import DEAD, ReadFiles, WriteToSink, key_by_model
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in
                           ("id", "model_key", "prediction", "probability", "label", "loss",
                            "source", "position")])
+log = logging.getLogger("unitless")
 
 
 def load_models(model_dir):
-    keys = model_keys(model_dir)
-    if not keys:
-        raise FileNotFoundError(f"no checkpoints under {model_dir}")
-    return {k: KeyedModel.from_table(read_checkpoint(latest_checkpoint(model_dir, k))).state
-            for k in keys}
+    """{model key: learner state} from each key's newest valid checkpoint under model_dir. A key
+    none of whose checkpoints is valid gets no model (with a warning: its examples then go to
+    the dead letters); FileNotFoundError when no key has a valid checkpoint."""
+    models = {}
+    for key in model_keys(model_dir):
+        found = load_latest(model_dir, key)
+        if found is None:
+            log.warning("model %r has no valid checkpoint under %s; it is not scored", key,
+                        model_dir)
+            continue
+        models[key] = KeyedModel.from_table(found[1]).state
+    if not models:
+        raise FileNotFoundError(f"no valid checkpoints under {model_dir}")
+    return models
 
 
 def score_block(models, key, block):
@@ -73,11 +84,12 @@ class ScoreDoFn(beam.DoFn):
 def build_scoring(pipeline, files, fmt, spec, model_dir, predictions, output_format, dead_letter,
                   chunk_size):
     check = MissingModel(frozenset(load_models(model_dir)))  # fails fast on no models
-    read = (pipeline | "Files" >> beam.Create(files)
-            | "Read and parse" >> beam.ParDo(ReadFiles(fmt, spec, chunk_size, check)
-                                             ).with_outputs(DEAD, main="blocks"))
-    scored = (read.blocks | "Key by model" >> key_by_model()
+    blocks = (pipeline | "Files" >> beam.Create(files)
+              | "Read and parse" >> beam.ParDo(ReadFiles(fmt, spec, chunk_size, check,
+                                                         dead_letter)))
+    scored = (blocks | "Key by model" >> key_by_model()
               | "Score" >> beam.ParDo(ScoreDoFn(model_dir)).with_outputs(DEAD, main="scores"))
-    scored.scores | "Write scores" >> beam.ParDo(WriteTables(predictions, output_format))
-    ((read[DEAD], scored[DEAD]) | beam.Flatten()
-     | "Write dead letters" >> beam.ParDo(WriteTables(dead_letter, "jsonl")))
+    scored.scores | "Write scores" >> beam.ParDo(WriteToSink(predictions, output_format,
+                                                             "predictions"))
+    scored[DEAD] | "Write dead letters" >> beam.ParDo(WriteToSink(dead_letter, "jsonl",
+                                                                  "dead letters"))

@@ -1,25 +1,29 @@
 """The training pipeline: read examples, key them by model, predict-then-update in a stateful
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
 import logging
+import math
+import os
 import time
 import typing
 from dataclasses import dataclass
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.coders import BytesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
-from ..connectors.files import read_file, write_table
+from ..connectors.durable import remove_leftovers
+from ..connectors.files import read_file
 from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition,
-                                ReadPartitionForever, WriteToKafka, is_kafka, partition_ranges)
-from ..learner import check_examples, new_state
-from ..learner.examples import bias_index
-from .checkpoints import latest_checkpoint, read_checkpoint, resume_offsets, write_checkpoint
+                                ReadPartitionForever, is_kafka, partition_ranges)
 from ..connectors.records import dead_letter_table
+from ..connectors.sinks import check_target, open_sink
+from ..learner import check_examples
+from .checkpoints import (load_latest, model_keys, resume_offsets, resume_positions,
+                          write_checkpoint)
+from .config import check_resume, new_learner
 from .keyed_model import KeyedModel
 
 log = logging.getLogger("unitless")
@@ -27,23 +31,39 @@ DEAD = "dead_letter"
 
 
 class ReadFiles(beam.DoFn):
-    """File path -> ExampleBlocks (main output) and dead-letter tables (DEAD output).
+    """File path -> ExampleBlocks; the records it refuses go to the dead-letter sink.
 
     ``check(block)`` names the rows to refuse, [(row, reason)]; they become dead letters here,
-    where the raw records are at hand, and blocks travel on without them.
+    where the raw records are at hand, and blocks travel on without them. Dead letters are
+    durable before the block after them is handed on: so once a checkpoint records a position
+    past a refused record, that record's dead letter exists, and a resumed run (which reads the
+    file again) does not repeat dead letters at or before ``logged_through[source]``.
     """
 
-    def __init__(self, fmt, spec, chunk_size, check):
+    def __init__(self, fmt, spec, chunk_size, check, dead_letter, kafka_settings=None,
+                 logged_through=None):
         self.fmt, self.spec, self.chunk_size, self.check = fmt, spec, chunk_size, check
+        self.dead_letter, self.kafka_settings = dead_letter, kafka_settings
+        self.logged_through = logged_through or {}
         self.bad = Metrics.counter("unitless", "bad_records")
+        self.blank = Metrics.counter("unitless", "blank_lines")
+
+    def setup(self):
+        self.dead = open_sink(self.dead_letter, "jsonl", "dead letters", self.kafka_settings)
+
+    def teardown(self):
+        self.dead.close()
 
     def process(self, path):
+        logged = self.logged_through.get(path, -1)
         for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
             block, refused = block.screen(self.check(block))
-            dead += refused
+            dead = [d for d in dead + refused if d.position > logged]
+            self.blank.inc(block.blank_lines)
             if dead:
                 self.bad.inc(len(dead))
-                yield beam.pvalue.TaggedOutput(DEAD, dead_letter_table(dead))
+                self.dead.write(dead_letter_table(dead))
+                self.dead.flush()
             if len(block):
                 block.raw = None
                 yield block
@@ -73,19 +93,34 @@ def key_by_model():
 def new_keyed_model(cfg, key):
     """The key's model: resumed from its latest checkpoint when asked, else a fresh learner."""
     if cfg.resume:
-        path = latest_checkpoint(cfg.model_dir, key)
-        if path:
+        found = load_latest(cfg.model_dir, key)
+        if found:
+            path, table = found
             log.info("model %r resumes from %s", key, path)
-            return KeyedModel.from_table(read_checkpoint(path))
-    state = new_state(cfg.algorithm, 1 << cfg.spec.bits, cfg.loss, cfg.n_classes,
-                      bias_index(cfg.spec.bits) if cfg.spec.bias else -1, **cfg.hyperparameters)
-    return KeyedModel(key, state)
+            model = KeyedModel.from_table(table)
+            check_resume(cfg, model.state, path)
+            if cfg.allow_hyperparameter_change:
+                model.state.hyperparameters = new_learner(cfg).hyperparameters
+            return model
+    return KeyedModel(key, new_learner(cfg))
 
 
 class LearnDoFn(beam.DoFn):
-    """(model key, ExampleBlock) -> prediction tables; one state read and write per block."""
+    """(model key, ExampleBlock) -> predictions and dead letters, written to their sinks and
+    also output as PCollections; one state read and write per block.
+
+    Delivery: a checkpoint records the input positions its model learned up to, and a resumed
+    run starts after them. So before any checkpoint is written, everything this DoFn wrote to
+    its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
+    belong to examples after the last checkpoint, which a resumed run learns and predicts again
+    (at least once; a duplicate has the same model key and examples_seen). And before a model
+    learns from a source it has no position for, a checkpoint records where it starts there: a
+    restarted source then starts no later than that (see ``resume_offsets``). A retried bundle
+    starts from the state of the last committed one and repeats the same deterministic work.
+    """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+    FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -99,6 +134,21 @@ class LearnDoFn(beam.DoFn):
         self.models = {}  # key -> KeyedModel last written to state (skips decoding)
         self.started = self.last_log = time.time()
         self.seen = 0
+        cfg = self.cfg
+        self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
+                                cfg.kafka_settings),
+                      open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
+
+    def teardown(self):
+        for sink in self.sinks:
+            sink.close()
+
+    def start_bundle(self):
+        for sink in self.sinks:
+            sink.discard()  # what a failed bundle left behind
+
+    def finish_bundle(self):
+        self._flush()
 
     def _model(self, key, stored):
         data = stored.read()
@@ -117,19 +167,26 @@ class LearnDoFn(beam.DoFn):
         key, block = element
         end.set(GlobalWindow().max_timestamp())
         model = self._model(key, stored)
+        if model.enter_source(block):
+            self._checkpoint(model)
         predictions, dead, skipped = model.learn_block(block)
+        predictions_sink, dead_sink = self.sinks
         if skipped:
             self.replayed.inc(skipped)
         if dead:
             self.bad.inc(len(dead))
-            yield beam.pvalue.TaggedOutput(DEAD, dead_letter_table(dead))
+            dead = dead_letter_table(dead)
+            dead_sink.write(dead)
+            yield beam.pvalue.TaggedOutput(DEAD, dead)
         if predictions is not None:
             self.examples.inc(predictions.num_rows)
-            self.loss.update(int(1e6 * model.state.cumulative_loss / max(model.state.examples_seen, 1)))
-            yield predictions
+            predictions_sink.write(predictions)
             self._log(model, predictions.num_rows)
+            yield predictions
         if model.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds):
             self._checkpoint(model)
+        elif predictions_sink.rows >= self.FLUSH_ROWS:
+            self._flush()
         stored.write(model.to_bytes())
 
     @on_timer(END)
@@ -139,79 +196,103 @@ class LearnDoFn(beam.DoFn):
             self._checkpoint(model)
             stored.write(model.to_bytes())
 
+    def _flush(self):
+        for sink in self.sinks:
+            sink.flush()
+
     def _checkpoint(self, model):
+        """Flush every sink, then write the model's checkpoint (see the class docstring)."""
+        self._flush()
         model.mark_checkpoint()
         path = write_checkpoint(self.cfg.model_dir, model.key, model.to_table(),
                                 model.state.examples_seen, self.cfg.keep_checkpoints)
         self.checkpoints.inc()
+        loss = model.progressive_loss()
+        if math.isfinite(loss) and abs(loss) < 1e12:
+            self.loss.update(int(1e6 * loss))
         log.info("model %r: checkpoint %s (%d examples, progressive loss %.6f)", model.key, path,
-                 model.state.examples_seen,
-                 model.state.cumulative_loss / max(model.state.examples_seen, 1))
+                 model.state.examples_seen, loss)
 
     def _log(self, model, n):
         self.seen += n
         now = time.time()
         if now - self.last_log >= self.cfg.log_every_seconds:
             log.info("%d examples, %.0f examples/s; model %r progressive loss %.6f", self.seen,
-                     self.seen / (now - self.started), model.key,
-                     model.state.cumulative_loss / max(model.state.examples_seen, 1))
+                     self.seen / (now - self.started), model.key, model.progressive_loss())
             self.last_log = now
 
 
-class WriteTables(beam.DoFn):
-    """Arrow tables -> one part file per bundle in a directory (atomic rename)."""
+class WriteToSink(beam.DoFn):
+    """Arrow tables -> a sink (part files or Kafka), flushed at the end of every bundle."""
 
-    def __init__(self, directory, fmt):
-        self.directory, self.fmt = directory, fmt
+    def __init__(self, target, fmt, kind, kafka_settings=None):
+        self.target, self.fmt, self.kind, self.kafka_settings = target, fmt, kind, kafka_settings
+
+    def setup(self):
+        self.sink = open_sink(self.target, self.fmt, self.kind, self.kafka_settings)
 
     def start_bundle(self):
-        self.tables = []
+        self.sink.discard()
 
     def process(self, table):
-        self.tables.append(table)
+        self.sink.write(table)
 
     def finish_bundle(self):
-        if self.tables:
-            write_table(self.directory, pa.concat_tables(self.tables), self.fmt)
-        self.tables = []
+        self.sink.flush()
+
+    def teardown(self):
+        self.sink.close()
 
 
 def read_examples(pipeline, cfg, streaming=False):
-    """Files or a Kafka topic -> (ExampleBlocks, dead-letter tables)."""
+    """Files or a Kafka topic -> ExampleBlocks; refused records go to the dead-letter sink."""
     if is_kafka(cfg.inputs[0]):
         topic = KafkaTopic.parse(cfg.inputs[0], cfg.kafka_settings)
         source = KafkaSourceConfig(topic, cfg.format, cfg.spec, learner_check(cfg),
-                                   cfg.chunk_size)
+                                   cfg.chunk_size, dead_letter=cfg.dead_letter,
+                                   logged_through=logged_through(cfg))
         starts = resume_offsets(cfg.model_dir, topic.topic) if cfg.resume else {}
         ranges = partition_ranges(topic, starts, bounded=not streaming)
-        read = (pipeline | "Partitions" >> beam.Create(ranges)
-                | "Read Kafka" >> beam.ParDo((ReadPartitionForever if streaming else ReadPartition)(
-                    source, DEAD)).with_outputs(
-                    DEAD, main="blocks"))
-    else:
-        read = (pipeline | "Files" >> beam.Create(cfg.inputs)
-                | "Read and parse" >> beam.ParDo(ReadFiles(
-                    cfg.format, cfg.spec, cfg.chunk_size, learner_check(cfg))
-                ).with_outputs(DEAD, main="blocks"))
-    return read.blocks, read[DEAD]
+        reader = ReadPartitionForever if streaming else ReadPartition
+        return (pipeline | "Partitions" >> beam.Create(ranges)
+                | "Read Kafka" >> beam.ParDo(reader(source)))
+    return (pipeline | "Files" >> beam.Create(cfg.inputs)
+            | "Read and parse" >> beam.ParDo(ReadFiles(
+                cfg.format, cfg.spec, cfg.chunk_size, learner_check(cfg), cfg.dead_letter,
+                cfg.kafka_settings, logged_through(cfg))))
 
 
-def write_tables(tables, target, fmt, kind, settings):
-    """Arrow tables -> part files in a directory, or one Kafka message per row."""
-    if is_kafka(target):
-        return tables | f"{kind} to Kafka" >> beam.ParDo(
-            WriteToKafka(KafkaTopic.parse(target, settings), kind))
-    return tables | f"Write {kind}" >> beam.ParDo(WriteTables(target, fmt))
+def logged_through(cfg):
+    """{source: the furthest position a model's checkpoint records}: when resuming, the
+    records refused there and before already have their dead letters."""
+    return resume_positions(cfg.model_dir)[1] if cfg.resume else {}
+
+
+def check_before_start(cfg):
+    """Fail fast, with one line, on what would otherwise fail inside the pipeline: outputs that
+    cannot be written, and --resume of models trained with other settings. Then remove the
+    temporary files that a killed run left in the output directories."""
+    for target in (cfg.predictions, cfg.dead_letter):
+        check_target(target, cfg.kafka_settings)
+    check_target(cfg.model_dir)
+    for directory in (cfg.model_dir, cfg.predictions, cfg.dead_letter):
+        if not is_kafka(directory):
+            remove_leftovers(directory)
+    if cfg.resume:
+        keys = model_keys(cfg.model_dir)
+        if not keys and os.listdir(cfg.model_dir):
+            log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
+                        cfg.model_dir)
+        for key in keys:
+            found = load_latest(cfg.model_dir, key)
+            if found:
+                check_resume(cfg, KeyedModel.from_table(found[1]).state, found[0])
 
 
 def build_training(pipeline, cfg, streaming=False):
-    """Add the training graph to ``pipeline``; returns the predictions PCollection."""
-    blocks, read_dead = read_examples(pipeline, cfg, streaming)
-    learned = (blocks
+    """Add the training graph to ``pipeline``; returns (predictions, the Learn step's dead
+    letters), which the Learn step also writes to ``cfg.predictions``/``cfg.dead_letter``."""
+    learned = (read_examples(pipeline, cfg, streaming)
                | "Key by model" >> key_by_model()
                | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
-    write_tables(learned.predictions, cfg.predictions, cfg.output_format, "predictions",
-                 cfg.kafka_settings)
-    dead = (read_dead, learned[DEAD]) | "All dead letters" >> beam.Flatten()
-    write_tables(dead, cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)
-    return learned.predictions
+    return learned.predictions, learned[DEAD]

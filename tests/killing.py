@@ -1,0 +1,73 @@
+"""Kill-and-resume campaigns shared by the file and Kafka delivery tests: run a training
+command, SIGKILL it right after a new checkpoint appears or at a random moment, run it again
+(with --resume) until it completes, check the outcome, and start a new campaign until enough
+kills have landed."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+from unitless.pipelines.checkpoints import latest_checkpoint, model_keys, read_checkpoint
+
+
+def checkpoint_names(models):
+    """{(model key, newest checkpoint file name)} under a model directory."""
+    if not os.path.isdir(models):
+        return set()
+    return {(key, os.path.basename(latest_checkpoint(str(models), key) or ""))
+            for key in model_keys(str(models))}
+
+
+def final_models(keys, models):
+    """{key: (state table without names, examples_seen, cumulative_loss, input_positions)} of
+    each key's newest checkpoint: what must equal an uninterrupted run's."""
+    out = {}
+    for key in keys:
+        table = read_checkpoint(latest_checkpoint(str(models), key))
+        meta = json.loads(table.schema.metadata[b"unitless"])
+        out[key] = (table.drop_columns(["name"]), meta["examples_seen"], meta["cumulative_loss"],
+                    meta["input_positions"])
+    return out
+
+
+def run_and_kill(cmd, models, after_checkpoint, at_seconds):
+    """Start the run; SIGKILL it (and its process group) as soon as a new checkpoint appears,
+    or after ``at_seconds``. Returns True if it completed first (exit 0 is asserted)."""
+    before = checkpoint_names(models)
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    began = time.time()
+    while process.poll() is None:
+        if after_checkpoint and checkpoint_names(models) - before:
+            break
+        if not after_checkpoint and time.time() - began >= at_seconds:
+            break
+        time.sleep(0.002)
+    if process.poll() is not None:
+        assert process.returncode == 0, f"{cmd} exited {process.returncode}"
+        return True
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    return False
+
+
+def campaigns(command, models, check, kills, duration, seed=7):
+    """Kill-and-resume campaigns until ``kills`` kills landed; half of them right after a
+    checkpoint was written. command(n) and models(n) give campaign n's command line (with
+    --resume) and model directory; check(n) asserts its outcome once a run completed.
+    Returns the number of campaigns."""
+    rng = random.Random(seed)
+    landed, n = 0, 0
+    while landed < kills:
+        n += 1
+        while not run_and_kill(command(n), models(n), landed % 2 == 0,
+                               rng.uniform(0.3, duration)):
+            landed += 1
+        check(n)
+    assert n <= max(3, kills // 3), f"only {kills} kills over {n} campaigns: runs end too soon"
+    return n

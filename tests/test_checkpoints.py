@@ -1,0 +1,540 @@
+"""Checkpoints against hostile model keys and damaged files, through real files on disk."""
+import json
+import logging
+import os
+import random
+import struct
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from unitless.cli import main
+from unitless.learner import dense_batch, from_arrow, learn, new_state
+from unitless.learner.state import METADATA_KEY
+from unitless.pipelines.checkpoints import (checkpoint_name, key_dir, key_dir_name,
+                                            latest_checkpoint, load_checkpoint, load_latest,
+                                            model_keys, read_checkpoint, resume_offsets, seal,
+                                            table_to_bytes, write_checkpoint)
+from unitless.pipelines.inspect import summary
+from unitless.pipelines.keyed_model import KeyedModel
+
+HOSTILE_KEYS = ["..", ".", "", "_default", "/", "a/b", "x" * 10_000, "€" * 30]
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-%ABCDEF")
+
+
+def trained_state(algorithm="nag", n=60, dim=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, dim - 1)) * 10.0 ** rng.integers(-2, 3, size=dim - 1)
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    state = new_state(algorithm, dim, "logistic")
+    learn(state, dense_batch(X, y))
+    return state
+
+
+def model_table(key, algorithm="nag", n=60, seed=0):
+    return KeyedModel(key, trained_state(algorithm, n, seed=seed)).to_table()
+
+
+def examples_in(path):
+    return json.loads(read_checkpoint(path).schema.metadata[METADATA_KEY])["examples_seen"]
+
+
+def snapshot(root, skip):
+    """{relative path: content (files) or None (directories)} under root, except under skip."""
+    out = {}
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(directory, d) != skip]
+        for d in dirs:
+            out[os.path.relpath(os.path.join(directory, d), root)] = None
+        for f in files:
+            with open(os.path.join(directory, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(directory, f), root)] = fh.read()
+    return out
+
+
+@pytest.fixture
+def box(tmp_path):
+    """(parent, model_dir): a model directory inside a parent holding decoys that look like
+    checkpoints, which no key may touch."""
+    parent = tmp_path / "parent"
+    models = parent / "models"
+    models.mkdir(parents=True)
+    decoy = table_to_bytes(seal(model_table("decoy"), "decoy"))
+    for name in ("ckpt-000000000001.arrow", "ckpt-000000000002.arrow"):
+        (parent / name).write_bytes(decoy)
+    (parent / "latest").write_text("ckpt-000000000002.arrow")
+    (tmp_path / "ckpt-000000000001.arrow").write_bytes(decoy)
+    return tmp_path, str(models)
+
+
+# --- key directories -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS, ids=lambda k: repr(k[:12]) + f"[{len(k)}]")
+def test_a_hostile_key_stays_in_its_own_directory_and_round_trips(box, key):
+    outside, models = box
+    before = snapshot(str(outside), models)
+    paths = [write_checkpoint(models, key, model_table(key, n=n), n, keep=1) for n in (10, 20, 30)]
+    directory = key_dir(models, key)
+    name = os.path.basename(directory)
+    assert os.path.dirname(os.path.realpath(directory)) == os.path.realpath(models)
+    assert name not in (".", "..") and set(name) <= NAME_CHARS and len(name) <= 131
+    assert os.listdir(models) == [name]
+    assert sorted(os.listdir(directory)) == ["ckpt-000000000030.arrow", "latest"]  # keep=1
+    assert latest_checkpoint(models, key) == paths[-1]
+    assert model_keys(models) == [key]
+    path, table = load_latest(models, key)
+    assert path == paths[-1] and KeyedModel.from_table(table).key == key
+    assert examples_in(path) == 30
+    assert snapshot(str(outside), models) == before  # nothing created, changed or deleted
+
+
+def test_all_hostile_keys_side_by_side_get_distinct_directories(box):
+    outside, models = box
+    before = snapshot(str(outside), models)
+    keys = HOSTILE_KEYS + ["A", "a", "%41", "k-", "h-"]
+    for i, key in enumerate(keys):
+        write_checkpoint(models, key, model_table(key, n=10 + i), 10 + i, keep=1)
+    names = [key_dir_name(k) for k in keys]
+    assert len({n.lower() for n in names}) == len(keys)  # distinct even without case
+    assert sorted(os.listdir(models)) == sorted(names)
+    assert model_keys(models) == sorted(keys)
+    for i, key in enumerate(keys):
+        path, table = load_latest(models, key)
+        assert KeyedModel.from_table(table).key == key and examples_in(path) == 10 + i
+    assert key_dir_name("") != key_dir_name("_default")
+    assert snapshot(str(outside), models) == before
+
+
+def test_directory_names_are_one_to_one_ascii_and_short():
+    rng = random.Random(7)
+    alphabet = "aA._-/%~€\\ \x00\n" + "".join(chr(c) for c in range(0x20, 0x7f))
+    keys = {"", "_default", ".", ".."}
+    for _ in range(3000):
+        length = rng.choice([0, 1, 2, 5, 30, 33, 34, 99, 100, 101, 300])
+        keys.add("".join(rng.choice(alphabet) for _ in range(length)))
+    keys |= {"x" * n for n in range(95, 106)} | {"€" * n for n in range(30, 40)}
+    keys |= {"\udc80", "\U0001f600" * 100}
+    names = {}
+    for key in keys:
+        name = key_dir_name(key)
+        assert name.isascii() and set(name) <= NAME_CHARS and 2 <= len(name) <= 131, (key, name)
+        assert name not in (".", "..") and name.startswith(("k-", "h-"))
+        assert names.setdefault(name.lower(), key) == key, "two keys share a directory"
+
+
+def test_checkpoint_names_are_twelve_digits():
+    assert checkpoint_name(0) == "ckpt-000000000000.arrow"
+    for bad in (-1, 10 ** 12, True):
+        with pytest.raises(ValueError):
+            checkpoint_name(bad)
+
+
+def test_model_keys_reads_keys_from_checkpoints_and_ignores_everything_else(tmp_path, caplog):
+    models = str(tmp_path)
+    write_checkpoint(models, "a", model_table("a"), 60)
+    write_checkpoint(models, "b/c", model_table("b/c"), 60)
+    os.mkdir(tmp_path / "not-a-model")
+    os.mkdir(tmp_path / "k-empty")
+    (tmp_path / "k-file").write_text("x")
+    (tmp_path / "k-garbage").mkdir()
+    (tmp_path / "k-garbage" / "ckpt-000000000001.arrow").write_bytes(b"not arrow")
+    os.symlink(key_dir(models, "a"), tmp_path / "k-link")
+    # a copied (or renamed) key directory: its name is not the key its checkpoints hold
+    os.mkdir(tmp_path / "k-zz")
+    os.link(latest_checkpoint(models, "a"), tmp_path / "k-zz" / "ckpt-000000000060.arrow")
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert model_keys(models) == ["a", "b/c"]
+    assert any("k-zz" in r.getMessage() for r in caplog.records)
+    assert model_keys(str(tmp_path / "missing")) == []
+    # reading a directory uses the directory itself, whatever its name
+    assert KeyedModel.from_table(read_checkpoint(str(tmp_path / "k-zz"))).key == "a"
+    assert summary(str(tmp_path / "k-zz"))["model_key"] == "a"
+
+
+def test_a_checkpoint_of_another_key_is_not_loaded_for_this_key(tmp_path, caplog):
+    models = str(tmp_path)
+    write_checkpoint(models, "a", model_table("a"), 60)
+    os.makedirs(key_dir(models, "b"))
+    os.link(latest_checkpoint(models, "a"), os.path.join(key_dir(models, "b"),
+                                                          "ckpt-000000000060.arrow"))
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert latest_checkpoint(models, "b") is None
+    assert "holds model 'a', not 'b'" in caplog.text
+    with pytest.raises(ValueError, match="cannot be written as model 'b'"):
+        write_checkpoint(models, "b", model_table("a"), 70)
+
+
+# --- the latest pointer --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", [
+    "../../etc/passwd", "/etc/passwd", "../outside/ckpt-000000000099.arrow", "OUTSIDE",
+    "ckpt-000000000020.arrow/../../outside/ckpt-000000000099.arrow", "ckpt-99.arrow",
+    "ckpt-000000000050.arrow", "\xff\xfe", ""])
+def test_latest_may_only_name_a_checkpoint_file_of_its_directory(tmp_path, caplog, content):
+    models = tmp_path / "models"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for n in (10, 20):
+        write_checkpoint(str(models), "k", model_table("k", n=n), n)
+    # a valid checkpoint of the same key, with more examples, outside the key's directory
+    planted = outside / "ckpt-000000000099.arrow"
+    planted.write_bytes(table_to_bytes(seal(model_table("k", n=99), "k")))
+    directory = key_dir(str(models), "k")
+    content = content.replace("OUTSIDE", str(planted))
+    with open(os.path.join(directory, "latest"), "wb") as f:
+        f.write(content.encode("latin-1"))
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        path = latest_checkpoint(str(models), "k")
+    assert path == os.path.join(directory, "ckpt-000000000020.arrow")
+    assert [r.name for r in caplog.records] == ["unitless"]
+    assert os.path.join(directory, "latest") in caplog.text
+    # and a writer repairs it
+    write_checkpoint(str(models), "k", model_table("k", n=30), 30)
+    with open(os.path.join(directory, "latest")) as f:
+        assert f.read() == "ckpt-000000000030.arrow"
+
+
+def test_latest_is_followed_when_it_names_an_older_file_exactly(tmp_path, caplog):
+    models = str(tmp_path)
+    two_checkpoints(models)
+    directory = key_dir(models, "k")
+    pointer = os.path.join(directory, "latest")
+    for content, expected in [("ckpt-000000000010.arrow", 10), ("ckpt-000000000010.arrow\n", 10),
+                              (" ckpt-000000000010.arrow", 20), ("ckpt-000000000010.arrow ", 20),
+                              ("ckpt-000000000010.arrow\nx", 20)]:
+        with open(pointer, "w") as f:
+            f.write(content)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="unitless"):
+            assert examples_in(latest_checkpoint(models, "k")) == expected, content
+        assert len(caplog.records) == (expected == 20)
+
+
+def test_latest_that_is_a_directory_or_a_fifo_is_ignored(tmp_path, caplog):
+    models = str(tmp_path)
+    write_checkpoint(models, "k", model_table("k"), 60)
+    directory = key_dir(models, "k")
+    pointer = os.path.join(directory, "latest")
+    os.remove(pointer)
+    for make in (os.mkfifo, os.mkdir):  # opening a FIFO would block for ever
+        make(pointer)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="unitless"):
+            assert latest_checkpoint(models, "k") == os.path.join(directory,
+                                                                  "ckpt-000000000060.arrow")
+        assert "not a regular file" in caplog.text
+        (os.remove if make is os.mkfifo else os.rmdir)(pointer)
+
+
+# --- damaged files -------------------------------------------------------------------------------
+
+def two_checkpoints(models, key="k"):
+    old = write_checkpoint(models, key, model_table(key, n=10), 10)
+    new = write_checkpoint(models, key, model_table(key, n=20, seed=1), 20)
+    return old, new
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_older_one(tmp_path, caplog):
+    models = str(tmp_path)
+    old, new = two_checkpoints(models)
+    size = os.path.getsize(new)
+    with open(new, "r+b") as f:
+        f.truncate(size // 2)
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        found = load_latest(models, "k")
+    assert found[0] == old and examples_in(old) == 10
+    assert found[1].equals(read_checkpoint(old))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and new in warnings[0] and "not a readable Arrow file" in warnings[0]
+    with pytest.raises(ValueError, match=r"invalid checkpoint .*ckpt-000000000020\.arrow: it is not "
+                                         r"a readable Arrow file"):
+        read_checkpoint(new)
+    assert examples_in(os.path.dirname(new)) == 10  # the model directory: its newest valid one
+    assert model_keys(models) == ["k"]
+
+
+@pytest.mark.parametrize("damage", ["empty", "not arrow", "every file"])
+def test_unreadable_checkpoints(tmp_path, caplog, damage):
+    models = str(tmp_path)
+    old, new = two_checkpoints(models)
+    targets = [old, new] if damage == "every file" else [new]
+    for path in targets:
+        with open(path, "wb") as f:
+            f.write(b"" if damage == "empty" else b"PAR1 this is not an Arrow file" * 10)
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        path = latest_checkpoint(models, "k")
+    assert path == (None if damage == "every file" else old)
+    assert len(caplog.records) == len(targets)
+    if damage == "every file":
+        with pytest.raises(FileNotFoundError, match="holds no valid checkpoint"):
+            read_checkpoint(key_dir(models, "k"))
+        assert resume_offsets(models, "topic") == {}
+
+
+def test_a_flipped_bit_in_a_weight_is_detected_and_falls_back(tmp_path, caplog):
+    models = str(tmp_path)
+    old, new = two_checkpoints(models)
+    weights = read_checkpoint(new).column("w").to_pylist()
+    weight = next(w for w in weights if w != 0)
+    data = bytearray(open(new, "rb").read())
+    packed = struct.pack("<d", weight)
+    assert data.count(packed) == 1
+    data[data.index(packed) + 7] ^= 0x10  # exponent bit 8: the weight is scaled by 2^±256
+    with open(new, "wb") as f:
+        f.write(bytes(data))
+    damaged = pa.ipc.open_file(new).read_all()  # still a readable Arrow file ...
+    changed = set(damaged.column("w").to_pylist()) - set(weights)
+    assert len(changed) == 1 and np.isfinite(list(changed)[0])  # ... with one finite weight off
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert latest_checkpoint(models, "k") == old
+    assert "checksum does not match" in caplog.text and new in caplog.text
+    with pytest.raises(ValueError, match="checksum does not match"):
+        read_checkpoint(new)
+
+
+def test_a_changed_metadata_value_is_detected(tmp_path):
+    models = str(tmp_path)
+    old, new = two_checkpoints(models)
+    data = open(new, "rb").read()
+    assert data.count(b'"examples_seen": 20') == 2  # the schema is stored twice
+    with open(new, "wb") as f:
+        f.write(data.replace(b'"examples_seen": 20', b'"examples_seen": 30'))
+    with pytest.raises(ValueError, match="checksum does not match"):
+        read_checkpoint(new)
+    assert latest_checkpoint(models, "k") == old
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("column", ["w", "s"])
+def test_a_non_finite_state_value_with_a_valid_checksum_is_refused(tmp_path, caplog, bad, column):
+    models = str(tmp_path)
+    old = write_checkpoint(models, "k", model_table("k", n=10), 10)
+    table = model_table("k", n=20)
+    values = table.column(column).to_numpy().copy()
+    values[0] = bad
+    table = table.set_column(table.column_names.index(column), column, pa.array(values))
+    new = write_checkpoint(models, "k", table, 20)  # the writer checks nothing
+    with pytest.raises(ValueError, match=f"invalid checkpoint .*: model column '{column}' holds "
+                                         f"{bad}, not finite"):
+        read_checkpoint(new)
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert latest_checkpoint(models, "k") == old
+    assert "not finite" in caplog.text
+
+
+def test_a_checkpoint_without_a_checksum_is_refused(tmp_path, caplog):
+    models = str(tmp_path)
+    old = write_checkpoint(models, "k", model_table("k", n=10), 10)
+    unsealed = os.path.join(key_dir(models, "k"), "ckpt-000000000020.arrow")
+    with open(unsealed, "wb") as f:
+        f.write(table_to_bytes(model_table("k", n=20)))
+    with pytest.raises(ValueError, match="it has no checksum"):
+        read_checkpoint(unsealed)
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert latest_checkpoint(models, "k") == old
+
+
+def test_metadata_with_a_wrong_dimension_gives_a_clear_error(tmp_path):
+    models = str(tmp_path)
+    table = model_table("k")
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    meta["dim"] = 3  # the table has feature indices up to 5
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+    with pytest.raises(ValueError, match=r"model column 'index' holds \d, outside 0..2"):
+        from_arrow(table)
+    path = write_checkpoint(models, "k", table, 60)  # sealed: the checksum matches
+    with pytest.raises(ValueError, match=r"invalid checkpoint .*: model column 'index' holds "):
+        read_checkpoint(path)
+    assert latest_checkpoint(models, "k") is None
+
+
+# --- from_arrow refuses what to_arrow could not have written -------------------------------------
+
+def with_meta(table, **changes):
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    for name, value in changes.items():
+        if value is DELETE:
+            del meta[name]
+        else:
+            meta[name] = value
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+
+
+DELETE = object()
+
+
+def replace_column(table, name, array):
+    return table.set_column(table.column_names.index(name), name, array)
+
+
+def kotlowski2_table():
+    return KeyedModel("k", trained_state("kotlowski2")).to_table()
+
+
+BAD_TABLES = {
+    "dim 0": (lambda t: with_meta(t, dim=0), "'dim' is 0, outside 1.."),
+    "dim negative": (lambda t: with_meta(t, dim=-6), "'dim' is -6, outside 1.."),
+    "dim a string": (lambda t: with_meta(t, dim="6"), "'dim' is '6', not an integer"),
+    "dim a float": (lambda t: with_meta(t, dim=6.5), "'dim' is 6.5, not an integer"),
+    "dim huge": (lambda t: with_meta(t, dim=1 << 40), "'dim' is 1099511627776, outside"),
+    "no dim": (lambda t: with_meta(t, dim=DELETE), "'dim' is None, not an integer"),
+    "no classes": (lambda t: with_meta(t, n_classes=0), "'n_classes' is 0, outside 1.."),
+    "bias index past dim": (lambda t: with_meta(t, bias_index=6), "'bias_index' is 6, outside -1..5"),
+    "bias index below -1": (lambda t: with_meta(t, bias_index=-2), "'bias_index' is -2"),
+    "negative examples": (lambda t: with_meta(t, examples_seen=-1), "'examples_seen' is -1"),
+    "nan loss": (lambda t: with_meta(t, cumulative_loss=float("nan")), "cumulative_loss is nan"),
+    "unknown algorithm": (lambda t: with_meta(t, algorithm="nope"), "unknown algorithm 'nope'"),
+    "unknown loss": (lambda t: with_meta(t, loss="nope"), "unknown loss 'nope'"),
+    "algorithm not a string": (lambda t: with_meta(t, algorithm=["nag"]), "not a string"),
+    "missing hyperparameter": (lambda t: with_meta(t, hyperparameters={}),
+                               "nag takes hyperparameters ['learning_rate']"),
+    "extra hyperparameter": (lambda t: with_meta(t, hyperparameters={"learning_rate": 0.5,
+                                                                     "x": 1.0}), "the model has"),
+    "nan hyperparameter": (lambda t: with_meta(t, hyperparameters={"learning_rate": float("nan")}),
+                           "hyperparameter 'learning_rate' is nan"),
+    "scalar list too short": (lambda t: with_meta(t, scalars={"t": [], "N": [1.0]}),
+                              "scalar 't' is not a list of 1 values"),
+    "scalar missing": (lambda t: with_meta(t, scalars={"t": [1.0]}), "scalar 'N' is not a list"),
+    "scalar infinite": (lambda t: with_meta(t, scalars={"t": [1.0], "N": [float("inf")]}),
+                        "scalar 'N' is inf, not finite"),
+    "metadata not an object": (lambda t: t.replace_schema_metadata({METADATA_KEY: b"[1, 2]"}),
+                               "not a JSON object"),
+    "metadata not JSON": (lambda t: t.replace_schema_metadata({METADATA_KEY: b"{nope"}), ""),
+    "no metadata": (lambda t: t.replace_schema_metadata({}), "no 'unitless' metadata"),
+    "schema version": (lambda t: with_meta(t, schema_version=2), "schema version 2"),
+    "index past dim": (lambda t: replace_column(t, "index", pa.array(
+        [7] + t.column("index").to_pylist()[1:], pa.int64())), "'index' holds 7, outside 0..5"),
+    "negative index": (lambda t: replace_column(t, "index", pa.array(
+        [-1] + t.column("index").to_pylist()[1:], pa.int64())), "'index' holds -1"),
+    "class past K": (lambda t: replace_column(t, "class", pa.array(
+        [1] * t.num_rows, pa.int32())), "'class' holds 1, outside 0..0"),
+    "index a float": (lambda t: replace_column(t, "index", t.column("index").cast(pa.float64())),
+                      "'index' is double, not an integer"),
+    "index with a null": (lambda t: replace_column(t, "index", pa.array(
+        [None] + t.column("index").to_pylist()[1:], pa.int64())), "'index' has null values"),
+    "row twice": (lambda t: pa.concat_tables([t, t.slice(0, 1)]), "(class, index) row twice"),
+    "no w column": (lambda t: t.drop_columns(["w"]), "has no 'w' column"),
+    "w twice": (lambda t: t.append_column("w", t.column("w")), "has 2 'w' columns"),
+    "no name column": (lambda t: t.drop_columns(["name"]), "has no 'name' column"),
+    "w as float32": (lambda t: replace_column(t, "w", t.column("w").cast(pa.float32())),
+                     "'w' is float, not double"),
+    "w with a null": (lambda t: replace_column(t, "w", pa.array(
+        [None] + t.column("w").to_pylist()[1:], pa.float64())), "'w' has null values"),
+    "name as numbers": (lambda t: replace_column(t, "name", pa.array(range(t.num_rows))),
+                        "'name' is int64, not string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_from_arrow_refuses_a_bad_table_with_a_one_line_value_error(case):
+    damage, expected = BAD_TABLES[case]
+    table = damage(model_table("k"))
+    with pytest.raises(ValueError) as err:
+        from_arrow(table)
+    message = str(err.value)
+    assert expected in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("narrow", "'S_pinv' is fixed_size_list<item: double>[5], not fixed_size_list<item: double>[6]"),
+    ("nan", "'P' holds nan, not finite"),
+    ("list", "'S_pinv' is list<item: double>, not fixed_size_list"),
+])
+def test_from_arrow_refuses_bad_matrix_columns(case, expected):
+    table = kotlowski2_table()
+    assert from_arrow(table).M.any()
+    name = "P" if case == "nan" else "S_pinv"
+    rows = table.column(name).to_pylist()
+    if case == "narrow":
+        array = pa.FixedSizeListArray.from_arrays(pa.array([v for r in rows for v in r[:5]]), 5)
+    elif case == "nan":
+        rows[0][0] = float("nan")
+        array = pa.FixedSizeListArray.from_arrays(pa.array([v for r in rows for v in r]), 6)
+    else:
+        array = pa.array(rows, pa.list_(pa.float64()))
+    with pytest.raises(ValueError) as err:
+        from_arrow(replace_column(table, name, array))
+    assert expected in str(err.value)
+
+
+def test_valid_tables_still_round_trip_bit_exactly():
+    for algorithm in ("nag", "kotlowski2", "scinol2", "omd_pnorm"):
+        state = trained_state(algorithm)
+        restored = from_arrow(KeyedModel("k", state).to_table())
+        for a, b in ((state.V, restored.V), (state.M, restored.M), (state.S, restored.S)):
+            assert a.tobytes() == b.tobytes()
+
+
+def test_the_checksum_does_not_depend_on_chunking(tmp_path):
+    table = seal(model_table("k"), "k")
+    rechunked = pa.concat_tables([table.slice(0, 2), table.slice(2)])
+    assert rechunked.column("w").num_chunks == 2
+    from unitless.pipelines.checkpoints import check_table, checksum
+    assert checksum(rechunked) == checksum(table)
+    check_table(rechunked)
+    kot = seal(kotlowski2_table(), "k")
+    check_table(pa.concat_tables([kot.slice(0, 1), kot.slice(1)]))
+
+
+# --- failed writes -------------------------------------------------------------------------------
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    disk = tmp_path / "tiny"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tiny tmpfs to fill: {mounted.stderr.strip()}")
+    try:
+        models = str(disk / "models")
+        small = write_checkpoint(models, "k", model_table("k", n=10), 10)
+        directory = key_dir(models, "k")
+        before = sorted(os.listdir(directory))
+        big = KeyedModel("k", trained_state("nag", n=50, dim=5000)).to_table()
+        assert len(table_to_bytes(big)) > 64 * 1024
+        with pytest.raises(OSError) as err:
+            write_checkpoint(models, "k", big, 50)
+        assert err.value.errno == 28  # ENOSPC: no space left on device
+        assert sorted(os.listdir(directory)) == before  # no temporary file, no new pointer
+        assert latest_checkpoint(models, "k") == small
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+# --- end to end --------------------------------------------------------------------------------
+
+def test_train_with_hostile_keys_keeps_every_model_inside_the_model_dir(tmp_path, capsys):
+    keys = ["..", ".", "", "k" * 300]
+    rng = np.random.default_rng(3)
+    path = tmp_path / "data.csv"
+    with open(path, "w") as f:
+        f.write("id,segment,label,f1,f2\n")
+        for i in range(200):
+            f.write(f"e{i},{keys[i % 4]},{rng.choice([-1, 1])},{rng.normal()!r},"
+                    f"{rng.normal() * 1e3!r}\n")
+    box = tmp_path / "box"
+    models = box / "models"
+    models.mkdir(parents=True)
+    decoy = table_to_bytes(seal(model_table("decoy"), "decoy"))
+    (box / "ckpt-000000000001.arrow").write_bytes(decoy)
+    (box / "latest").write_text("ckpt-000000000001.arrow")
+    before = snapshot(str(box), str(models))
+    code = main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "segment", "--chunk-size", "10", "--checkpoint-every", "20",
+                 "--keep-checkpoints", "1", "--model-dir", str(models),
+                 "--predictions", str(tmp_path / "pred"), "--dead-letter", str(tmp_path / "dead")])
+    assert code == 0
+    assert snapshot(str(box), str(models)) == before
+    assert sorted(os.listdir(models)) == sorted(key_dir_name(k) for k in keys)
+    assert model_keys(str(models)) == sorted(keys)
+    for key in keys:
+        directory = key_dir(str(models), key)
+        assert sorted(os.listdir(directory)) == ["ckpt-000000000050.arrow", "latest"]
+        capsys.readouterr()
+        assert main(["inspect", directory, "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["model_key"] == key and info["examples_seen"] == 50
+        assert info["file"] == os.path.join(directory, "ckpt-000000000050.arrow")
+    assert load_checkpoint(key_dir(str(models), ".."))[0].startswith(str(models) + os.sep)

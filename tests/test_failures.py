@@ -1,0 +1,125 @@
+"""Failures a user can cause end in one line naming the cause, a non-zero exit and nothing
+half-written; --resume refuses to continue a model with other settings or to learn a file twice."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from unitless.cli import main
+from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+
+ROWS = 3000
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "data.csv"
+    with open(path, "w") as f:
+        f.write("id,segment,label,x,z\n")
+        for i in range(ROWS):
+            f.write(f"e{i},{'ab'[i % 2]},{1 if i % 3 else -1},{i * 1e3},{(i % 7) * 1e-3}\n")
+    return path
+
+
+def train(tmp_path, data, *extra, out="out"):
+    return main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", str(tmp_path / out / "models"),
+                 "--predictions", str(tmp_path / out / "pred"),
+                 "--dead-letter", str(tmp_path / out / "dead"), *extra])
+
+
+def one_error_line(capsys):
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if line.startswith("unitless:") or "Traceback" in line]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def examples_seen(models, key):
+    table = read_checkpoint(latest_checkpoint(str(models), key))
+    return json.loads(table.schema.metadata[b"unitless"])["examples_seen"]
+
+
+def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, data, capsys):
+    started = time.time()
+    assert train(tmp_path, data, "--predictions", "kafka://127.0.0.1:9/predictions") == 2
+    assert time.time() - started < 30
+    line = one_error_line(capsys)
+    assert line.startswith("unitless: error: Kafka broker 127.0.0.1:9 unreachable"), line
+    assert not (tmp_path / "out" / "models").exists() or not any(
+        (tmp_path / "out" / "models").iterdir())
+
+
+@pytest.mark.parametrize("output", ["--predictions", "--dead-letter", "--model-dir"])
+def test_an_unwritable_output_directory_is_one_line(tmp_path, data, capsys, output):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert train(tmp_path, data, output, str(blocker / "out")) == 2
+    line = one_error_line(capsys)
+    assert "Not a directory" in line and str(blocker) in line, line
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real 256 KiB file system (tmpfs; needs root)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, data, capsys,
+                                                                 full_disk):
+    assert train(tmp_path, data, "--predictions", str(full_disk / "pred"),
+                 "--output-format", "jsonl") == 2
+    line = one_error_line(capsys)
+    assert "No space left on device" in line and str(full_disk / "pred") in line, line
+    assert [p.name for p in (full_disk / "pred").iterdir()] == []
+
+
+def test_resume_refuses_other_settings_and_allows_a_hyperparameter_change_when_asked(
+        tmp_path, data, capsys):
+    assert train(tmp_path, data, "--algorithm", "nag") == 0
+    capsys.readouterr()
+    assert train(tmp_path, data, "--algorithm", "scinol2", "--resume") == 2
+    line = one_error_line(capsys)
+    assert "was trained with --algorithm nag, not scinol2" in line, line
+    assert train(tmp_path, data, "--bits", "20", "--resume") == 2
+    assert "--bits 18, not 20" in one_error_line(capsys)
+    assert train(tmp_path, data, "--loss", "hinge", "--resume") == 2
+    assert "--loss logistic, not hinge" in one_error_line(capsys)
+    assert train(tmp_path, data, "--learning-rate", "0.1", "--resume") == 2
+    line = one_error_line(capsys)
+    assert "--learning-rate 0.5, not 0.1" in line and "--allow-hyperparameter-change" in line
+    more = tmp_path / "more.csv"
+    more.write_text(data.read_text().replace("\ne", "\nmore-e"))  # new examples, new ids
+    assert train(tmp_path, more, "--learning-rate", "0.1", "--resume",
+                 "--allow-hyperparameter-change") == 0
+    assert examples_seen(tmp_path / "out" / "models", "a") == ROWS
+    table = read_checkpoint(latest_checkpoint(str(tmp_path / "out" / "models"), "a"))
+    assert json.loads(table.schema.metadata[b"unitless"])["hyperparameters"] == {
+        "learning_rate": 0.1}
+
+
+def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, data):
+    os.symlink(data, tmp_path / "link.csv")
+    assert train(tmp_path, data) == 0
+    models = tmp_path / "out" / "models"
+    before = {k: examples_seen(models, k) for k in "ab"}
+    assert before == {"a": ROWS // 2, "b": ROWS // 2}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for spelling in ("data.csv", "./data.csv", "link.csv", str(tmp_path / "." / "data.csv")):
+            assert train(tmp_path, spelling, "--resume") == 0
+    finally:
+        os.chdir(cwd)
+    assert {k: examples_seen(models, k) for k in "ab"} == before
