@@ -8,6 +8,7 @@ import time
 import pytest
 
 from unitless.cli import main
+from unitless.connectors.files import read_output
 from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
 
 ROWS = 3000
@@ -123,3 +124,25 @@ def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, data):
     finally:
         os.chdir(cwd)
     assert {k: examples_seen(models, k) for k in "ab"} == before
+
+
+def test_an_example_whose_loss_overflows_is_a_dead_letter_and_leaves_no_trace(tmp_path):
+    rows = [f"e{i},a,{(i % 5) - 2.0},{i % 7},{(i % 3) * 1e3}" for i in range(400)]
+    bad = {120: "e120,a,1e90,1,1e99", 250: "e250,a,-1e95,1e99,5"}  # line numbers (header: 1)
+    mixed = list(rows)
+    for number, text in bad.items():
+        mixed[number - 2] = text
+    paths = {}
+    for name, lines in (("mixed", mixed), ("good", [r for i, r in enumerate(rows)
+                                                    if i + 2 not in bad])):
+        paths[name] = tmp_path / f"{name}.csv"
+        paths[name].write_text("id,segment,label,x,z\n" + "\n".join(lines) + "\n")
+    for name in paths:
+        assert train(tmp_path, paths[name], "--loss", "squared", "--algorithm", "nag",
+                     out=name) == 0
+    dead = read_output(str(tmp_path / "mixed" / "dead")).to_pylist()
+    assert sorted(d["position"] for d in dead) == sorted(bad)
+    assert all("finite" in d["reason"] for d in dead)
+    mixed_model, good_model = (read_checkpoint(latest_checkpoint(
+        str(tmp_path / name / "models"), "a")) for name in ("mixed", "good"))
+    assert mixed_model.drop_columns(["name"]).equals(good_model.drop_columns(["name"]))

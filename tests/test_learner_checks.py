@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from unitless.learner import (ALGORITHMS, InvalidExampleError, dense_batch, from_arrow, learn,
-                              make_batch, new_state, to_arrow)
+                              learn_or_refuse, make_batch, new_state, to_arrow)
 
 INVARIANT = sorted(a for a, spec in ALGORITHMS.items() if spec.invariance != "none")
 NOT_INVARIANT = ["sgd", "adagrad", "adam"]
@@ -180,3 +180,41 @@ def test_a_saturated_loss_whose_squared_gradient_underflows_does_not_crash(algor
         state.V[1, 0, 0] = 1.0  # s
     learn(state, dense_batch([[1.0]], [1]))
     assert np.isfinite(state.V).all()
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_an_example_with_a_non_finite_outcome_is_refused_and_leaves_no_trace(algorithm):
+    # squared loss with labels of 1e90 and a feature value of 1e99: a loss, a squared gradient
+    # or a later prediction overflows (which one depends on the learner); any example that
+    # makes something non-finite is refused and the state restored to before it
+    X, y = stream(n=120, d=4)
+    y = y.copy()
+    y[[30, 31, 77]] = [1e90, -1e90, 1e95]
+    X = X.copy()
+    X[50, 1] = 1e99  # a feature value at the bound, whose square still fits in float64
+    plain = new_state(algorithm, X.shape[1], "squared")
+    outcome = learn(plain, dense_batch(X, y, bias=False))
+    overflows = not all(np.isfinite(a).all() for a in (outcome.scores, outcome.losses, plain.V,
+                                                      plain.S, plain.M))
+    state = new_state(algorithm, X.shape[1], "squared")
+    rows, result, refused = learn_or_refuse(state, dense_batch(X, y, bias=False))
+    assert bool(refused) == overflows  # refused exactly when plain learning overflows
+    assert all("finite" in reason for _, reason in refused)
+    kept = np.setdiff1d(np.arange(len(y)), [r for r, _ in refused])
+    assert rows.tolist() == kept.tolist()
+    clean = new_state(algorithm, X.shape[1], "squared")
+    expected = learn(clean, dense_batch(X[kept], y[kept], bias=False))
+    assert result.scores.tobytes() == expected.scores.tobytes()
+    for a, b in ((state.V, clean.V), (state.M, clean.M), (state.S, clean.S)):
+        assert a.tobytes() == b.tobytes()
+    assert (state.examples_seen, state.cumulative_loss) == (clean.examples_seen,
+                                                            clean.cumulative_loss)
+    assert np.isfinite(state.V).all() and np.isfinite(state.S).all()
+
+
+def test_values_beyond_the_bound_are_refused_before_learning():
+    state = new_state("nag", 3, "squared")
+    X = np.array([[1.0, 2.0], [1e101, 1.0], [1.0, 1.0]])
+    rows, _, refused = learn_or_refuse(state, dense_batch(X, [1.0, 2.0, 1e101]))
+    assert rows.tolist() == [0] and [r for r, _ in refused] == [1, 2]
+    assert "|x| ≤ 1e+100" in refused[0][1] and "|y| ≤ 1e+100" in refused[1][1]

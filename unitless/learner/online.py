@@ -84,6 +84,11 @@ def learn(state, batch):
     problems = check_batch(state, batch)
     if problems:
         raise InvalidExampleError(*problems[0])
+    return _learn_checked(state, batch)
+
+
+def _learn_checked(state, batch):
+    """``learn`` on a batch already checked."""
     n = len(batch)
     scores = np.empty((n, state.n_classes))
     losses = np.empty(n)
@@ -129,7 +134,7 @@ def _learn_finite(state, batch, rows, parts, refused):
     if not len(batch):
         return
     snapshot = _Snapshot(state, batch.indices)
-    result = learn(state, batch)
+    result = _learn_checked(state, batch)
     problem = snapshot.non_finite(state, result)
     if problem is None:
         parts.append((rows, result))
