@@ -10,12 +10,16 @@ import logging
 import os
 import re
 import sys
+import time
 from importlib import resources
 
-from .connectors.files import OUTPUT_FORMATS, expand_inputs
-from .connectors.formats import FORMATS, RecordSpec
-from .connectors.kafka import is_kafka
-from .learner import ALGORITHMS, LOSS_CODES
+from .console import configure_logging
+
+configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
+from .connectors.files import OUTPUT_FORMATS, expand_inputs  # noqa: E402
+from .connectors.formats import FORMATS, RecordSpec  # noqa: E402
+from .connectors.kafka import is_kafka  # noqa: E402
+from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
 
 HYPERPARAMETER_FLAGS = {  # flag -> hyperparameter name in the learner registry
     "learning_rate": "learning_rate", "alpha": "alpha", "epsilon": "epsilon",
@@ -30,16 +34,27 @@ def bundled_example():
 
 
 def _input_args(p):
-    p.add_argument("--input", action="append",
-                   help="file path or glob (repeatable; gzip ok), or kafka://host:port/topic")
-    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    p.add_argument("--input", action="append", nargs="+", metavar="PATH",
+                   help="file paths or globs (one or more, repeatable; gzip ok), or "
+                        "kafka://host:port/topic")
+    p.add_argument("--format", choices=FORMATS,
+                   help="input format, for files of any extension (default: from the extension)")
     p.add_argument("--label-column", default="label")
     p.add_argument("--id-column")
     p.add_argument("--model-key-column", help="one independent model per value of this column")
     p.add_argument("--weight-column", help="importance weight column")
     p.add_argument("--categorical-columns", default="",
                    help="comma-separated columns whose values are categories (one-hot)")
-    p.add_argument("--delimiter", default=",", help="CSV field delimiter")
+    p.add_argument("--delimiter", default=",",
+                   help="CSV field delimiter, one character or several (e.g. ', '; "
+                        "'\\t' or tab for a tab); values are stripped of surrounding whitespace")
+    p.add_argument("--no-header", action="store_true",
+                   help="CSV: the first line is data, not column names")
+    p.add_argument("--columns",
+                   help="CSV: comma-separated names of the columns (default: the header line; "
+                        "with --no-header, the column numbers 0,1,...)")
+    p.add_argument("--ignore-columns", default="",
+                   help="comma-separated columns to drop (neither features nor anything else)")
     p.add_argument("--bits", type=int, default=18, help="hash features into 2^bits (default 18)")
     p.add_argument("--no-bias", action="store_true", help="no constant feature")
     p.add_argument("--predictions", default="out/predictions", help="output directory")
@@ -73,6 +88,10 @@ def parser():
                        help="with --resume: continue with the hyperparameters given now "
                             "(algorithm, loss, bits, bias and classes can never change)")
     train.add_argument("--log-every", type=float, default=10.0, help="seconds between progress logs")
+    train.add_argument("--max-dead-fraction", type=float, default=0.5,
+                       help="fail the run (exit 2) when more than this fraction of the records "
+                            "read is refused to the dead letters (default 0.5); a run that "
+                            "learns nothing always fails")
     for flag in HYPERPARAMETER_FLAGS:
         train.add_argument("--" + flag.replace("_", "-"), type=float)
     score = sub.add_parser("score", help="apply checkpointed models to examples (no learning)")
@@ -86,14 +105,31 @@ def parser():
     return top
 
 
+def _names(text):
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
+
+
+DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
+
+
 def record_spec(args, require_label=True):
+    delimiter = DELIMITER_NAMES.get(args.delimiter, args.delimiter)
+    if not delimiter:
+        raise ValueError("--delimiter cannot be empty")
+    columns = _names(args.columns) if args.columns is not None else None
+    if columns is not None and len(set(columns)) != len(columns):
+        raise ValueError(f"--columns names a column twice: {args.columns}")
     return RecordSpec(label=args.label_column, id=args.id_column, model_key=args.model_key_column,
                       weight=args.weight_column, bits=args.bits, bias=not args.no_bias,
-                      categorical=tuple(c for c in args.categorical_columns.split(",") if c),
-                      delimiter=args.delimiter, require_label=require_label)
+                      categorical=tuple(_names(args.categorical_columns)),
+                      delimiter=delimiter, require_label=require_label, columns=columns,
+                      header=not args.no_header, ignore=tuple(_names(args.ignore_columns)))
 
 
 def _inputs(args):
+    # --input a b --input c: [[a, b], [c]]
+    args.input = [path for group in args.input or [] for path in
+                  (group if isinstance(group, list) else [group])]
     if not args.input:
         args.input = [bundled_example()]
         args.id_column = args.id_column or "id"
@@ -106,11 +142,57 @@ def _inputs(args):
     files = [os.path.realpath(f) for f in expand_inputs(args.input)]
     fmt = args.format
     if fmt is None:
-        name = files[0][:-3] if files[0].endswith(".gz") else files[0]
-        fmt = EXTENSIONS.get(os.path.splitext(name)[1])
-        if fmt is None:
-            raise ValueError(f"cannot tell the format of {files[0]}; pass --format")
+        formats = {}
+        for path in files:
+            name = path[:-3] if path.endswith(".gz") else path
+            found = EXTENSIONS.get(os.path.splitext(name)[1].lower())
+            if found is None:
+                raise ValueError(f"cannot tell the format of {path} from its extension; pass "
+                                 f"--format ({', '.join(FORMATS)})")
+            formats.setdefault(found, path)
+        if len(formats) > 1:
+            raise ValueError("the inputs are of different formats (" + ", ".join(
+                f"{path}: {found}" for found, path in formats.items()) + "); read one format "
+                "per run")
+        fmt = next(iter(formats))
     return files, fmt
+
+
+def parse_args(argv=None):
+    """(unitless's arguments, Beam's): an argument neither knows is an error (exit 2)."""
+    args, rest = parser().parse_known_args(argv)
+    try:
+        unknown = _not_beam_options(rest)
+    except ValueError as err:
+        print(f"unitless: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if unknown:
+        what = "argument" if not unknown[0].startswith("-") else "option"
+        print(f"unitless: error: unknown {what} {unknown[0]!r} (not a unitless {args.command} "
+              "option, nor an Apache Beam pipeline option); see unitless "
+              f"{args.command} --help", file=sys.stderr)
+        raise SystemExit(2)
+    return args, rest
+
+
+def _not_beam_options(rest):
+    """The arguments among ``rest`` that no Beam pipeline option takes (positional arguments
+    too), parsed as Beam parses its options (every registered PipelineOptions class). A bad
+    value of a Beam option raises ValueError (one line, not Beam's usage of every option)."""
+    if not rest:
+        return []
+    from apache_beam.options.pipeline_options import PipelineOptions
+    parsers = []
+
+    def error(message):
+        raise ValueError(f"Beam pipeline option: {message}")
+
+    def capture(beam_parser):
+        beam_parser.error = error
+        parsers.append(beam_parser)
+
+    PipelineOptions(rest).get_all_options(add_extra_args_fn=capture)
+    return parsers[0].parse_known_args(rest)[1]
 
 
 def kafka_settings(pairs):
@@ -150,6 +232,7 @@ def _pipeline(beam_args):
 
 def train(args, beam_args):
     from .pipelines.config import TrainConfig
+    from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training, check_before_start
     files, fmt = _inputs(args)
     spec = ALGORITHMS[args.algorithm]
@@ -173,11 +256,30 @@ def train(args, beam_args):
     from .learner import new_state
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
     check_before_start(cfg)
-    with _pipeline(beam_args) as p:
-        build_training(p, cfg, streaming="--streaming" in beam_args)
+    started = time.time()
+    pipeline = _pipeline(beam_args)
+    build_training(pipeline, cfg, streaming="--streaming" in beam_args)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
+                       time.time() - started, _counter(result, "replayed_examples_skipped"))
+    print(render(model_lines(cfg.model_dir), counts))
     print(f"predictions: {_where(cfg.predictions)}")
     print(f"models:      {_where(cfg.model_dir)}")
     print(f"dead letters: {_where(cfg.dead_letter)}")
+    problem = refusal_problem(counts, args.max_dead_fraction,
+                              None if is_kafka(cfg.dead_letter) else cfg.dead_letter, started,
+                              cfg.resume)
+    if problem:
+        raise ValueError(problem)
+
+
+def _counter(result, name):
+    """The value of one of unitless's Beam counters, summed over the steps that count it."""
+    from apache_beam.metrics.metric import MetricsFilter
+    found = result.metrics().query(MetricsFilter().with_namespace("unitless").with_name(name))
+    return int(sum((r.committed if r.committed is not None else r.attempted) or 0
+                   for r in found["counters"]))
 
 
 def score(args, beam_args):
@@ -196,12 +298,8 @@ def inspect(args):
 
 
 def main(argv=None):
-    args, beam_args = parser().parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    # a failing DoFn is reported once, by us (one line) or by the re-raised exception
-    logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its retries are reported by us
+    args, beam_args = parse_args(argv)
+    configure_logging()
     try:
         if args.command == "train":
             train(args, beam_args)

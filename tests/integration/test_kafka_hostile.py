@@ -95,7 +95,8 @@ def consume(bootstrap, topic, expected, timeout=60):
 def train(tmp_path, bootstrap, topic, fmt, name):
     out = tmp_path / name
     common = ["--model-dir", str(out / "models"), "--predictions", str(out / "pred"),
-              "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "300"]
+              "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "300",
+              "--max-dead-fraction", "1"]
     if fmt != "csv":
         keyed = ["--model-key-column", "segment"] if fmt == "jsonl" else []
         assert main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", fmt,

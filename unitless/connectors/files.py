@@ -1,6 +1,5 @@
 """File sources (local paths and globs, gzip) and the per-bundle file sinks."""
 import base64
-import csv
 import glob
 import gzip
 import json
@@ -15,8 +14,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .durable import atomic_write
-from .formats import (BOM, PARSERS, block_from_table, count_byte, csv_table, empty_block,
-                      parse_table)
+from .formats import (BOM, PARSERS, _csv_fields, block_from_table, count_byte, csv_table,
+                      empty_block, parse_table)
 from .records import TextLines
 
 log = logging.getLogger("unitless")
@@ -39,14 +38,14 @@ def _open(path):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
-def _buffers(f, size):
-    """Consecutive runs of whole lines (bytes, each ending in a newline) read from f."""
-    rest = b""
+def _buffers(f, size, rest=b""):
+    """Consecutive runs of whole lines (bytes, each ending in a newline) read from f, after
+    ``rest`` (bytes read from f already)."""
     while True:
         data = f.read(size)
         if not data:
             if rest:
-                yield rest + b"\n"
+                yield rest if rest.endswith(b"\n") else rest + b"\n"
             return
         data = rest + data
         cut = data.rfind(b"\n") + 1
@@ -96,15 +95,61 @@ def _whole_buffer_csv(spec, data):
     return table
 
 
+def _first_line(f, data):
+    """(the first line that is not blank, as read (or b""), all bytes read) from f after
+    ``data`` (bytes read from f already)."""
+    while True:
+        for line in data.split(b"\n")[:-1]:
+            if line.strip():
+                return line, data
+        more = f.readline()
+        if not more:
+            last = data.rsplit(b"\n", 1)[-1]
+            return (last if last.strip() else b""), data
+        data += more
+
+
 def _csv_header(f, path, spec):
-    header = f.readline().decode("utf-8", errors="replace").rstrip("\r\n")
-    if not header.strip():
-        raise ValueError(f"{path}: CSV file has no header line")
-    columns = next(csv.reader([header], delimiter=spec.delimiter))
-    spec = replace(spec, columns=[c.strip() for c in columns])
+    """(spec with the file's column names, bytes read from f that hold data, line number of
+    the first data line). The names are the header line's, or with spec.header false those in
+    spec.columns, else the column numbers 0, 1, ... of the first line. A UTF-8 BOM starting
+    the file is skipped."""
+    if spec.header:
+        line = f.readline()
+        header = line.decode("utf-8", errors="replace").rstrip("\r\n").removeprefix("\ufeff")
+        if not header.strip():
+            raise ValueError(f"{path}: CSV file has no header line (for a file without one, "
+                             "pass --no-header, and --columns to name its columns)")
+        names = [c.strip() for c in _csv_fields(header, spec.delimiter)]
+        if spec.columns is not None:
+            if len(spec.columns) != len(names):
+                raise ValueError(f"{path}: --columns names {len(spec.columns)} columns, the "
+                                 f"header line {len(names)}")
+            names = list(spec.columns)
+        rest, number = b"", 2
+    else:
+        rest, number = f.read(len(BOM)), 1
+        if rest == BOM:
+            rest = b""
+        names = spec.columns
+        if names is None:
+            line, rest = _first_line(f, rest)
+            n = len(_csv_fields(line.decode("utf-8", errors="replace").rstrip("\r"),
+                                spec.delimiter)) if line else 0
+            names = [str(i) for i in range(n)]
+    spec = replace(spec, columns=list(names))
+    where = "header" if spec.header else "columns"
     if spec.require_label and spec.label not in spec.columns:
-        raise ValueError(f"{path}: label column {spec.label!r} not in header {spec.columns}")
-    return spec
+        raise ValueError(f"{path}: label column {spec.label!r} not in {where} {spec.columns}")
+    missing = [c for c in spec.ignore if c not in spec.columns]
+    if missing:
+        raise ValueError(f"{path}: --ignore-columns {','.join(missing)} not in {where} "
+                         f"{spec.columns}")
+    dropped = [c for c in (spec.label, spec.id, spec.model_key, spec.weight) if c in spec.ignore]
+    if dropped:
+        raise ValueError(f"--ignore-columns drops {', '.join(dropped)}, which is the label, id, "
+                         "model key or weight column")
+    return spec, rest, number
 
 
 def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
@@ -126,11 +171,10 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     parse = PARSERS[fmt]
     blank_lines = 0
     with _open(path) as f:
-        number = 1  # line number of the buffer's first line
+        number, rest = 1, b""  # line number of the buffer's first line
         if fmt == "csv":
-            spec = _csv_header(f, path, spec)
-            number = 2
-        for data in _buffers(f, buffer_bytes):
+            spec, rest, number = _csv_header(f, path, spec)
+        for data in _buffers(f, buffer_bytes, rest):
             table = _whole_buffer_csv(spec, data) if fmt == "csv" else None
             if table is not None:
                 for a in range(0, table.num_rows, chunk_size):

@@ -50,11 +50,14 @@ class RecordSpec:
     categorical: tuple = ()
     delimiter: str = ","
     require_label: bool = True  # scoring reads examples that may have no label (NaN)
-    columns: list = field(default=None)  # CSV header, set by the reader
+    columns: list = field(default=None)  # CSV column names: given, or the reader sets them
+    header: bool = True  # CSV: the first line names the columns (else it is data)
+    ignore: tuple = ()  # columns dropped: neither features nor anything else
 
     @property
     def special(self):
-        return {c for c in (self.label, self.id, self.model_key, self.weight) if c}
+        """Fields that are not features."""
+        return {c for c in (self.label, self.id, self.model_key, self.weight, *self.ignore) if c}
 
 
 class BadRecord(ValueError):
@@ -445,8 +448,8 @@ def parse_csv(spec, source, items):
     """items: (position, raw record: bytes, or text) of data lines; spec.columns is the
     header."""
     if spec.columns is None:
-        raise ValueError("CSV records need their column names (RecordSpec.columns); a file's "
-                         "header line gives them")
+        raise ValueError("CSV records need their column names (RecordSpec.columns): a file's "
+                         "header line gives them, else pass --columns")
     lines = [raw for _, raw in items]
     table = _csv_lines_table(spec, lines)
     if table is not None:
@@ -456,7 +459,7 @@ def parse_csv(spec, source, items):
     n_columns = len(spec.columns)
 
     def one(line):
-        fields = _csv_fields(line, spec.delimiter)
+        fields = [f.strip() for f in _csv_fields(line, spec.delimiter)]
         if len(fields) != n_columns:
             raise BadRecord(f"expected {n_columns} fields, got {len(fields)}")
         return _mapping_record(b, spec, dict(zip(spec.columns, fields)), strings_are_numbers=True)
@@ -479,8 +482,10 @@ def _csv_lines_table(spec, lines):
 
 
 def _csv_fields(line, delimiter):
-    """The fields of one CSV line, of any size (the line is in memory already)."""
-    if '"' not in line and "\r" not in line and "\n" not in line:
+    """The fields of one CSV line, of any size (the line is in memory already), as written
+    (the caller strips them). A delimiter of several characters (e.g. ', ') splits the line
+    wherever it occurs: quotes are then characters like any other."""
+    if len(delimiter) != 1 or ('"' not in line and "\r" not in line and "\n" not in line):
         return line.split(delimiter)  # what csv.reader gives for such a line, faster
     if len(line) > csv.field_size_limit():
         csv.field_size_limit(len(line))  # process-wide, and only ever raised
@@ -499,15 +504,44 @@ def csv_table(spec, data):
     return _or_none(_read_csv, spec, data)
 
 
+def _arrow_delimiter(delimiter, data):
+    """(the one-character delimiter Arrow can split the data at as the per-line path splits it
+    at ``delimiter``, whether Arrow may read quotes) or None. A delimiter of several characters
+    (', ') works when it is one character with whitespace around it and that character occurs
+    in the data only within the delimiter: splitting at the character and stripping the values
+    then gives what splitting at the delimiter and stripping gives (quotes stay characters)."""
+    if len(delimiter) == 1:
+        return delimiter, True
+    char = delimiter.strip()
+    if len(char) != 1 or len(char.encode()) != 1:
+        return None
+    if data.count(char.encode()) != data.count(delimiter.encode()):
+        return None
+    return char, False
+
+
 def _read_csv(spec, data):
-    strings = {c: pa.string() for c in (spec.id, spec.model_key) if c}
-    types = {c: strings.get(c, pa.float64()) for c in spec.columns}
+    delimiter = _arrow_delimiter(spec.delimiter, data)
+    if delimiter is None:
+        return None
+    delimiter, quoting = delimiter
+    strings = [c for c in (spec.id, spec.model_key) if c and c in spec.columns]
+    types = {c: pa.string() if c in strings else pa.float64() for c in spec.columns}
+    convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                   null_values=[""])
+    if spec.ignore:
+        convert.include_columns = [c for c in spec.columns if c not in spec.ignore]
     table = pacsv.read_csv(
         pa.BufferReader(data),
         read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=True),
-        parse_options=pacsv.ParseOptions(delimiter=spec.delimiter, ignore_empty_lines=False),
-        convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
-                                            null_values=[""]))
+        parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"' if quoting else False,
+                                         ignore_empty_lines=False),
+        convert_options=convert)
+    # values are stripped of surrounding whitespace, as on the per-line path (Arrow strips
+    # numbers itself)
+    for c in strings:
+        i = table.column_names.index(c)
+        table = table.set_column(i, c, pc.utf8_trim_whitespace(table.column(i)))
     if spec.label in spec.columns and table.column(spec.label).null_count:
         return None
     if spec.weight and table.column(spec.weight).null_count:

@@ -31,12 +31,13 @@ class KeyedModel:
     checkpoint_time: float = field(default_factory=time.time)
     checkpoint_id: str = None
     token: str = None
+    errors: float = 0.0  # classification: examples whose predicted class was wrong (weighted 1)
 
     def to_table(self):
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
-            "token": self.token, "time": time.time()})
+            "token": self.token, "time": time.time(), "errors": self.errors})
 
     def to_bytes(self):
         """Token (32 ASCII bytes) + Arrow IPC file: the form kept in Beam state."""
@@ -53,7 +54,7 @@ class KeyedModel:
         return cls(meta.get("model_key", ""), from_arrow(table),
                    {k: int(v) for k, v in (meta.get("input_positions") or {}).items()},
                    int(meta.get("checkpoint_examples", -1)), time.time(),
-                   meta.get("checkpoint_id"), meta.get("token"))
+                   meta.get("checkpoint_id"), meta.get("token"), float(meta.get("errors", 0.0)))
 
     @classmethod
     def from_bytes(cls, data):
@@ -108,6 +109,7 @@ class KeyedModel:
         if loss in CLASSIFICATION_LOSSES:
             labels = block.labels if self.state.n_classes > 1 else np.where(block.labels > 0, 1, -1)
             error = (predicted_class(scores) != labels).astype(np.float64)
+            self.errors += float(error.sum())
         return pa.table([
             block.ids, pa.repeat(pa.scalar(self.key, pa.string()), n),
             pa.array(prediction), pa.array(prob, pa.float64()) if prob is not None

@@ -96,7 +96,7 @@ def new_keyed_model(cfg, key):
         found = load_latest(cfg.model_dir, key)
         if found:
             path, table = found
-            log.info("model %r resumes from %s", key, path)
+            log.debug("model %r resumes from %s", key, path)
             model = KeyedModel.from_table(table)
             check_resume(cfg, model.state, path)
             if cfg.allow_hyperparameter_change:
@@ -210,7 +210,7 @@ class LearnDoFn(beam.DoFn):
         loss = model.progressive_loss()
         if math.isfinite(loss) and abs(loss) < 1e12:
             self.loss.update(int(1e6 * loss))
-        log.info("model %r: checkpoint %s (%d examples, progressive loss %.6f)", model.key, path,
+        log.debug("model %r: checkpoint %s (%d examples, progressive loss %.6f)", model.key, path,
                  model.state.examples_seen, loss)
 
     def _log(self, model, n):

@@ -1,0 +1,74 @@
+"""What `unitless train` tells its user: a table per model key whose progressive loss and error
+rate are those of the predictions it wrote, and a failure (one line, exit 2) when it learned
+nothing or refused too much, naming the commonest reason and a record that had it."""
+import subprocess
+import sys
+
+import pytest
+
+from unitless.cli import main
+from unitless.connectors.files import read_output
+
+
+def write(path, rows):
+    path.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in rows))
+    return path
+
+
+def good_rows(n, start=0):
+    return [f"e{i},{'ab'[i % 2]},{1 if (i * 7) % 5 < 3 else -1},{i % 11 - 5},{(i % 3) * 1e4}"
+            for i in range(start, start + n)]
+
+
+def train(tmp_path, path, *extra):
+    return main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", str(tmp_path / "models"),
+                 "--predictions", str(tmp_path / "pred"), "--dead-letter", str(tmp_path / "dead"),
+                 *extra])
+
+
+def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, capsys):
+    assert train(tmp_path, write(tmp_path / "d.csv", good_rows(900))) == 0
+    out = capsys.readouterr().out.splitlines()
+    predictions = read_output(str(tmp_path / "pred")).to_pylist()
+    for key in "ab":
+        rows = [p for p in predictions if p["model_key"] == key]
+        line = next(line for line in out if line.startswith(repr(key)))
+        _, examples, loss, error, checkpoint = line.split()
+        assert int(examples.replace(",", "")) == len(rows) == 450
+        assert float(loss) == pytest.approx(sum(p["loss"] for p in rows) / len(rows), abs=1e-6)
+        assert float(error) == pytest.approx(sum(p["error"] for p in rows) / len(rows),
+                                             abs=1e-4)
+        assert checkpoint.endswith("ckpt-000000000450.arrow")
+    assert any(line.startswith("this run: 900 examples learned") and "0 records refused" in line
+               for line in out)
+
+
+def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, capsys):
+    rows = [r.replace(",1,", ",2,").replace(",-1,", ",2,") for r in good_rows(50)]
+    assert train(tmp_path, write(tmp_path / "d.csv", rows)) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("unitless: error: no example was learned: all 50 records were "
+                          "refused; commonest reason: label 2.0 is not a logistic label")
+    assert "(50 records), e.g. " in err and f"{tmp_path / 'd.csv'} at 2: 'e0,a,2," in err
+
+
+def test_more_refused_than_the_allowed_fraction_fails_unless_allowed(tmp_path, capsys):
+    rows = good_rows(40) + [f"x{i},a,1,not-a-number,1" for i in range(60)]
+    path = write(tmp_path / "d.csv", rows)
+    assert train(tmp_path, path) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "60 of 100 records were refused (60%, more than --max-dead-fraction 0.5)" in err
+    assert "commonest reason: feature 'x' 'not-a-number' is not a number (60 records)" in err
+    assert train(tmp_path / "again", path, "--max-dead-fraction", "0.7") == 0
+
+
+def test_beams_own_warnings_are_not_shown_to_the_commands_user(tmp_path):
+    path = write(tmp_path / "d.csv", good_rows(20))
+    done = subprocess.run([sys.executable, "-m", "unitless.cli", "train", "--input", str(path),
+                           "--model-dir", str(tmp_path / "m"), "--predictions",
+                           str(tmp_path / "p"), "--dead-letter", str(tmp_path / "dl"),
+                           "--model-key-column", "segment", "--id-column", "id"],
+                          capture_output=True, text=True, check=True)
+    assert "apitools" not in done.stderr and "WARNING" not in done.stderr, done.stderr
+    assert "this run: 20 examples learned" in done.stdout

@@ -1,0 +1,27 @@
+"""How the `unitless` command talks to its user on stderr."""
+import logging
+
+
+def configure_logging():
+    """unitless's own messages (progress, checkpoints, warnings) on stderr; Beam's and
+    kafka-python's below ERROR are not for the user of the `unitless` command (for instance the
+    'apitools not found' warning Beam logs when it is imported); a failing DoFn is reported
+    once, by us (one line) or by the re-raised exception. Users embedding the transforms keep
+    their own logging."""
+    root = logging.getLogger()
+    if not any(getattr(h, "unitless", False) for h in root.handlers):
+        for plain in [h for h in root.handlers if type(h) is logging.StreamHandler]:
+            root.removeHandler(plain)  # the default one a module-level logging.warning adds
+        handler = logging.StreamHandler()
+        handler.unitless = True
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler.addFilter(_ours_or_serious)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its retries are reported by us
+
+
+def _ours_or_serious(record):
+    from_beam = "apache_beam" in record.pathname or record.name.startswith("apache_beam")
+    return record.levelno >= logging.ERROR or not from_beam

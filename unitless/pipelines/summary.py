@@ -1,0 +1,106 @@
+"""What a finished training run tells its user: a line per model key (examples, progressive
+loss, error rate, checkpoint), the run's totals, and whether it refused too much of its input
+to count as a success. Free of Beam: it reads the checkpoints and the dead letters on disk."""
+import glob
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from ..connectors.records import clip
+from ..learner import read_metadata
+from .checkpoints import load_latest, model_keys
+
+
+@dataclass
+class RunCounts:
+    """What this run did (from the runner's metrics)."""
+    examples: int   # examples learned
+    refused: int    # records sent to the dead letters
+    seconds: float  # wall time of the pipeline
+    skipped: int = 0  # examples read again after --resume and skipped, as learned before
+
+
+@dataclass
+class ModelLine:
+    key: str
+    examples: int            # examples the model has learned (over every run, with --resume)
+    progressive_loss: float
+    error_rate: float        # None for regression losses
+    checkpoint: str
+
+
+def model_lines(model_dir):
+    """A ModelLine for each model key with a valid checkpoint, most examples first."""
+    lines = []
+    for key in model_keys(model_dir):
+        found = load_latest(model_dir, key)
+        if found is None:
+            continue
+        meta = read_metadata(found[1])
+        seen = int(meta["examples_seen"])
+        classification = meta["loss"] in ("logistic", "hinge")
+        lines.append(ModelLine(key, seen, float(meta["progressive_loss"]),
+                               float(meta.get("errors", 0.0)) / max(seen, 1) if classification
+                               else None, found[0]))
+    return sorted(lines, key=lambda m: (-m.examples, m.key))
+
+
+def render(lines, counts, top=20):
+    """The run's table: the ``top`` models with most examples, then the totals."""
+    out = [f"{'model key':<24} {'examples':>10} {'prog. loss':>11} {'error':>7}  checkpoint"]
+    for m in lines[:top]:
+        error = "" if m.error_rate is None else f"{m.error_rate:.4f}"
+        out.append(f"{clip(repr(m.key), 24):<24} {m.examples:>10,} {m.progressive_loss:>11.6f} "
+                   f"{error:>7}  {m.checkpoint}")
+    if len(lines) > top:
+        out.append(f"... and {len(lines) - top} more model keys")
+    if lines:
+        total = sum(m.examples for m in lines)
+        loss = sum(m.progressive_loss * m.examples for m in lines) / max(total, 1)
+        out.append(f"{'all ' + str(len(lines)) + ' models':<24} {total:>10,} {loss:>11.6f}")
+    rate = counts.examples / counts.seconds if counts.seconds > 0 else 0.0
+    skipped = (f", {counts.skipped:,} skipped (learned before --resume)" if counts.skipped
+               else "")
+    out.append(f"this run: {counts.examples:,} examples learned ({rate:,.0f} examples/s over "
+               f"{counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
+    return "\n".join(out)
+
+
+def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resumed=False):
+    """None when the run learned something (or, resumed, found nothing new) and refused at
+    most ``max_fraction`` of what it read; else the one-line reason it failed, naming the
+    commonest refusal reason and an example record when the dead letters are files (those
+    written since ``since``)."""
+    read = counts.examples + counts.skipped + counts.refused
+    if (counts.examples or counts.skipped) and counts.refused <= max_fraction * read:
+        return None
+    if not read:
+        return None if resumed else "no example was learned: the input holds no records"
+    what = (f"{counts.refused:,} of {read:,} records were refused "
+            f"({counts.refused / read:.0%}, more than --max-dead-fraction {max_fraction:g})"
+            if counts.examples else f"no example was learned: all {read:,} records were refused")
+    example = commonest_refusal(dead_letter_dir, since) if dead_letter_dir else None
+    return what + (f"; commonest reason: {example}" if example else "")
+
+
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d[\d.e+-]*")
+
+
+def commonest_refusal(directory, since=None):
+    """The commonest reason among the dead letters written to ``directory`` since ``since``
+    (reasons alike but for the values they quote count as one), with one record that had it."""
+    rows = []
+    for path in glob.glob(os.path.join(directory, "part-*.jsonl")):
+        if since is None or os.path.getmtime(path) >= since:
+            with open(path, encoding="utf-8") as f:
+                rows.extend(json.loads(line) for line in f)
+    if not rows:
+        return None
+    kinds = Counter(_VALUES.sub("…", r["reason"]) for r in rows)
+    kind, n = kinds.most_common(1)[0]
+    row = next(r for r in rows if _VALUES.sub("…", r["reason"]) == kind)
+    raw = "" if row["raw"] is None else f" {clip(row['raw'], 80)!r}"
+    return (f"{row['reason']} ({n:,} records), e.g. {row['source']} at "
+            f"{row['position']}:{raw}")
