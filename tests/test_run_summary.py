@@ -42,6 +42,11 @@ def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, c
         assert checkpoint.endswith("ckpt-000000000450.arrow")
     assert any(line.startswith("this run: 900 examples learned") and "0 records refused" in line
                for line in out)
+    # `unitless inspect` on the model directory shows the same lines
+    assert main(["inspect", str(tmp_path / "models")]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert [line for line in shown if line.startswith("'")] == [
+        line for line in out if line.startswith("'")]
 
 
 def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, capsys):

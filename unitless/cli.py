@@ -99,7 +99,8 @@ def parser():
     score.add_argument("--model-dir", required=True,
                        help="model directory of a training run (one model per key)")
     inspect = sub.add_parser("inspect", help="summarise a checkpoint")
-    inspect.add_argument("checkpoint", help="checkpoint file, or a model key's directory")
+    inspect.add_argument("checkpoint", help="checkpoint file, a model key's directory, or a "
+                                            "model directory (a line per model key)")
     inspect.add_argument("--top", type=int, default=20)
     inspect.add_argument("--json", action="store_true")
     return top
@@ -292,8 +293,16 @@ def score(args, beam_args):
 
 
 def inspect(args):
+    from .pipelines.checkpoints import checkpoint_files, model_keys
     from .pipelines.inspect import summary, render
-    info = summary(args.checkpoint, args.top)
+    from .pipelines.summary import model_lines, render_models
+    path = args.checkpoint
+    if os.path.isdir(path) and not checkpoint_files(path) and model_keys(path):
+        lines = model_lines(path)  # a whole model directory: one line per model key
+        print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
+              else render_models(lines, args.top))
+        return
+    info = summary(path, args.top)
     print(json.dumps(info, indent=2) if args.json else render(info))
 
 

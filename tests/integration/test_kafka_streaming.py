@@ -83,26 +83,31 @@ def wait_for(condition, timeout, process):
 
 
 def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
+    """Three SIGKILLs at random points of a stream (more examples arriving while it is down),
+    each followed by --resume."""
     bootstrap, topic = broker.bootstrap_servers, "live"
     create_topics(bootstrap, topic, partitions=2)
-    total = 4000
-    produce(bootstrap, topic, 0, 2000)
+    total, kills = 4000, 3
+    produce(bootstrap, topic, 0, 1000)
     models = tmp_path / "models"
-    first = streaming(bootstrap, topic, models)
-    kill_after = random.Random().randint(200, 1800)  # examples learned by one model
+    rng = random.Random()
+    for k in range(kills):
+        pipeline = streaming(bootstrap, topic, models, *(["--resume"] if k else []))
+        learned = seen(models, "north")
+        kill_after = learned + rng.randint(50, 400)  # examples learned by one model
+        try:
+            assert wait_for(lambda: seen(models, "north") >= kill_after, 120, pipeline)
+        finally:
+            kill(pipeline)
+        produce(bootstrap, topic, 1000 * (k + 1), 1000)  # more arrives while it is down
+    last = streaming(bootstrap, topic, models, "--resume")
     try:
-        assert wait_for(lambda: seen(models, "north") >= kill_after // 2, 120, first)
-    finally:
-        kill(first)
-    produce(bootstrap, topic, 2000, total - 2000)  # more arrives while the pipeline is down
-    second = streaming(bootstrap, topic, models, "--resume")
-    try:
-        done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, second)
+        done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, last)
         assert done, {k: seen(models, k) for k in KEYS}
         time.sleep(2)  # nothing is learned twice after the end either
         assert all(seen(models, k) == total // 2 for k in KEYS)
     finally:
-        kill(second)
+        kill(last)
 
     assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
     assert_every_example_predicted(bootstrap, topic, total)

@@ -48,7 +48,17 @@ def model_lines(model_dir):
 
 
 def render(lines, counts, top=20):
-    """The run's table: the ``top`` models with most examples, then the totals."""
+    """The run's table: the ``top`` models with most examples, the totals, and the run."""
+    rate = counts.examples / counts.seconds if counts.seconds > 0 else 0.0
+    skipped = (f", {counts.skipped:,} skipped (learned before --resume)" if counts.skipped
+               else "")
+    return (render_models(lines, top) + "\n"
+            f"this run: {counts.examples:,} examples learned ({rate:,.0f} examples/s over "
+            f"{counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
+
+
+def render_models(lines, top=20):
+    """A line per model (the ``top`` with most examples), then the totals."""
     out = [f"{'model key':<24} {'examples':>10} {'prog. loss':>11} {'error':>7}  checkpoint"]
     for m in lines[:top]:
         error = "" if m.error_rate is None else f"{m.error_rate:.4f}"
@@ -60,11 +70,6 @@ def render(lines, counts, top=20):
         total = sum(m.examples for m in lines)
         loss = sum(m.progressive_loss * m.examples for m in lines) / max(total, 1)
         out.append(f"{'all ' + str(len(lines)) + ' models':<24} {total:>10,} {loss:>11.6f}")
-    rate = counts.examples / counts.seconds if counts.seconds > 0 else 0.0
-    skipped = (f", {counts.skipped:,} skipped (learned before --resume)" if counts.skipped
-               else "")
-    out.append(f"this run: {counts.examples:,} examples learned ({rate:,.0f} examples/s over "
-               f"{counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
     return "\n".join(out)
 
 
@@ -80,7 +85,8 @@ def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resu
         return None if resumed else "no example was learned: the input holds no records"
     what = (f"{counts.refused:,} of {read:,} records were refused "
             f"({counts.refused / read:.0%}, more than --max-dead-fraction {max_fraction:g})"
-            if counts.examples else f"no example was learned: all {read:,} records were refused")
+            if counts.examples or counts.skipped
+            else f"no example was learned: all {read:,} records were refused")
     example = commonest_refusal(dead_letter_dir, since) if dead_letter_dir else None
     return what + (f"; commonest reason: {example}" if example else "")
 
