@@ -17,7 +17,7 @@ from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
 from .connectors.files import OUTPUT_FORMATS, expand_inputs  # noqa: E402
-from .connectors.formats import FORMATS, RecordSpec  # noqa: E402
+from .connectors.formats import FORMATS, LabelMap, RecordSpec  # noqa: E402
 from .connectors.kafka import is_kafka  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
 
@@ -62,6 +62,13 @@ def _input_args(p):
     p.add_argument("--dead-letter", default="out/dead_letter",
                    help="directory for malformed records (JSON lines)")
     p.add_argument("--chunk-size", type=int, default=8192, help="examples per micro-batch")
+    p.add_argument("--classes", default="1", metavar="K|NAMES",
+                   help="K > 1: one-against-all over classes 1..K; or the comma-separated "
+                        "names of the classes (e.g. setosa,versicolor,virginica): the i-th "
+                        "name is class i, any other label is refused")
+    p.add_argument("--positive-label", metavar="VALUE",
+                   help="binary task: a label equal to VALUE (as text, spaces stripped) is "
+                        "+1, any other label -1 (e.g. '>50K', yes, 2)")
     p.add_argument("--kafka-config", action="append", default=[], metavar="NAME=VALUE",
                    help="kafka-python client setting, e.g. security_protocol=SASL_SSL "
                         "(repeatable)")
@@ -74,8 +81,6 @@ def parser():
     _input_args(train)
     train.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="nag")
     train.add_argument("--loss", choices=sorted(LOSS_CODES), default="logistic")
-    train.add_argument("--classes", type=int, default=1,
-                       help="K > 1: one-against-all over classes 1..K")
     train.add_argument("--model-dir", default="out/models")
     train.add_argument("--checkpoint-every", type=int, default=0,
                        help="checkpoint each model every N examples (always at end of input)")
@@ -110,6 +115,18 @@ def _names(text):
     return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
+def classes(text):
+    """--classes: (number of classes, their names or ()): a count K, or comma-separated names."""
+    text = str(text).strip()
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text), ()
+    names = tuple(c.strip() for c in text.split(","))
+    if len(names) < 2 or not all(names):
+        raise ValueError(f"--classes wants a number of classes or two or more comma-separated "
+                         f"names, got {text!r}")
+    return len(names), names
+
+
 DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
 
 
@@ -124,7 +141,14 @@ def record_spec(args, require_label=True):
                       weight=args.weight_column, bits=args.bits, bias=not args.no_bias,
                       categorical=tuple(_names(args.categorical_columns)),
                       delimiter=delimiter, require_label=require_label, columns=columns,
-                      header=not args.no_header, ignore=tuple(_names(args.ignore_columns)))
+                      header=not args.no_header, ignore=tuple(_names(args.ignore_columns)),
+                      labels=label_map(args))
+
+
+def label_map(args):
+    """The LabelMap of --positive-label and --classes names."""
+    names = classes(getattr(args, "classes", "1"))[1]
+    return LabelMap(getattr(args, "positive_label", None), names)
 
 
 def _inputs(args):
@@ -249,7 +273,11 @@ def train(args, beam_args):
         hp[name] = value
     if spec.matrices and args.bits > 12:
         raise ValueError(f"{args.algorithm} keeps d×d matrices: pass --bits 12 or less")
-    cfg = TrainConfig(files, fmt, record_spec(args), args.algorithm, args.loss, args.classes, hp,
+    n_classes = classes(args.classes)[0]
+    if n_classes > 1 and args.positive_label is not None:
+        raise ValueError("--positive-label is for a binary task, not --classes "
+                         f"{args.classes}: pass one of them")
+    cfg = TrainConfig(files, fmt, record_spec(args), args.algorithm, args.loss, n_classes, hp,
                       args.model_dir, args.predictions, args.output_format, args.dead_letter,
                       args.checkpoint_every, args.checkpoint_seconds, args.keep_checkpoints,
                       args.resume, args.chunk_size, args.log_every,

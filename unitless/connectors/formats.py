@@ -38,6 +38,99 @@ JSON_SAMPLE_BYTES = 64 << 10
 MAX_JSON_COLUMNS = 256
 
 
+_TRUTH = {"true": 1.0, "false": -1.0}
+
+
+def _as_number(text):
+    """float(text), or None when it is not a finite number."""
+    try:
+        number = float(text)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if np.isfinite(number) else None
+
+
+def _label_text(value):
+    """A label value as text, stripped of surrounding spaces (booleans as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return (value if isinstance(value, str) else str(value)).strip()
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """How label values become the learner's labels, for every format alike.
+
+    ``positive``: a binary task; a label equal to it (as text, stripped of surrounding spaces,
+    or as a number when both are numbers: 2 and 2.0) is +1, any other label -1. ``classes``:
+    names of the classes; the i-th name (0-based) is class i + 1, any other label is refused.
+    Neither: labels are numbers as written (or true/false, +1/-1)."""
+    positive: str = None
+    classes: tuple = ()
+
+    def __post_init__(self):
+        if self.positive is not None and self.classes:
+            raise ValueError("--positive-label is for a binary task; --classes names the "
+                             "classes of a multiclass one: pass one of them")
+        if self.positive is not None and not self.positive.strip():
+            raise ValueError("--positive-label cannot be empty")
+        if len(set(self.classes)) != len(self.classes):
+            raise ValueError(f"--classes names a class twice: {','.join(self.classes)}")
+
+    @property
+    def active(self):
+        return self.positive is not None or bool(self.classes)
+
+    def value(self, raw):
+        """The learner's label for one record's label value; BadRecord when it has none."""
+        if not self.active:
+            if isinstance(raw, str) and raw.strip().lower() in _TRUTH:
+                return _TRUTH[raw.strip().lower()]
+            return _number(raw, "label")
+        if not isinstance(raw, (str, bool, int, float)):
+            raise BadRecord(f"label {quoted(raw)} is not a number or text")
+        try:
+            text = _label_text(raw)
+        except ValueError:  # an integer too long for str()
+            raise BadRecord(f"label {quoted(raw)} is out of range") from None
+        if not text:
+            raise BadRecord("missing label")
+        if self.positive is not None:
+            positive = self.positive.strip()
+            if text == positive:
+                return 1.0
+            number, wanted = _as_number(text), _as_number(positive)
+            return 1.0 if number is not None and number == wanted else -1.0
+        names = self.classes
+        if text in names:
+            return float(names.index(text) + 1)
+        number = _as_number(text)
+        if number is not None:
+            for i, name in enumerate(names):
+                if _as_number(name) == number:
+                    return float(i + 1)
+        raise BadRecord(f"label {quoted(text)} is not one of the classes {', '.join(names)}")
+
+    def arrow(self, column):
+        """A label column (no nulls) mapped to float64 as ``value`` maps each value, vectorised
+        over the column's distinct values; None when some value needs the per-record path
+        (which refuses it, with its reason)."""
+        if pa.types.is_boolean(column.type):
+            return None
+        if not pa.types.is_string(column.type):
+            column = pc.cast(column, pa.string())
+        text = pc.utf8_trim_whitespace(column)
+        distinct = pc.unique(text)
+        try:
+            mapped = pa.array([self.value(v) for v in distinct.to_pylist()], pa.float64())
+        except BadRecord:
+            return None
+        return pc.take(mapped, pc.index_in(text, value_set=distinct))
+
+
+NO_MAP = LabelMap()
+
+
 @dataclass
 class RecordSpec:
     """How to read examples: which fields carry the label, id, model key and weight."""
@@ -53,6 +146,21 @@ class RecordSpec:
     columns: list = field(default=None)  # CSV column names: given, or the reader sets them
     header: bool = True  # CSV: the first line names the columns (else it is data)
     ignore: tuple = ()  # columns dropped: neither features nor anything else
+    labels: LabelMap = NO_MAP  # how label values become labels (--positive-label, --classes)
+
+    def label_value(self, raw):
+        """The learner's label for a record's label value (BadRecord when there is none)."""
+        return (self.labels or NO_MAP).value(raw)
+
+    def mapped_label_column(self, table):
+        """The table with its label column mapped to float64 by ``labels`` (as is without a
+        mapping or a label column); None when a label needs the per-record path."""
+        if not (self.labels and self.labels.active) or self.label not in table.column_names:
+            return table
+        mapped = self.labels.arrow(table.column(self.label))
+        if mapped is None:
+            return None
+        return table.set_column(table.column_names.index(self.label), self.label, mapped)
 
     @property
     def special(self):
@@ -209,7 +317,14 @@ def _mapping_record(b, spec, row, strings_are_numbers):
             raise BadRecord(f"missing label field {quoted(spec.label)}")
         label = float("nan")
     else:
-        label = _number(row[spec.label], "label")
+        try:
+            label = spec.label_value(row[spec.label])
+        except BadRecord as err:
+            if str(err) != "missing label":
+                raise
+            if spec.require_label:
+                raise BadRecord(f"missing label field {quoted(spec.label)}") from None
+            label = float("nan")
     weight = 1.0
     if spec.weight and row.get(spec.weight) not in (None, ""):
         weight = _number(row[spec.weight], "importance weight")
@@ -389,7 +504,7 @@ def parse_libsvm(spec, source, items):
         parts = _one_line(line).split("#", 1)[0].split()
         if not parts:
             raise BadRecord("empty record")
-        label = _number(parts[0], "label")
+        label = spec.label_value(parts[0])
         features = []
         for token in parts[1:]:
             name, sep, value = token.partition(":")
@@ -418,7 +533,7 @@ def parse_vw(spec, source, items):
         tokens = head.split()
         if not tokens:
             raise BadRecord("missing label")
-        label = _number(tokens[0], "label")
+        label = spec.label_value(tokens[0])
         weight, tag = 1.0, None
         for token in tokens[1:]:
             if token.startswith("'"):
@@ -527,6 +642,8 @@ def _read_csv(spec, data):
     delimiter, quoting = delimiter
     strings = [c for c in (spec.id, spec.model_key) if c and c in spec.columns]
     types = {c: pa.string() if c in strings else pa.float64() for c in spec.columns}
+    if spec.labels and spec.labels.active and spec.label in types:
+        types[spec.label] = pa.string()  # mapped below
     convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                    null_values=[""])
     if spec.ignore:
@@ -546,7 +663,7 @@ def _read_csv(spec, data):
         return None
     if spec.weight and table.column(spec.weight).null_count:
         return None
-    return table
+    return spec.mapped_label_column(table)
 
 
 def block_from_table(spec, source, table, positions, raw):
@@ -606,7 +723,13 @@ def _strings(column):
 
 def numeric_table(spec, table):
     """The table with every field but id and model key as float64, when each is a number (or
-    null, an absent feature) and labels and weights are present; else None."""
+    null, an absent feature) and labels and weights are present; else None. With a label
+    mapping (RecordSpec.labels) the label column may hold text: it is mapped to numbers."""
+    if (spec.labels and spec.labels.active and spec.label in table.column_names
+            and not table.column(spec.label).null_count):
+        table = spec.mapped_label_column(table)
+        if table is None:
+            return None
     numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
                   or pa.types.is_null(t) for name, t in zip(table.column_names, table.schema.types)
                   if name not in (spec.id, spec.model_key))
