@@ -2,7 +2,6 @@
 (--classes NAMES, --positive-label VALUE), in every format, for training and scoring."""
 import gzip
 import json
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +14,6 @@ from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_j
 from unitless.pipelines.checkpoints import load_latest
 from unitless.pipelines.keyed_model import KeyedModel
 
-DATA = "/work/shared/data"
 IRIS = ["setosa", "versicolor", "virginica"]
 
 
@@ -199,9 +197,8 @@ def head(source, dest, n, gz=False):
     return dest
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data sets absent")
-def test_real_letter_named_classes(tmp_path):
-    path = head(f"{DATA}/letter/letter-recognition.data", tmp_path / "letter.data", 2000)
+def test_real_letter_named_classes(tmp_path, shared_data):
+    path = head(f"{shared_data}/letter/letter-recognition.data", tmp_path / "letter.data", 2000)
     letters = ",".join(chr(ord("A") + i) for i in range(26))
     code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--label-column", "0", "--classes", letters)
@@ -213,9 +210,8 @@ def test_real_letter_named_classes(tmp_path):
     assert dead_letters(out) == []
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data sets absent")
-def test_real_bank_marketing_yes_no(tmp_path):
-    path = head(f"{DATA}/bank_marketing/bank-additional.csv", tmp_path / "bank.csv", 2001)
+def test_real_bank_marketing_yes_no(tmp_path, shared_data):
+    path = head(f"{shared_data}/bank_marketing/bank-additional.csv", tmp_path / "bank.csv", 2001)
     cats = ("job,marital,education,default,housing,loan,contact,month,day_of_week,poutcome")
     code, out = run(tmp_path, "--input", str(path), "--delimiter", ";", "--label-column", "y",
                     "--positive-label", "yes", "--categorical-columns", cats)
@@ -226,9 +222,8 @@ def test_real_bank_marketing_yes_no(tmp_path):
     assert dead_letters(out) == []
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="shared data sets absent")
-def test_real_shuttle_positive_label(tmp_path):
-    path = head(f"{DATA}/shuttle/shuttle.trn", tmp_path / "shuttle.txt", 2000)
+def test_real_shuttle_positive_label(tmp_path, shared_data):
+    path = head(f"{shared_data}/shuttle/shuttle.trn", tmp_path / "shuttle.txt", 2000)
     code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--delimiter", " ", "--label-column", "9", "--positive-label", "1")
     assert code == 0

@@ -5,6 +5,7 @@ import numpy as np
 
 from .kernel import run_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES
+from .state import initial_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
 # of a few such values stay finite in float64 (1e100² = 1e200 < 1.8e308).
@@ -150,7 +151,9 @@ def _learn_finite(state, batch, rows, parts, refused):
 
 class _Snapshot:
     """The part of a state that learning a batch can change: the coordinates some example has
-    carried (``active``) or this batch carries, the scalars and the counters."""
+    carried (``active``) or this batch carries, the scalars and the counters. Every other
+    coordinate holds its initial value, and gets it back on ``restore``: a non-finite step can
+    reach it (a loop over all d coordinates multiplies NaN by their zero)."""
 
     def __init__(self, state, indices):
         self.touched = np.union1d(state.active, indices)
@@ -175,8 +178,14 @@ class _Snapshot:
 
     def restore(self, state):
         t = self.touched
+        untouched = np.ones(state.dim, dtype=bool)
+        untouched[t] = False
+        for j, (_, init) in enumerate(initial_values(state.spec, state.hyperparameters)):
+            state.V[j][:, untouched] = init
         state.V[:, :, t] = self.V
         if self.M is not None:
+            state.M[:, :, untouched, :] = 0.0
+            state.M[:, :, :, untouched] = 0.0
             state.M[np.ix_(range(state.M.shape[0]), range(state.M.shape[1]), t, t)] = self.M
         state.S[...] = self.S
         state.seen[np.setdiff1d(state.active, self.active)] = False

@@ -111,12 +111,13 @@ def new_state(algorithm, dim, loss="logistic", n_classes=1, bias_index=-1, **hyp
         M=np.zeros((len(spec.matrices), K, dim, dim)),
         S=np.zeros((K, len(spec.scalars))),
         bias_index=int(bias_index))
-    for j, (name, init) in enumerate(_initial_values(spec, hp)):
+    for j, (name, init) in enumerate(initial_values(spec, hp)):
         state.V[j] = init
     return state
 
 
-def _initial_values(spec, hp):
+def initial_values(spec, hp):
+    """(vector name, the value every coordinate of it starts at) for each state vector."""
     for name in spec.vectors:
         init = spec.initial.get(name, 0.0)
         yield name, hp[init] if isinstance(init, str) else float(init)
@@ -126,7 +127,7 @@ def to_arrow(state, extra_metadata=None):
     """The state as an Arrow table (see module docstring)."""
     spec = state.spec
     K, dim = state.n_classes, state.dim
-    init = np.array([v for _, v in _initial_values(spec, state.hyperparameters)])
+    init = np.array([v for _, v in initial_values(spec, state.hyperparameters)])
     active = state.active  # only features some example carried can differ from the start
     changed = (state.V[:, :, active] != init[:, None, None]).any(axis=0)  # [K, active]
     if state.M.shape[0]:
