@@ -375,8 +375,14 @@ def resume_offsets(model_dir, topic):
     """{partition: offset} where a restarted Kafka source must resume so that no model misses
     an example: one past the earliest position any model's latest valid checkpoint recorded
     (a model records where it starts in a source before it learns from it)."""
+    return partition_starts(resume_positions(model_dir)[0], topic)
+
+
+def partition_starts(earliest, topic):
+    """{partition: offset} of the topic's sources in ``earliest`` ({source: position}): one
+    past the position."""
     starts = {}
-    for source, position in resume_positions(model_dir)[0].items():
+    for source, position in earliest.items():
         name, _, partition = source.rpartition("/")
         if name == topic and partition.isdigit():
             starts[int(partition)] = position + 1

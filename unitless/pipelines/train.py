@@ -21,7 +21,7 @@ from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition,
 from ..connectors.records import dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from ..learner import check_examples
-from .checkpoints import (load_latest, model_keys, resume_offsets, resume_positions,
+from .checkpoints import (load_latest, model_keys, partition_starts, resume_positions,
                           write_checkpoint)
 from .config import check_resume, new_learner
 from .keyed_model import KeyedModel
@@ -245,27 +245,26 @@ class WriteToSink(beam.DoFn):
 
 
 def read_examples(pipeline, cfg, streaming=False):
-    """Files or a Kafka topic -> ExampleBlocks; refused records go to the dead-letter sink."""
+    """Files or a Kafka topic -> ExampleBlocks; refused records go to the dead-letter sink.
+
+    When resuming, the models' checkpoints are read once: the earliest position each records
+    is where a Kafka source restarts, and records refused at or before the furthest already
+    have their dead letters."""
+    earliest, furthest = resume_positions(cfg.model_dir) if cfg.resume else ({}, {})
     if is_kafka(cfg.inputs[0]):
         topic = KafkaTopic.parse(cfg.inputs[0], cfg.kafka_settings)
         source = KafkaSourceConfig(topic, cfg.format, cfg.spec, learner_check(cfg),
                                    cfg.chunk_size, dead_letter=cfg.dead_letter,
-                                   logged_through=logged_through(cfg))
-        starts = resume_offsets(cfg.model_dir, topic.topic) if cfg.resume else {}
-        ranges = partition_ranges(topic, starts, bounded=not streaming)
+                                   logged_through=furthest)
+        ranges = partition_ranges(topic, partition_starts(earliest, topic.topic),
+                                  bounded=not streaming)
         reader = ReadPartitionForever if streaming else ReadPartition
         return (pipeline | "Partitions" >> beam.Create(ranges)
                 | "Read Kafka" >> beam.ParDo(reader(source)))
     return (pipeline | "Files" >> beam.Create(cfg.inputs)
             | "Read and parse" >> beam.ParDo(ReadFiles(
                 cfg.format, cfg.spec, cfg.chunk_size, learner_check(cfg), cfg.dead_letter,
-                cfg.kafka_settings, logged_through(cfg))))
-
-
-def logged_through(cfg):
-    """{source: the furthest position a model's checkpoint records}: when resuming, the
-    records refused there and before already have their dead letters."""
-    return resume_positions(cfg.model_dir)[1] if cfg.resume else {}
+                cfg.kafka_settings, furthest)))
 
 
 def check_before_start(cfg):
