@@ -403,7 +403,9 @@ BAD_TABLES = {
                                "not a JSON object"),
     "metadata not JSON": (lambda t: t.replace_schema_metadata({METADATA_KEY: b"{nope"}), ""),
     "no metadata": (lambda t: t.replace_schema_metadata({}), "no 'unitless' metadata"),
-    "schema version": (lambda t: with_meta(t, schema_version=2), "schema version 2"),
+    "schema version": (lambda t: with_meta(t, schema_version=3), "schema version 3"),
+    "version-1 snag": (lambda t: with_meta(model_table("k", "snag"), schema_version=1),
+                       "this snag model was written by an earlier unitless"),
     "index past dim": (lambda t: replace_column(t, "index", pa.array(
         [7] + t.column("index").to_pylist()[1:], pa.int64())), "'index' holds 7, outside 0..5"),
     "negative index": (lambda t: replace_column(t, "index", pa.array(
@@ -465,6 +467,12 @@ def test_valid_tables_still_round_trip_bit_exactly():
         restored = from_arrow(KeyedModel("k", state).to_table())
         for a, b in ((state.V, restored.V), (state.M, restored.M), (state.S, restored.S)):
             assert a.tobytes() == b.tobytes()
+
+
+def test_version_1_checkpoints_of_unchanged_learners_still_load():
+    state = trained_state("nag")
+    restored = from_arrow(with_meta(KeyedModel("k", state).to_table(), schema_version=1))
+    assert restored.V.tobytes() == state.V.tobytes() and restored.S.tobytes() == state.S.tobytes()
 
 
 def test_the_checksum_does_not_depend_on_chunking(tmp_path):

@@ -75,6 +75,33 @@ def test_batches_of_any_size_give_bit_identical_predictions_and_state(algorithm)
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_predictions_do_not_depend_on_the_model_dimension(algorithm):
+    # the same features at the same indices in a space of 7 or of 4,096 (--bits 3 or 12 without
+    # collisions): no learner may read the number of coordinates it could have (README "Choices
+    # made": Kotłowski Alg. 1 and OMD count the features seen)
+    X, y = stream(n=200)
+    small, _ = run(algorithm, X, y)
+    wide = np.zeros((X.shape[0], 4096))
+    wide[:, [5, 17, 64, 900, 2048, 3000, 4095]] = X  # in the same order
+    large, _ = run(algorithm, wide, y)
+    np.testing.assert_allclose(large, small, rtol=1e-12, atol=1e-15 * np.abs(small).max())
+
+
+def test_snag_takes_a_late_feature_as_calmly_as_an_early_one():
+    # a feature that first appears at trial 5,001 gets the step it would get at trial 1:
+    # the same stream with the feature's first 5,000 values zeroed gives, from trial 5,001 on,
+    # predictions close to a fresh model's on the late part alone
+    X, y = stream(n=6000, d=3, seed=3)
+    late = X.copy()
+    late[:5000, 0] = 0.0
+    scores, _ = run("snag", late, y)
+    fresh, _ = run("snag", X[5000:], y[5000:])
+    early_scale = np.abs(scores[4000:5000]).max()
+    # with the global t of the paper the feature's normaliser is √5000 too small: |ŷ| jumps
+    assert np.abs(scores[5000:5100]).max() < 3 * max(early_scale, np.abs(fresh[:100]).max())
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_state_round_trips_through_arrow_exactly(algorithm):
     X, y = stream(n=200)
     _, state = run(algorithm, X[:100], y[:100])

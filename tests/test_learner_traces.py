@@ -5,9 +5,11 @@ reference written directly from /work/shared/ALGORITHMS.md (variable names as th
 line citing the step), plus the conventions of README.md "Choices made":
 
 * a zero feature value is skipped entirely (the reference loops over the non-zero features only);
-* sNAG keeps s_i = Σ x_i² (including the current x_i²) and uses √(s_i/t) in place of NAG's s_i;
+* sNAG keeps s_i = Σ x_i² (including the current x_i²) and uses √(s_i/t_i) in place of NAG's s_i,
+  t_i = t − t0_i + 1 the trials since feature i first appeared (t0_i);
 * Kotłowski Alg. 2 runs on z = D⁻¹x, D_i the first non-zero |x_i| seen; exponents capped at 700;
-* OMD uses d = the model dimension and L = 1; p-norm OMD uses p_t = max(2, 2 ln m_t);
+* OMD (diagonal) and Kotłowski Alg. 1 use d = the number of features seen so far (x_t's
+  included), not the model dimension; OMD uses L = 1; p-norm OMD uses p_t = max(2, 2 ln m_t);
 * Adam and COCOB touch only the coordinates present in the example.
 
 Weights that an algorithm computes from x_t at prediction time (OMD, Kotłowski, ScInOL) are stored
@@ -112,39 +114,46 @@ def ref_nag(X, Y, loss, learning_rate=0.5):
 
 
 def ref_snag(X, Y, loss, learning_rate=0.5):
-    """sNAG (Ross et al. Sec. 3): NAG with s_i = Σ x_i² and √(s_i/t) in place of s_i."""
+    """sNAG (Ross et al. Sec. 3): NAG with s_i = Σ x_i² and √(s_i/t_i) in place of s_i, t_i the
+    trials since feature i first appeared (README "Choices made")."""
     d = X.shape[1]
     eta = learning_rate
     w, s, G, N, t = np.zeros(d), np.zeros(d), np.zeros(d), 0.0, 0  # all start at 0
+    t0 = np.zeros(d)  # t0_i = the trial feature i first appeared at (0: not yet)
     preds, losses = [], []
     for x, y in zip(X, Y):
         t += 1  # timestep t
         for i in nonzero(x):
+            if t0[i] == 0:
+                t0[i] = t  # first appearance
             s[i] = s[i] + x[i] ** 2  # sNAG: s_i = Σ x_i², including the current x_i²
+        n = {i: t - t0[i] + 1 for i in nonzero(x)}  # t_i = trials since feature i appeared
         # (NAG's step 1 rescaling of w has no sNAG analogue: README "Choices made")
         y_hat = sum(w[i] * x[i] for i in nonzero(x))  # 2. ŷ = Σ w_i x_i
-        N = N + sum(x[i] ** 2 / math.sqrt(s[i] / t) ** 2 for i in nonzero(x))  # 2. N ← N + Σ x_i²/(√(s_i/t))²
+        N = N + sum(x[i] ** 2 / math.sqrt(s[i] / n[i]) ** 2 for i in nonzero(x))  # 2. N ← N + Σ x_i²/(√(s_i/t_i))²
         g = loss_derivative(loss, y, y_hat)  # g = ∂ℓ/∂ŷ at ŷ
         for i in nonzero(x):
             G[i] = G[i] + (g * x[i]) ** 2  # 3. G_i ← G_i + (g x_i)²
             if g != 0.0:  # 3. (a zero gradient moves nothing)
-                w[i] = w[i] - eta * math.sqrt(t / N) * g * x[i] / (math.sqrt(s[i] / t) * math.sqrt(G[i]))  # 3. with √(s_i/t) for s_i
+                w[i] = w[i] - eta * math.sqrt(t / N) * g * x[i] / (math.sqrt(s[i] / n[i]) * math.sqrt(G[i]))  # 3. with √(s_i/t_i) for s_i
         preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
-    return preds, losses, {"w": w, "s": s, "G": G, "t": t, "N": N}
+    return preds, losses, {"w": w, "s": s, "G": G, "t0": t0, "t": t, "N": N}
 
 
 def ref_omd_diagonal(X, Y, loss, learning_rate=1.0, lipschitz=1.0):
-    """Scale-invariant OMD with regulariser (13) (ALGORITHMS.md "Diagonal"), d = model dimension."""
-    n, d = X.shape
+    """Scale-invariant OMD with regulariser (13) (ALGORITHMS.md "Diagonal"), d = the number of
+    features seen so far."""
+    n, dim = X.shape
     eta, L = learning_rate, lipschitz
-    theta = np.zeros(d)  # θ_1 = 0 (θ_t = −η Σ_{s<t} g_s x_s)
-    b = np.zeros(d)  # b_{t,i} = max_{s≤t} |x_{s,i}|
-    Q = np.zeros(d)  # Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})²
-    w = np.zeros(d)  # w_t = ∇f*_t(θ_t), stored as last computed
+    theta = np.zeros(dim)  # θ_1 = 0 (θ_t = −η Σ_{s<t} g_s x_s)
+    b = np.zeros(dim)  # b_{t,i} = max_{s≤t} |x_{s,i}|
+    Q = np.zeros(dim)  # Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})²
+    w = np.zeros(dim)  # w_t = ∇f*_t(θ_t), stored as last computed
     preds, losses = [], []
     for x, y in zip(X, Y):
         for j in nonzero(x):
             b[j] = max(b[j], abs(x[j]))  # b_{t,j} includes x_t
+        d = float(np.count_nonzero(b))  # d_t = features seen so far, x_t's included
         for j in nonzero(x):
             w[j] = theta[j] / (b[j] ** 2 * math.sqrt(d) * math.sqrt(L ** 2 + Q[j]))  # w_{t,j} = θ_j/(b_{t,j}²√d√(L² + Σ_{s<t}(g_s x_{s,j}/b_{s,j})²))
         y_hat = sum(w[j] * x[j] for j in nonzero(x))  # ŷ = w_tᵀx_t
@@ -153,7 +162,7 @@ def ref_omd_diagonal(X, Y, loss, learning_rate=1.0, lipschitz=1.0):
             theta[j] = theta[j] - eta * g * x[j]  # θ_{t+1} = θ_t − η g_t x_t
             Q[j] = Q[j] + (g * x[j] / b[j]) ** 2  # the sum now runs over s ≤ t, with b_{t,j}
         preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
-    return preds, losses, {"w": w, "theta": theta, "b": b, "Q": Q}
+    return preds, losses, {"w": w, "theta": theta, "b": b, "Q": Q, "d": d}
 
 
 def ref_omd_pnorm(X, Y, loss, learning_rate=1.0, lipschitz=1.0):
@@ -187,15 +196,17 @@ def ref_omd_pnorm(X, Y, loss, learning_rate=1.0, lipschitz=1.0):
 
 
 def ref_kotlowski1(X, Y, loss, alpha=1.5):
-    """Kotłowski Alg. 1 (ALGORITHMS.md), d = model dimension."""
-    n, d = X.shape
-    s2, h, w = np.zeros(d), np.zeros(d), np.zeros(d)  # s_i² = 0, h_i = 0; w as last computed
+    """Kotłowski Alg. 1 (ALGORITHMS.md), d = the number of features seen so far."""
+    n, dim = X.shape
+    s2, h, w = np.zeros(dim), np.zeros(dim), np.zeros(dim)  # s_i² = 0, h_i = 0; w as last computed
     t = 0
     preds, losses = [], []
     for x, y in zip(X, Y):
         t += 1  # trial t
         for i in nonzero(x):
             s2[i] = s2[i] + x[i] ** 2  # 1. s_i² ← s_i² + x_{t,i}²
+        d = float(np.count_nonzero(s2))  # d_t = features seen so far, x_t's included
+        for i in nonzero(x):
             # (s_i² > 0 here since x_{t,i} ≠ 0) 2. w_i = h_i/(α t d s_i²)·exp((h_i² + x_{t,i}²)/(2α s_i²))
             w[i] = h[i] / (alpha * t * d * s2[i]) * math.exp(min((h[i] ** 2 + x[i] ** 2) / (2 * alpha * s2[i]), CAP))
         y_hat = sum(w[i] * x[i] for i in nonzero(x))  # 3. predict ŷ = Σ w_i x_{t,i}
@@ -203,7 +214,7 @@ def ref_kotlowski1(X, Y, loss, alpha=1.5):
         for i in nonzero(x):
             h[i] = h[i] - g * x[i]  # 3. h_i ← h_i − g x_{t,i}
         preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
-    return preds, losses, {"w": w, "s2": s2, "h": h, "t": t}
+    return preds, losses, {"w": w, "s2": s2, "h": h, "t": t, "d": d}
 
 
 def ref_kotlowski2(X, Y, loss, alpha=1.5):

@@ -19,16 +19,25 @@ PERP_TOLERANCE = 1e-9
 
 @njit(cache=True)
 def kotlowski1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """Kotłowski Alg. 1. V = (w, s², h); S = (t,); hp = (α,); d = model dimension."""
+    """Kotłowski Alg. 1. V = (w, s², h); S = (t, d); hp = (α,).
+
+    d is the number of features seen so far (d_t, this example's included), not the hashed
+    dimension 2^bits: the paper's d is the number of features, and the result must not depend on
+    --bits (README "Choices made").
+    """
     w, s2, h = V[0, k], V[1, k], V[2, k]
     alpha = hp[0]
-    d = w.shape[0]
     S[k, 0] += 1.0
     t = S[k, 0]
+    for j in range(idx.shape[0]):
+        i, x = idx[j], val[j]
+        if s2[i] == 0.0:
+            S[k, 1] += 1.0  # d_t counts feature i from its first non-zero value
+        s2[i] += x * x  # 1. s_i² ← s_i² + x_{t,i}²
+    d = S[k, 1]
     y_hat = 0.0
     for j in range(idx.shape[0]):
         i, x = idx[j], val[j]
-        s2[i] += x * x  # 1. s_i² ← s_i² + x_{t,i}²
         # 2. w_i = h_i/(α t d s_i²) · exp((h_i² + x_{t,i}²)/(2α s_i²))
         exponent = min((h[i] * h[i] + x * x) / (2.0 * alpha * s2[i]), MAX_EXPONENT)
         w[i] = h[i] / (alpha * t * d * s2[i]) * math.exp(exponent)

@@ -12,17 +12,22 @@ from .losses import loss_and_derivative
 
 @njit(cache=True)
 def omd_diagonal_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """Scale-invariant AdaGrad (regulariser 13). V = (w, θ, b, Q); hp = (η, L).
+    """Scale-invariant AdaGrad (regulariser 13). V = (w, θ, b, Q); S = (d,); hp = (η, L).
 
-    Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})².
+    Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})². d is the number of features seen so far (this
+    example's included), not the hashed dimension 2^bits (README "Choices made").
     """
     w, theta, b, Q = V[0, k], V[1, k], V[2, k], V[3, k]
     eta, L = hp[0], hp[1]
-    sqrt_d = math.sqrt(w.shape[0])
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        if b[i] == 0.0:
+            S[k, 0] += 1.0  # d_t counts feature i from its first non-zero value
+        b[i] = max(b[i], abs(val[j]))  # b_{t,i} = max_{s≤t} |x_{s,i}|
+    sqrt_d = math.sqrt(S[k, 0])
     y_hat = 0.0
     for j in range(idx.shape[0]):
         i, x = idx[j], val[j]
-        b[i] = max(b[i], abs(x))  # b_{t,i} = max_{s≤t} |x_{s,i}|
         # w_{t,j} = θ_j / (b_{t,j}² √d √(L² + Σ_{s<t} (g_s x_{s,j}/b_{s,j})²))
         w[i] = theta[i] / (b[i] * b[i] * sqrt_d * math.sqrt(L * L + Q[i]))
         y_hat += w[i] * x

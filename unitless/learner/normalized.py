@@ -75,32 +75,37 @@ def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
 
 @njit(cache=True)
 def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """sNAG, Ross et al. Sec. 3: NAG with s_i = Σ x_i² and √(s_i/t) in place of s_i.
+    """sNAG, Ross et al. Sec. 3: NAG with s_i = Σ x_i² and √(s_i/t_i) in place of s_i.
 
-    V = (w, s, G); S = (t, N); hp = (η,). The max-rescaling step 1 of NAG has no analogue
-    (the normaliser moves with every example), so w is left as is.
+    V = (w, s, G, t0); S = (t, N); hp = (η,). t_i = t − t0_i + 1 counts the trials since feature i
+    first appeared (t0_i), so √(s_i/t_i) is its RMS over them: with the paper's global t a feature
+    first seen at trial 30,000 would get a normaliser √30,000 too small and a step as large
+    (README "Choices made"). The max-rescaling step 1 of NAG has no analogue (the normaliser
+    moves with every example), so w is left as is.
     """
-    w, s, G = V[0, k], V[1, k], V[2, k]
+    w, s, G, t0 = V[0, k], V[1, k], V[2, k], V[3, k]
     eta = hp[0]
     S[k, 0] += 1.0
     t = S[k, 0]
     y_hat = 0.0
     n_add = 0.0
-    for j in range(idx.shape[0]):  # s_i ← s_i + x_i² ; ŷ = Σ w_i x_i ; N ← N + Σ x_i² t/s_i
+    for j in range(idx.shape[0]):  # s_i ← s_i + x_i² ; ŷ = Σ w_i x_i ; N ← N + Σ x_i² t_i/s_i
         i, x = idx[j], val[j]
+        if t0[i] == 0.0:
+            t0[i] = t
         s[i] += x * x
         y_hat += w[i] * x
-        n_add += x * x * t / s[i]
+        n_add += x * x * (t - t0[i] + 1.0) / s[i]
     S[k, 1] += n_add
     N = S[k, 1]
     ell, g = loss_and_derivative(loss, y, y_hat, tau)
     g *= weight
     if g != 0.0:
         rate = eta * math.sqrt(t / N)
-        for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(√(s_i/t) √G_i)
+        for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(√(s_i/t_i) √G_i)
             i = idx[j]
             gx = g * val[j]
             G[i] += gx * gx
             if G[i] > 0.0:
-                w[i] -= rate * gx / (math.sqrt(s[i] / t) * math.sqrt(G[i]))
+                w[i] -= rate * gx / (math.sqrt(s[i] / (t - t0[i] + 1.0)) * math.sqrt(G[i]))
     return y_hat, weight * ell

@@ -14,8 +14,12 @@ import pyarrow as pa
 from .losses import LOSS_CODES, LIPSCHITZ
 from .registry import MAX_MATRIX_DIM, get_algorithm
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METADATA_KEY = b"unitless"
+# Version 2 changed these learners' state and rules (kotlowski1 and omd_diagonal count d as the
+# features seen, sNAG keeps each feature's first trial); version-1 checkpoints of every other
+# learner hold exactly what version 2 would, and load.
+CHANGED_IN_VERSION_2 = {"kotlowski1", "omd_diagonal", "snag"}
 
 
 @dataclass
@@ -168,10 +172,14 @@ def from_arrow(table):
     meta = read_metadata(table)
     if not isinstance(meta, dict):
         raise ValueError("model metadata is not a JSON object")
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"model schema version {meta.get('schema_version')} is not supported "
-                         f"(this unitless reads version {SCHEMA_VERSION})")
+    version = meta.get("schema_version")
+    if version not in (1, SCHEMA_VERSION):
+        raise ValueError(f"model schema version {version!r} is not supported "
+                         f"(this unitless reads versions 1 and {SCHEMA_VERSION})")
     algorithm, loss = _meta_str(meta, "algorithm"), _meta_str(meta, "loss")
+    if version == 1 and algorithm in CHANGED_IN_VERSION_2:
+        raise ValueError(f"this {algorithm} model was written by an earlier unitless (schema "
+                         "version 1) whose rules for it have changed; train it again")
     spec = get_algorithm(algorithm)
     if loss not in LOSS_CODES:
         raise ValueError(f"unknown loss {loss!r}; choose one of: {', '.join(LOSS_CODES)}")
