@@ -108,6 +108,14 @@ def parser():
                                             "model directory (a line per model key)")
     inspect.add_argument("--top", type=int, default=20)
     inspect.add_argument("--json", action="store_true")
+    curve = sub.add_parser("curve", help="draw progressive loss and error rate against "
+                                         "examples seen, per model key, from predictions")
+    curve.add_argument("predictions", nargs="+", metavar="PREDICTIONS",
+                       help="a predictions directory of `unitless train` (its part files) "
+                            "or part files")
+    curve.add_argument("--output", default="curve.png", help="PNG file (default curve.png)")
+    curve.add_argument("--top", type=int, default=10,
+                       help="draw the N model keys with most examples (default 10)")
     return top
 
 
@@ -334,6 +342,19 @@ def inspect(args):
     print(json.dumps(info, indent=2) if args.json else render(info))
 
 
+def curve(args):
+    from .pipelines.curve import curves, plot, read_predictions, render
+    if args.top < 1:
+        raise ValueError(f"--top wants a positive number, got {args.top}")
+    found = read_predictions(args.predictions)[0]
+    if not found:
+        raise ValueError("no predictions found in " + ", ".join(args.predictions))
+    found = curves(found)
+    print(render(found, max(args.top, 20)))
+    plot(found, args.output, args.top)
+    print(f"curve: {os.path.abspath(args.output)}")
+
+
 def main(argv=None):
     args, beam_args = parse_args(argv)
     configure_logging()
@@ -342,6 +363,8 @@ def main(argv=None):
             train(args, beam_args)
         elif args.command == "score":
             score(args, beam_args)
+        elif args.command == "curve":
+            curve(args)
         else:
             inspect(args)
     except Exception as err:  # noqa: BLE001 - a user's mistake is one line, a bug a traceback
