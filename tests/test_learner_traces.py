@@ -244,7 +244,7 @@ def ref_kotlowski2(X, Y, loss, alpha=1.5):
         preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
     P = S @ np.linalg.pinv(S, rcond=1e-10)  # P = S S†, the projector onto range(S)
     return preds, losses, {"w": w, "h": h, "D": D, "nu": nu,
-                           "S_pinv": np.linalg.pinv(S, rcond=1e-10), "P": P}
+                           "S_pinv": np.linalg.pinv(S, rcond=1e-10), "P": P, "S": S}
 
 
 def ref_scinol1(X, Y, loss, epsilon=1.0):

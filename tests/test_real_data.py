@@ -43,22 +43,52 @@ def test_every_learner_on_bank_marketing_stays_finite(tmp_path, shared_data, cap
     assert loss == pytest.approx(float(np.mean(predictions.column("loss").to_numpy())), abs=1e-6)
 
 
-def test_kotlowski2s_non_finite_steps_on_bank_marketing_leave_no_trace(shared_data):
-    """Regression: on these hashed features Alg. 2 meets a non-finite prediction at example
-    610, and the NaN reaches coordinates no example carried (NaN × 0); refusing that example
-    must restore them too, so the model equals one that never saw the refused examples."""
+def test_kotlowski2_on_hashed_bank_marketing_refuses_nothing(shared_data):
+    """Regression: on these hashed features (2^8) Alg. 2 met a non-finite prediction at example
+    610 and refused 17 of the first 700 (the rank-one updates of S† had lost the range of S);
+    with S† recomputed from S when that happens, every example is learned and stays finite.
+    (Refusal itself, state restored, is checked for every learner in test_learner_checks.)"""
     from unitless.connectors.files import read_file
     from unitless.connectors.formats import LabelMap, RecordSpec
-    from unitless.learner import bias_index, learn, learn_or_refuse, new_state
+    from unitless.learner import bias_index, learn_or_refuse, new_state
     spec = RecordSpec(label="y", bits=8, categorical=tuple(CATEGORICAL.split(",")),
                       delimiter=";", labels=LabelMap(positive="yes"))
     path = str(shared_data / "bank_marketing" / "bank-additional.csv")
     batch = next(read_file(path, "csv", spec, chunk_size=700))[0].batch()
     state = new_state("kotlowski2", 256, "logistic", bias_index=bias_index(8))
     rows, result, refused = learn_or_refuse(state, batch)
-    assert refused and all(reason == "the prediction is not finite" for _, reason in refused)
-    clean = new_state("kotlowski2", 256, "logistic", bias_index=bias_index(8))
-    expected = learn(clean, batch.take(rows))
-    assert result.scores.tobytes() == expected.scores.tobytes()
-    assert state.V.tobytes() == clean.V.tobytes() and state.M.tobytes() == clean.M.tobytes()
+    assert refused == [] and len(rows) == len(batch) == 700
+    assert np.isfinite(result.scores).all()
     assert np.isfinite(state.M).all() and np.isfinite(state.V).all()
+
+
+def test_kotlowski2_learns_all_of_the_full_bank_marketing_file(shared_data):
+    """Regression: on the full file (41,188 examples, 63 features: one-hot categoricals plus a
+    bias, so S is singular, and pdays/999 adds a direction with eigenvalue ~1e-12 tr(S) at example
+    24,264) the rank-one updates of P lost the range of S, counted the next example's rounding as
+    a new direction and sent S† to ~1e16: every prediction from example 24,265 on was refused or
+    not finite. S† and P recomputed from S keep every prediction finite, as the exact algorithm
+    (np.linalg.pinv of S at every step: progressive loss 0.292) is."""
+    from unitless.connectors.files import read_file
+    from unitless.connectors.formats import LabelMap, RecordSpec
+    from unitless.learner import learn_or_refuse, make_batch, new_state
+    spec = RecordSpec(label="y", delimiter=";", categorical=tuple(CATEGORICAL.split(",")),
+                      ignore=("duration",), labels=LabelMap(positive="yes"))
+    path = str(shared_data / "bank_marketing" / "bank-additional-full.csv.gz")
+    blocks, dead = [], []
+    for block, refused_records in read_file(path, "csv", spec):
+        blocks.append(block.batch())
+        dead += refused_records
+    assert not dead
+    indptr = np.concatenate([[0]] + [b.indptr[1:] + s for b, s in zip(
+        blocks, np.cumsum([0] + [b.indptr[-1] for b in blocks]))])
+    used, indices = np.unique(np.concatenate([b.indices for b in blocks]), return_inverse=True)
+    assert len(used) == 63  # the indices in use, renumbered 0..62
+    batch = make_batch(indptr, indices, np.concatenate([b.values for b in blocks]),
+                       np.concatenate([b.labels for b in blocks]))
+    assert len(batch) == 41188
+    state = new_state("kotlowski2", len(used), "logistic")
+    rows, result, refused = learn_or_refuse(state, batch)
+    assert not refused and len(rows) == len(batch)
+    assert np.isfinite(result.scores).all() and np.isfinite(state.M).all()
+    assert float(np.mean(result.losses)) < 0.5

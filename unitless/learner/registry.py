@@ -49,7 +49,7 @@ ALGORITHMS = {a.name: a for a in [
     Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"),
               invariance="diagonal", reference="Kotłowski 2017, Alg. 1"),
     Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",),
-              matrices=("S_pinv", "P"), invariance="linear", scale="D", reference="Kotłowski 2017, Alg. 2"),
+              matrices=("S_pinv", "P", "S"), invariance="linear", scale="D", reference="Kotłowski 2017, Alg. 2"),
     Algorithm("scinol1", scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
               scalars=("t",), initial={"beta": "epsilon"}, invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL1"),
