@@ -2,12 +2,14 @@
 with the right line numbers, whatever the buffer boundaries and line endings."""
 import numpy as np
 import pytest
+from apache_beam.pvalue import TaggedOutput
 
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import (RecordSpec, _json_table, numeric_table, parse_csv,
                                          parse_jsonl)
 from unitless.connectors.records import TextLines
-from unitless.pipelines.train import LearnerCheck, ReadFiles
+from unitless.pipelines.config import LearnerCheck
+from unitless.pipelines.io import ReadFiles
 
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = "id,segment,label,f1,f2"
@@ -77,9 +79,13 @@ def test_rows_refused_where_they_are_read_keep_their_raw_line(tmp_path):
     read = ReadFiles("csv", SPEC, 8192, LearnerCheck(1 << 18, 1, "logistic"),
                      str(tmp_path / "dead"))
     read.setup()
-    good = list(read.process(str(path)))
+    out = list(read.process(str(path)))
+    good = [b for b in out if not isinstance(b, TaggedOutput)]
     dead = read_output(str(tmp_path / "dead")).to_pylist()  # written before the blocks left
     assert [(d["position"], d["raw"]) for d in dead] == [(11, lines[10]), (21, lines[20])]
+    # and they are the step's dead-letter output too
+    (tagged,) = [o.value for o in out if isinstance(o, TaggedOutput)]
+    assert tagged.column("position").to_pylist() == [11, 21]
     assert "not finite" in dead[0]["reason"] and "not a logistic label" in dead[1]["reason"]
     assert sum(len(b) for b in good) == 48 and all(b.raw is None for b in good)
 

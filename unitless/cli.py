@@ -6,7 +6,6 @@ so any Beam runner can run the same pipeline.
 import argparse
 import builtins
 import json
-import logging
 import os
 import re
 import sys
@@ -16,18 +15,12 @@ from importlib import resources
 from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
-from .connectors.files import OUTPUT_FORMATS, expand_inputs  # noqa: E402
-from .connectors.formats import FORMATS, LabelMap, RecordSpec  # noqa: E402
+from .connectors.files import OUTPUT_FORMATS  # noqa: E402
+from .connectors.formats import FORMATS  # noqa: E402
 from .connectors.kafka import is_kafka  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
-
-HYPERPARAMETER_FLAGS = {  # flag -> hyperparameter name in the learner registry
-    "learning_rate": "learning_rate", "alpha": "alpha", "epsilon": "epsilon",
-    "lipschitz": "lipschitz", "beta1": "beta1", "beta2": "beta2", "quantile_tau": "quantile_tau",
-}
-EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
-              ".vw": "vw", ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm"}
-
+from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
+                               READ_OPTIONS, configure)
 
 def bundled_example():
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
@@ -39,13 +32,13 @@ def _input_args(p):
                         "kafka://host:port/topic")
     p.add_argument("--format", choices=FORMATS,
                    help="input format, for files of any extension (default: from the extension)")
-    p.add_argument("--label-column", default="label")
+    p.add_argument("--label-column", default=READ_OPTIONS["label_column"])
     p.add_argument("--id-column")
     p.add_argument("--model-key-column", help="one independent model per value of this column")
     p.add_argument("--weight-column", help="importance weight column")
     p.add_argument("--categorical-columns", default="",
                    help="comma-separated columns whose values are categories (one-hot)")
-    p.add_argument("--delimiter", default=",",
+    p.add_argument("--delimiter", default=READ_OPTIONS["delimiter"],
                    help="CSV field delimiter, one character or several (e.g. ', '; "
                         "'\\t' or tab for a tab); values are stripped of surrounding whitespace")
     p.add_argument("--no-header", action="store_true",
@@ -55,14 +48,15 @@ def _input_args(p):
                         "with --no-header, the column numbers 0,1,...)")
     p.add_argument("--ignore-columns", default="",
                    help="comma-separated columns to drop (neither features nor anything else)")
-    p.add_argument("--bits", type=int, default=18, help="hash features into 2^bits (default 18)")
+    p.add_argument("--bits", type=int, default=READ_OPTIONS["bits"], help="hash features into 2^bits (default 18)")
     p.add_argument("--no-bias", action="store_true", help="no constant feature")
-    p.add_argument("--predictions", default="out/predictions", help="output directory")
-    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
-    p.add_argument("--dead-letter", default="out/dead_letter",
+    p.add_argument("--predictions", default=OUTPUT_OPTIONS["predictions"], help="output directory")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS,
+                   default=OUTPUT_OPTIONS["output_format"])
+    p.add_argument("--dead-letter", default=OUTPUT_OPTIONS["dead_letter"],
                    help="directory for malformed records (JSON lines)")
-    p.add_argument("--chunk-size", type=int, default=8192, help="examples per micro-batch")
-    p.add_argument("--classes", default="1", metavar="K|NAMES",
+    p.add_argument("--chunk-size", type=int, default=READ_OPTIONS["chunk_size"], help="examples per micro-batch")
+    p.add_argument("--classes", default=str(READ_OPTIONS["classes"]), metavar="K|NAMES",
                    help="K > 1: one-against-all over classes 1..K; or the comma-separated "
                         "names of the classes (e.g. setosa,versicolor,virginica): the i-th "
                         "name is class i, any other label is refused")
@@ -79,26 +73,30 @@ def parser():
     sub = top.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="learn from examples, emitting a prediction for each")
     _input_args(train)
-    train.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="nag")
-    train.add_argument("--loss", choices=sorted(LOSS_CODES), default="logistic")
-    train.add_argument("--model-dir", default="out/models")
-    train.add_argument("--checkpoint-every", type=int, default=0,
+    train.add_argument("--algorithm", choices=sorted(ALGORITHMS),
+                       default=LEARN_OPTIONS["algorithm"])
+    train.add_argument("--loss", choices=sorted(LOSS_CODES), default=LEARN_OPTIONS["loss"])
+    train.add_argument("--model-dir", default=LEARN_OPTIONS["model_dir"])
+    train.add_argument("--checkpoint-every", type=int,
+                       default=LEARN_OPTIONS["checkpoint_every"],
                        help="checkpoint each model every N examples (always at end of input)")
-    train.add_argument("--checkpoint-seconds", type=float, default=0.0,
+    train.add_argument("--checkpoint-seconds", type=float,
+                       default=LEARN_OPTIONS["checkpoint_seconds"],
                        help="also checkpoint when T seconds passed since the last one")
-    train.add_argument("--keep-checkpoints", type=int, default=3)
+    train.add_argument("--keep-checkpoints", type=int,
+                       default=LEARN_OPTIONS["keep_checkpoints"])
     train.add_argument("--resume", action="store_true",
                        help="continue each model from its latest checkpoint")
     train.add_argument("--allow-hyperparameter-change", action="store_true",
                        help="with --resume: continue with the hyperparameters given now "
                             "(algorithm, loss, bits, bias and classes can never change)")
-    train.add_argument("--log-every", type=float, default=10.0, help="seconds between progress logs")
+    train.add_argument("--log-every", type=float, default=LEARN_OPTIONS["log_every"], help="seconds between progress logs")
     train.add_argument("--max-dead-fraction", type=float, default=0.5,
                        help="fail the run (exit 2) when more than this fraction of the records "
                             "read is refused to the dead letters (default 0.5); a run that "
                             "learns nothing always fails")
-    for flag in HYPERPARAMETER_FLAGS:
-        train.add_argument("--" + flag.replace("_", "-"), type=float)
+    for name in HYPERPARAMETERS:
+        train.add_argument("--" + name.replace("_", "-"), type=float)
     score = sub.add_parser("score", help="apply checkpointed models to examples (no learning)")
     _input_args(score)
     score.add_argument("--model-dir", required=True,
@@ -119,76 +117,25 @@ def parser():
     return top
 
 
-def _names(text):
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
+def _options(args, names):
+    """The options among ``names`` that the command line gives (argparse's dest names are the
+    option names of ``configure``)."""
+    given = vars(args)
+    return {name: given[name] for name in names if name in given}
 
 
-def classes(text):
-    """--classes: (number of classes, their names or ()): a count K, or comma-separated names."""
-    text = str(text).strip()
-    if re.fullmatch(r"[0-9]+", text):
-        return int(text), ()
-    names = tuple(c.strip() for c in text.split(","))
-    if len(names) < 2 or not all(names):
-        raise ValueError(f"--classes wants a number of classes or two or more comma-separated "
-                         f"names, got {text!r}")
-    return len(names), names
-
-
-DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
-
-
-def record_spec(args, require_label=True):
-    delimiter = DELIMITER_NAMES.get(args.delimiter, args.delimiter)
-    if not delimiter:
-        raise ValueError("--delimiter cannot be empty")
-    columns = _names(args.columns) if args.columns is not None else None
-    if columns is not None and len(set(columns)) != len(columns):
-        raise ValueError(f"--columns names a column twice: {args.columns}")
-    return RecordSpec(label=args.label_column, id=args.id_column, model_key=args.model_key_column,
-                      weight=args.weight_column, bits=args.bits, bias=not args.no_bias,
-                      categorical=tuple(_names(args.categorical_columns)),
-                      delimiter=delimiter, require_label=require_label, columns=columns,
-                      header=not args.no_header, ignore=tuple(_names(args.ignore_columns)),
-                      labels=label_map(args))
-
-
-def label_map(args):
-    """The LabelMap of --positive-label and --classes names."""
-    names = classes(getattr(args, "classes", "1"))[1]
-    return LabelMap(getattr(args, "positive_label", None), names)
-
-
-def _inputs(args):
-    # --input a b --input c: [[a, b], [c]]
-    args.input = [path for group in args.input or [] for path in
-                  (group if isinstance(group, list) else [group])]
-    if not args.input:
-        args.input = [bundled_example()]
-        args.id_column = args.id_column or "id"
-        print(f"unitless: no --input given; using the bundled example {args.input[0]}",
+def _config(args, require_label=True):
+    """The run's configuration from the command line: inputs (the bundled example when none is
+    given: a shell-expanded ``--input dir/*.csv`` gives several), options checked once."""
+    inputs = [path for group in args.input or [] for path in
+              (group if isinstance(group, list) else [group])]
+    options = _options(args, [*READ_OPTIONS, *OUTPUT_OPTIONS, *LEARN_OPTIONS, *HYPERPARAMETERS])
+    if not inputs:
+        inputs = [bundled_example()]
+        options["id_column"] = options.get("id_column") or "id"
+        print(f"unitless: no --input given; using the bundled example {inputs[0]}",
               file=sys.stderr)
-    if is_kafka(args.input[0]):
-        return args.input, args.format or "jsonl"
-    # a file's canonical name keys its input positions: the same file spelled differently
-    # (relative, absolute, through a link) is one source
-    files = [os.path.realpath(f) for f in expand_inputs(args.input)]
-    fmt = args.format
-    if fmt is None:
-        formats = {}
-        for path in files:
-            name = path[:-3] if path.endswith(".gz") else path
-            found = EXTENSIONS.get(os.path.splitext(name)[1].lower())
-            if found is None:
-                raise ValueError(f"cannot tell the format of {path} from its extension; pass "
-                                 f"--format ({', '.join(FORMATS)})")
-            formats.setdefault(found, path)
-        if len(formats) > 1:
-            raise ValueError("the inputs are of different formats (" + ", ".join(
-                f"{path}: {found}" for found, path in formats.items()) + "); read one format "
-                "per run")
-        fmt = next(iter(formats))
-    return files, fmt
+    return configure(inputs, require_label=require_label, **options)
 
 
 def parse_args(argv=None):
@@ -228,17 +175,6 @@ def _not_beam_options(rest):
     return parsers[0].parse_known_args(rest)[1]
 
 
-def kafka_settings(pairs):
-    """NAME=VALUE strings -> kafka-python keyword arguments (numbers become numbers)."""
-    settings = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--kafka-config wants NAME=VALUE, got {pair!r}")
-        settings[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value
-    return settings
-
-
 def _where(target):
     return target if is_kafka(target) else os.path.abspath(target)
 
@@ -264,35 +200,9 @@ def _pipeline(beam_args):
 
 
 def train(args, beam_args):
-    from .pipelines.config import TrainConfig
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
-    from .pipelines.train import build_training, check_before_start
-    files, fmt = _inputs(args)
-    spec = ALGORITHMS[args.algorithm]
-    hp = {}
-    for flag, name in HYPERPARAMETER_FLAGS.items():
-        value = getattr(args, flag)
-        if value is None:
-            continue
-        if name not in spec.hyperparameters and not (name == "quantile_tau"
-                                                      and args.loss == "quantile"):
-            raise ValueError(f"--{flag.replace('_', '-')} does not apply to {args.algorithm} "
-                             f"(it takes: {', '.join(spec.hyperparameters) or 'nothing'})")
-        hp[name] = value
-    if spec.matrices and args.bits > 12:
-        raise ValueError(f"{args.algorithm} keeps d×d matrices: pass --bits 12 or less")
-    n_classes = classes(args.classes)[0]
-    if n_classes > 1 and args.positive_label is not None:
-        raise ValueError("--positive-label is for a binary task, not --classes "
-                         f"{args.classes}: pass one of them")
-    cfg = TrainConfig(files, fmt, record_spec(args), args.algorithm, args.loss, n_classes, hp,
-                      args.model_dir, args.predictions, args.output_format, args.dead_letter,
-                      args.checkpoint_every, args.checkpoint_seconds, args.keep_checkpoints,
-                      args.resume, args.chunk_size, args.log_every,
-                      kafka_settings(args.kafka_config), args.allow_hyperparameter_change)
-    from .learner import new_state
-    new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # fail fast on bad settings
-    check_before_start(cfg)
+    from .pipelines.train import build_training
+    cfg = _config(args)
     started = time.time()
     pipeline = _pipeline(beam_args)
     build_training(pipeline, cfg, streaming="--streaming" in beam_args)
@@ -321,11 +231,10 @@ def _counter(result, name):
 
 def score(args, beam_args):
     from .pipelines.score import build_scoring
-    files, fmt = _inputs(args)
+    cfg = _config(args, require_label=False)
     with _pipeline(beam_args) as p:
-        build_scoring(p, files, fmt, record_spec(args, require_label=False), args.model_dir,
-                      args.predictions, args.output_format, args.dead_letter, args.chunk_size)
-    print(f"predictions: {_where(args.predictions)}")
+        build_scoring(p, cfg, args.model_dir, streaming="--streaming" in beam_args)
+    print(f"predictions: {_where(cfg.predictions)}")
 
 
 def inspect(args):

@@ -7,10 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
@@ -19,9 +17,6 @@ from tests.test_hostile_records import (HEADER, MAX_REASON, good_rows, hostile, 
                                         models, text_record)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
-from unitless.connectors.formats import RecordSpec  # noqa: E402
-from unitless.pipelines.config import TrainConfig  # noqa: E402
-from unitless.pipelines.train import build_training, check_before_start  # noqa: E402
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
 
@@ -97,20 +92,12 @@ def train(tmp_path, bootstrap, topic, fmt, name):
     common = ["--model-dir", str(out / "models"), "--predictions", str(out / "pred"),
               "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "300",
               "--max-dead-fraction", "1"]
-    if fmt != "csv":
-        keyed = ["--model-key-column", "segment"] if fmt == "jsonl" else []
-        assert main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", fmt,
-                     *keyed, *common]) == 0
-        return out
-    # CSV values need their column names, which the command line cannot give yet
-    spec = RecordSpec(label="label", id="id", model_key="segment",
-                      columns=HEADER.decode().split(","))
-    cfg = TrainConfig([f"kafka://{bootstrap}/{topic}"], "csv", spec,
-                      model_dir=str(out / "models"), predictions=str(out / "pred"),
-                      dead_letter=f"kafka://{bootstrap}/{topic}-dead", chunk_size=300)
-    check_before_start(cfg)
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        build_training(p, cfg)
+    keyed = {"jsonl": ["--model-key-column", "segment"], "vw": [],
+             # a CSV message holds no header: its columns are named on the command line
+             "csv": ["--columns", HEADER.decode().strip(), "--id-column", "id",
+                     "--model-key-column", "segment"]}[fmt]
+    assert main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", fmt,
+                 *keyed, *common]) == 0
     return out
 
 

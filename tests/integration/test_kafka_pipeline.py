@@ -136,3 +136,45 @@ def test_unreachable_broker_is_a_clear_error_within_bounded_time(tmp_path, capsy
     assert code == 2
     assert time.time() - started < 30
     assert "unitless: error: Kafka broker 127.0.0.1:9 unreachable" in capsys.readouterr().err
+
+
+def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_path):
+    # models trained from a file; scoring reads a topic (labels optional, a key without a
+    # model and a broken message become dead letters) and writes a message per score
+    bootstrap = broker.bootstrap_servers
+    topic = "to-score"
+    create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
+    rows = examples(600, seed=4)
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    models = str(tmp_path / "models")
+    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", models, "--predictions", str(tmp_path / "pred"),
+                 "--dead-letter", str(tmp_path / "dead")]) == 0
+    fresh = examples(300, seed=5)
+    for r in fresh[::2]:
+        del r["label"]
+    unknown = dict(fresh[0], id="u", segment="delta")
+    produce(bootstrap, topic, fresh + [unknown], bad=[b"{broken"])
+    assert main(["score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
+                 "--model-key-column", "segment", "--model-dir", models,
+                 "--predictions", f"kafka://{bootstrap}/{topic}-scores",
+                 "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]) == 0
+    scores = [json.loads(m.value) for m in consume_all(bootstrap, f"{topic}-scores", 300)]
+    dead = consume_all(bootstrap, f"{topic}-dead", 2)
+    assert sorted(s["id"] for s in scores) == sorted(r["id"] for r in fresh)
+    # the same scores as scoring the same examples from a file
+    file_input = tmp_path / "fresh.jsonl"
+    file_input.write_text("".join(json.dumps(r) + "\n" for r in fresh))
+    assert main(["score", "--input", str(file_input), "--id-column", "id",
+                 "--model-key-column", "segment", "--model-dir", models,
+                 "--predictions", str(tmp_path / "scores"), "--dead-letter",
+                 str(tmp_path / "score_dead")]) == 0
+    from_file = {r["id"]: r for r in read_output(str(tmp_path / "scores")).to_pylist()}
+    for s in scores:
+        assert s["prediction"] == pytest.approx(from_file[s["id"]]["prediction"], rel=1e-12)
+        assert (s["loss"] is None) == ("label" not in fresh[int(s["id"].split("-")[1])])
+    reasons = sorted(dict(m.headers)["unitless.reason"].decode() for m in dead)
+    assert len(dead) == 2 and "invalid JSON" in reasons[0], reasons
+    assert "no model for key 'delta'" in reasons[1], reasons
+    assert sorted(m.value for m in dead) == sorted([b"{broken", json.dumps(unknown).encode()])

@@ -332,7 +332,7 @@ def _mapping_record(b, spec, row, strings_are_numbers):
     for name, value in row.items():
         if name in spec.special or value is None or value == "":
             continue
-        if isinstance(value, (bool, int, float)):
+        if isinstance(value, (bool, int, float, np.number)):
             features.append((name, _number(value, "feature", name)))
         elif isinstance(value, str):
             if name in spec.categorical or not strings_are_numbers:
@@ -395,9 +395,40 @@ def _json_object(line):
         raise BadRecord(f"invalid JSON: {err}") from None
     if not isinstance(row, dict):
         raise BadRecord("a JSON line must hold an object")
+    return _merged_features(row)
+
+
+def _merged_features(row):
+    """A record's fields with a nested "features" mapping merged in."""
     if isinstance(row.get("features"), dict):
         row = {**{k: v for k, v in row.items() if k != "features"}, **row["features"]}
     return row
+
+
+def parse_records(spec, source, items):
+    """items: (position, record) pairs of the user's own records: dicts (or any mapping, or a
+    ``beam.Row`` / named tuple) whose fields are read as a JSON line's are: label, id, model key
+    and weight from the fields the spec names, a nested "features" mapping merged in, numbers
+    as values, strings as categories. A dead letter carries the record as JSON."""
+    b = _Builder(spec, source)
+    for position, record in items:
+        try:
+            row = record._asdict() if hasattr(record, "_asdict") else dict(record)
+            b.add(position, _record_json(row), *_mapping_record(
+                b, spec, _merged_features(row), strings_are_numbers=False))
+        except BadRecord as err:
+            b.reject(position, _record_json(record), str(err))
+        except Exception as err:
+            b.reject(position, _record_json(record), f"cannot parse: {type(err).__name__}: {err}")
+    return b.block(), b.dead
+
+
+def _record_json(record):
+    """A user's record as JSON text (what a dead letter keeps of it)."""
+    try:
+        return json.dumps(record, default=repr)
+    except Exception:  # not a JSON-able object at all
+        return repr(record)
 
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)

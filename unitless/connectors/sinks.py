@@ -113,9 +113,21 @@ class KafkaSink:
             self._producer.close()
 
 
+class NullSink:
+    """No target (None): what is written goes nowhere (the pipeline still outputs it)."""
+    rows = 0
+
+    def write(self, table):
+        pass
+
+    flush = discard = close = lambda self: None
+
+
 def open_sink(target, fmt, kind, kafka_settings=None):
-    """A sink for a directory or a ``kafka://servers/topic`` URL; kind: predictions or dead
-    letters."""
+    """A sink for a directory or a ``kafka://servers/topic`` URL (None: a NullSink); kind:
+    predictions or dead letters."""
+    if target is None:
+        return NullSink()
     if is_kafka(target):
         return KafkaSink(KafkaTopic.parse(target, kafka_settings), kind)
     return FileSink(target, fmt)
@@ -124,7 +136,9 @@ def open_sink(target, fmt, kind, kafka_settings=None):
 def check_target(target, kafka_settings=None, timeout_s=10.0):
     """Raise ConnectionError or OSError, with a one-line reason, when ``target`` cannot take
     output now: a directory that cannot be created or written, an unreachable broker, a topic
-    the broker does not have."""
+    the broker does not have. None (no target) always can."""
+    if target is None:
+        return
     if not is_kafka(target):
         os.makedirs(target, exist_ok=True)
         probe = os.path.join(target, f".probe-{uuid.uuid4().hex}")

@@ -10,14 +10,16 @@
 """
 from .examples import Batch, bias_index, dense_batch, dense_dim, hash_feature, hashed_batch, make_batch
 from .losses import LOSS_CODES, loss_values
-from .online import (BatchResult, InvalidExampleError, check_batch, check_examples, learn,
-                     learn_or_refuse, predict, predicted_class, probability)
+from .online import (BatchResult, InvalidExampleError, check_batch, check_examples,
+                     example_losses, learn, learn_or_refuse, learner_labels, mistakes, predict,
+                     predicted_class, probability)
 from .registry import ALGORITHMS, get_algorithm
 from .state import LearnerState, from_arrow, new_state, read_metadata, to_arrow
 
 __all__ = [
     "ALGORITHMS", "Batch", "BatchResult", "InvalidExampleError", "LOSS_CODES", "LearnerState",
-    "bias_index", "check_batch", "check_examples", "dense_batch", "dense_dim", "from_arrow", "get_algorithm",
-    "hash_feature", "hashed_batch", "learn", "learn_or_refuse", "loss_values", "make_batch",
-    "new_state", "predict", "predicted_class", "probability", "read_metadata", "to_arrow",
+    "bias_index", "check_batch", "check_examples", "dense_batch", "dense_dim", "example_losses",
+    "from_arrow", "get_algorithm", "hash_feature", "hashed_batch", "learn", "learn_or_refuse",
+    "learner_labels", "loss_values", "make_batch", "mistakes", "new_state", "predict",
+    "predicted_class", "probability", "read_metadata", "to_arrow",
 ]

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kernel import run_batch
-from .losses import CLASSIFICATION_LOSSES, LOSS_CODES
+from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
 from .state import initial_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
@@ -70,9 +70,11 @@ def check_examples(batch, dim, n_classes, loss):
     return sorted(problems.items())
 
 
-def _labels_for_kernel(state, labels):
+def learner_labels(state, labels):
+    """The labels as the learner sees them: binary 0/1 labels mean -1/+1 (the one place this
+    mapping is made); class numbers and regression targets as they are."""
     if state.n_classes == 1 and state.loss in CLASSIFICATION_LOSSES:
-        return np.where(labels == 0.0, -1.0, labels)  # 0/1 labels mean -1/+1
+        return np.where(labels == 0.0, -1.0, labels)
     return labels
 
 
@@ -95,7 +97,7 @@ def _learn_checked(state, batch):
     losses = np.empty(n)
     run_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
-              batch.indptr, batch.indices, batch.values, _labels_for_kernel(state, batch.labels),
+              batch.indptr, batch.indices, batch.values, learner_labels(state, batch.labels),
               batch.weights, scores, losses)
     state.mark_seen(batch.indices)
     state.examples_seen += n
@@ -213,3 +215,19 @@ def predicted_class(scores):
     if scores.shape[1] == 1:
         return np.where(scores[:, 0] >= 0, 1.0, -1.0)
     return np.argmax(scores, axis=1) + 1.0
+
+
+def example_losses(state, scores, labels):
+    """Each example's loss at ``scores`` [n, K], as ``learn`` reports it: for one-against-all
+    the sum of the K binary losses (learner k's label +1 for class k + 1, else -1)."""
+    y = learner_labels(state, np.asarray(labels, dtype=np.float64))
+    tau = state.hyperparameters.get("quantile_tau", 0.5)
+    if state.n_classes == 1:
+        return loss_values(state.loss, y, scores[:, 0], tau)
+    signs = np.where(np.arange(1, state.n_classes + 1) == y[:, None], 1.0, -1.0)
+    return loss_values(state.loss, signs, scores, tau).sum(axis=1)
+
+
+def mistakes(state, scores, labels):
+    """1.0 where the predicted class is not the label, else 0.0 (classification only)."""
+    return (predicted_class(scores) != learner_labels(state, labels)).astype(np.float64)

@@ -17,9 +17,10 @@ from .registry import MAX_MATRIX_DIM, get_algorithm
 SCHEMA_VERSION = 2
 METADATA_KEY = b"unitless"
 # Version 2 changed these learners' state and rules (kotlowski1 and omd_diagonal count d as the
-# features seen, sNAG keeps each feature's first trial); version-1 checkpoints of every other
-# learner hold exactly what version 2 would, and load.
-CHANGED_IN_VERSION_2 = {"kotlowski1", "omd_diagonal", "snag"}
+# features seen, sNAG keeps each feature's first trial, kotlowski2 keeps S to recompute S†
+# from); version-1 checkpoints of every other learner hold exactly what version 2 would, and
+# load.
+CHANGED_IN_VERSION_2 = {"kotlowski1", "kotlowski2", "omd_diagonal", "snag"}
 
 
 @dataclass
@@ -47,9 +48,9 @@ class LearnerState:
     def mark_seen(self, indices):
         """Record the features of a batch: only they can leave their initial state."""
         new = indices[~self.seen[indices]]
-        if new.size:
+        if new.size:  # (new may repeat an index many times: no sort or unique of it)
             self.seen[new] = True
-            self.active = np.union1d(self.active, new)
+            self.active = np.flatnonzero(self.seen)
 
     @property
     def spec(self):

@@ -1,8 +1,39 @@
-"""Everything a training or scoring run needs to know, independent of Beam and argparse."""
+"""Everything a training or scoring run needs to know, in one validated object shared by the
+`unitless` command and the Beam transforms (``unitless.beam``), independent of both.
+
+Options have one name and one default each: the command's flag ``--label-column`` is the
+keyword ``label_column``. ``configure(**options)`` checks them all, once, and returns a
+``TrainConfig``; a bad option is a ValueError with a one-line reason.
+"""
+import os
+import re
 from dataclasses import dataclass, field
 
-from ..connectors.formats import RecordSpec
-from ..learner import bias_index, new_state
+from ..connectors.files import OUTPUT_FORMATS, expand_inputs
+from ..connectors.formats import FORMATS, LabelMap, RecordSpec
+from ..connectors.kafka import is_kafka
+from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
+
+# How examples are read (files, Kafka messages, or the user's own records).
+READ_OPTIONS = {
+    "format": None, "label_column": "label", "id_column": None, "model_key_column": None,
+    "weight_column": None, "categorical_columns": (), "delimiter": ",", "no_header": False,
+    "columns": None, "ignore_columns": (), "bits": 18, "no_bias": False, "classes": 1,
+    "positive_label": None, "chunk_size": 8192, "kafka_config": None,
+}
+# Where outputs go: a directory, a kafka://host:port/topic URL, or None (not written).
+OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
+                  "dead_letter": "out/dead_letter"}
+# How models learn and are checkpointed.
+LEARN_OPTIONS = {
+    "algorithm": "nag", "loss": "logistic", "model_dir": "out/models", "checkpoint_every": 0,
+    "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
+    "allow_hyperparameter_change": False, "log_every": 10.0,
+}
+# Hyperparameters by option name; which apply depends on the algorithm (see the registry).
+HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
+                   "quantile_tau")
+DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
 
 
 @dataclass
@@ -26,6 +57,176 @@ class TrainConfig:
     log_every_seconds: float = 10.0
     kafka_settings: dict = field(default_factory=dict)  # kafka-python client settings
     allow_hyperparameter_change: bool = False  # --resume may change hyperparameters only
+
+
+def names(value):
+    """Column names given as 'a,b,c' or as a list: a tuple without blanks."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    return tuple(str(c).strip() for c in items if str(c).strip())
+
+
+def classes(value):
+    """classes: (number of classes, their names or ()): a count K (int or text), or names
+    ('setosa,versicolor,virginica' or a list of them)."""
+    if isinstance(value, bool):
+        raise ValueError(f"classes wants a number of classes or their names, not {value!r}")
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        count = int(value)
+    else:
+        labels = tuple(c.strip() for c in (value.split(",") if isinstance(value, str)
+                                           else map(str, value)))
+        if len(labels) < 2 or not all(labels):
+            raise ValueError(f"--classes wants a number of classes or two or more "
+                             f"comma-separated names, got {value!r}")
+        return len(labels), labels
+    if count < 1:
+        raise ValueError(f"--classes wants a positive number of classes, got {count}")
+    return count, ()
+
+
+def kafka_settings(value):
+    """kafka-python client settings from a dict, or NAME=VALUE strings (numbers become
+    numbers)."""
+    if isinstance(value, dict):
+        return dict(value)
+    settings = {}
+    for pair in value or ():
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--kafka-config wants NAME=VALUE, got {pair!r}")
+        settings[name.strip()] = int(text) if text.strip().lstrip("-").isdigit() else text
+    return settings
+
+
+def record_spec(options, require_label=True):
+    """The RecordSpec of the reading options (READ_OPTIONS names), checked."""
+    o = {**READ_OPTIONS, **options}
+    delimiter = DELIMITER_NAMES.get(o["delimiter"], o["delimiter"])
+    if not delimiter:
+        raise ValueError("--delimiter cannot be empty")
+    columns = list(names(o["columns"])) if o["columns"] is not None else None
+    if columns is not None and len(set(columns)) != len(columns):
+        raise ValueError(f"--columns names a column twice: {','.join(columns)}")
+    if not 1 <= int(o["bits"]) <= 32:
+        raise ValueError(f"--bits wants 1..32, got {o['bits']}")
+    positive = o["positive_label"]
+    return RecordSpec(label=o["label_column"], id=o["id_column"], model_key=o["model_key_column"],
+                      weight=o["weight_column"], bits=int(o["bits"]), bias=not o["no_bias"],
+                      categorical=names(o["categorical_columns"]), delimiter=delimiter,
+                      require_label=require_label, columns=columns, header=not o["no_header"],
+                      ignore=names(o["ignore_columns"]),
+                      labels=LabelMap(None if positive is None else str(positive),
+                                      classes(o["classes"])[1]))
+
+
+def resolve_inputs(inputs, fmt=None):
+    """(inputs, format): a kafka:// URL as is (format default jsonl), or the files that paths
+    and globs name, each by its canonical name (the same file spelled differently is one
+    source), with the format taken from their extensions when not given."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not inputs:
+        raise ValueError("no input given")
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if is_kafka(inputs[0]):
+        if len(inputs) > 1:
+            raise ValueError("read one Kafka topic per run, or files, not both")
+        return list(inputs), fmt or "jsonl"
+    files = [os.path.realpath(f) for f in expand_inputs(inputs)]
+    if fmt is None:
+        formats = {}
+        for path in files:
+            name = path[:-3] if path.endswith(".gz") else path
+            found = EXTENSIONS.get(os.path.splitext(name)[1].lower())
+            if found is None:
+                raise ValueError(f"cannot tell the format of {path} from its extension; pass "
+                                 f"--format ({', '.join(FORMATS)})")
+            formats.setdefault(found, path)
+        if len(formats) > 1:
+            raise ValueError("the inputs are of different formats (" + ", ".join(
+                f"{path}: {found}" for found, path in formats.items()) + "); read one format "
+                "per run")
+        fmt = next(iter(formats))
+    return files, fmt
+
+
+EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
+              ".vw": "vw", ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm"}
+
+
+def configure(inputs=None, require_label=True, **options):
+    """A checked TrainConfig from options named as READ_OPTIONS, OUTPUT_OPTIONS, LEARN_OPTIONS
+    and HYPERPARAMETERS (missing ones take their defaults; None hyperparameters are the
+    algorithm's defaults). ``inputs`` (paths, globs or one kafka:// URL) may be None for a
+    pipeline that gets its examples otherwise."""
+    known = {*READ_OPTIONS, *OUTPUT_OPTIONS, *LEARN_OPTIONS, *HYPERPARAMETERS}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r}; options are: {', '.join(sorted(known))}")
+    o = {**READ_OPTIONS, **OUTPUT_OPTIONS, **LEARN_OPTIONS, **options}
+    spec = record_spec(o, require_label)
+    fmt = o["format"]
+    if inputs is not None:
+        inputs, fmt = resolve_inputs(inputs, fmt)
+    if o["algorithm"] not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {o['algorithm']!r}; choose one of: "
+                         f"{', '.join(sorted(ALGORITHMS))}")
+    if o["loss"] not in LOSS_CODES:
+        raise ValueError(f"unknown loss {o['loss']!r}; choose one of: {', '.join(LOSS_CODES)}")
+    if o["output_format"] not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown output format {o['output_format']!r}; choose one of: "
+                         f"{', '.join(OUTPUT_FORMATS)}")
+    for name, low in (("chunk_size", 1), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
+        if int(o[name]) < low:
+            raise ValueError(f"--{name.replace('_', '-')} wants {low} or more, got {o[name]}")
+    for name in ("checkpoint_seconds", "log_every"):
+        if not float(o[name]) >= 0:
+            raise ValueError(f"--{name.replace('_', '-')} wants 0 or more, got {o[name]}")
+    spec_alg = ALGORITHMS[o["algorithm"]]
+    hp = {}
+    for name in HYPERPARAMETERS:
+        if o.get(name) is None:
+            continue
+        if name not in spec_alg.hyperparameters and not (name == "quantile_tau"
+                                                          and o["loss"] == "quantile"):
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to {o['algorithm']} "
+                             f"(it takes: {', '.join(spec_alg.hyperparameters) or 'nothing'})")
+        hp[name] = float(o[name])
+    if spec_alg.matrices and spec.bits > 12:
+        raise ValueError(f"{o['algorithm']} keeps d×d matrices: pass --bits 12 or less")
+    n_classes = classes(o["classes"])[0]
+    if n_classes > 1 and o["positive_label"] is not None:
+        raise ValueError(f"--positive-label is for a binary task, not --classes {o['classes']}: "
+                         "pass one of them")
+    cfg = TrainConfig(inputs, fmt, spec, o["algorithm"], o["loss"], n_classes, hp,
+                      o["model_dir"], o["predictions"], o["output_format"], o["dead_letter"],
+                      int(o["checkpoint_every"]), float(o["checkpoint_seconds"]),
+                      int(o["keep_checkpoints"]), bool(o["resume"]), int(o["chunk_size"]),
+                      float(o["log_every"]), kafka_settings(o["kafka_config"]),
+                      bool(o["allow_hyperparameter_change"]))
+    new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
+    return cfg
+
+
+@dataclass(frozen=True)
+class LearnerCheck:
+    """The learner's checks on examples (``check_examples``), run where examples are read, so
+    that what the learner would refuse goes to the dead letters with its raw record."""
+    dim: int
+    n_classes: int
+    loss: str
+
+    def __call__(self, block):
+        return check_examples(block.batch(), self.dim, self.n_classes, self.loss)
+
+
+def learner_check(cfg):
+    return LearnerCheck(1 << cfg.spec.bits, cfg.n_classes, cfg.loss)
 
 
 def new_learner(cfg):

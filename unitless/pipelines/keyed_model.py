@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..learner import (from_arrow, learn_or_refuse, predicted_class, probability,
+from ..learner import (from_arrow, learn_or_refuse, mistakes, predicted_class, probability,
                        read_metadata, to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
 from .checkpoints import table_from_bytes, table_to_bytes
@@ -20,6 +21,22 @@ PREDICTION_SCHEMA = pa.schema([
     ("error", pa.float64()), ("examples_seen", pa.int64()), ("source", pa.string()),
     ("position", pa.int64()), ("checkpoint_id", pa.string()), ("event_time", pa.float64()),
 ])
+
+
+def outcome_columns(state, scores, labels):
+    """(prediction, probability, error) columns for scores [n, K] made by ``state``: the score
+    (binary, regression) or the predicted class (one-against-all); P(y = +1) for a logistic
+    binary model, else null; 1/0 for a wrong/right predicted class (classification), null for
+    regression or where there is no label (scoring)."""
+    n = len(labels)
+    single = state.n_classes == 1
+    prediction = pa.array(scores[:, 0] if single else predicted_class(scores))
+    prob = (pa.array(probability(scores[:, 0])) if single and state.loss == "logistic"
+            else pa.nulls(n, pa.float64()))
+    if state.loss not in CLASSIFICATION_LOSSES:
+        return prediction, prob, pa.nulls(n, pa.float64())
+    error = mistakes(state, scores, labels)
+    return prediction, prob, pa.array(error, mask=np.isnan(labels))
 
 
 @dataclass
@@ -66,8 +83,9 @@ class KeyedModel:
         """True when the block comes from a source this model has no position for: it is then
         given the position just before the block's first example, which the caller checkpoints
         before learning, so a restarted source never starts after an example this model still
-        needs."""
-        if block.source in self.positions or not len(block):
+        needs. A block without a source (the user's own records, ``source`` None) has no
+        positions to record."""
+        if block.source is None or block.source in self.positions or not len(block):
             return False
         self.positions[block.source] = int(block.positions.min()) - 1
         return True
@@ -77,16 +95,18 @@ class KeyedModel:
 
         Examples at or before the position already learned from their source are skipped (a
         replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
-        letters and never touch the model.
+        letters and never touch the model. A block without a source is learned whole.
         """
-        done = self.positions.get(block.source, -1)
-        fresh = np.flatnonzero(block.positions > done)
-        skipped = len(block) - len(fresh)
-        if skipped:
-            block = block.take(fresh)
-        if not len(block):
-            return None, [], skipped
-        self.positions[block.source] = int(block.positions.max())
+        skipped = 0
+        if block.source is not None:
+            done = self.positions.get(block.source, -1)
+            fresh = np.flatnonzero(block.positions > done)
+            skipped = len(block) - len(fresh)
+            if skipped:
+                block = block.take(fresh)
+            if not len(block):
+                return None, [], skipped
+            self.positions[block.source] = int(block.positions.max())
         start = self.state.examples_seen
         _, result, refused = learn_or_refuse(self.state, block.batch())
         # refused: what a resumed model's settings refuse beyond the source's checks, and
@@ -97,24 +117,13 @@ class KeyedModel:
         return self._predictions(block, result, start), dead, skipped
 
     def _predictions(self, block, result, start):
-        loss = self.state.loss
-        scores = result.scores
         n = len(block)
-        if self.state.n_classes > 1:
-            prediction = predicted_class(scores)
-        else:
-            prediction = scores[:, 0]
-        prob = probability(scores[:, 0]) if loss == "logistic" and scores.shape[1] == 1 else None
-        error = None
-        if loss in CLASSIFICATION_LOSSES:
-            labels = block.labels if self.state.n_classes > 1 else np.where(block.labels > 0, 1, -1)
-            error = (predicted_class(scores) != labels).astype(np.float64)
-            self.errors += float(error.sum())
+        prediction, prob, error = outcome_columns(self.state, result.scores, block.labels)
+        if error.null_count == 0:
+            self.errors += float(pc.sum(error).as_py() or 0.0)
         return pa.table([
-            block.ids, pa.repeat(pa.scalar(self.key, pa.string()), n),
-            pa.array(prediction), pa.array(prob, pa.float64()) if prob is not None
-            else pa.nulls(n, pa.float64()), pa.array(block.labels), pa.array(result.losses),
-            pa.array(error) if error is not None else pa.nulls(n, pa.float64()),
+            block.ids, pa.repeat(pa.scalar(self.key, pa.string()), n), prediction, prob,
+            pa.array(block.labels), pa.array(result.losses), error,
             pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)),
             pa.repeat(pa.scalar(block.source, pa.string()), n), pa.array(block.positions),
             pa.repeat(pa.scalar(self.checkpoint_id, pa.string()), n),

@@ -6,15 +6,17 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from ..learner import loss_values, predict, predicted_class, probability
-from .checkpoints import load_latest, model_keys
 from ..connectors.records import dead_letter_table
-from .keyed_model import PREDICTION_SCHEMA, KeyedModel
-from .train import DEAD, ReadFiles, WriteToSink, key_by_model
+from ..learner import example_losses, predict
+from .checkpoints import load_latest, model_keys
+from .config import configure
+from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
+from .keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
+from .train import key_by_model
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in
                           ("id", "model_key", "prediction", "probability", "label", "loss",
-                           "source", "position")])
+                           "error", "source", "position")])
 log = logging.getLogger("unitless")
 
 
@@ -36,34 +38,20 @@ def load_models(model_dir):
 
 
 def score_block(models, key, block):
-    """(scores table or None, dead letters) for one model key's block."""
+    """(scores table or None, dead letters) for one model key's block: each example's
+    prediction, and where it has a label, its loss and error."""
     state = models.get(key)
-    if state is None:  # MissingModel refused these where they were read
+    if state is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
     scores = predict(state, block.batch())
     n = len(block)
-    single = scores.shape[1] == 1
-    prediction = scores[:, 0] if single else predicted_class(scores)
-    prob = probability(scores[:, 0]) if single and state.loss == "logistic" else np.full(n, np.nan)
-    labels = block.labels
-    if single and state.loss in ("logistic", "hinge"):
-        labels = np.where(labels == 0, -1.0, labels)
-    loss = (loss_values(state.loss, labels, scores[:, 0], state.hyperparameters.get(
-        "quantile_tau", 0.5)) if single else np.full(n, np.nan))
-    return pa.table([block.ids, pa.repeat(pa.scalar(key, pa.string()), n),
-                     pa.array(prediction), pa.array(prob), pa.array(block.labels),
-                     pa.array(loss), pa.repeat(pa.scalar(block.source, pa.string()), n),
+    prediction, prob, error = outcome_columns(state, scores, block.labels)
+    missing = np.isnan(block.labels)  # no label: the label and loss are null (not NaN)
+    loss = example_losses(state, scores, block.labels)
+    return pa.table([block.ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob,
+                     pa.array(block.labels, mask=missing), pa.array(loss, mask=missing), error,
+                     pa.repeat(pa.scalar(block.source, pa.string()), n),
                      pa.array(block.positions)], schema=SCORE_SCHEMA), []
-
-
-@dataclass(frozen=True)
-class MissingModel:
-    """Refuses examples whose model key has no checkpoint (run where examples are read)."""
-    keys: frozenset
-
-    def __call__(self, block):
-        return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
-                if k not in self.keys]
 
 
 class ScoreDoFn(beam.DoFn):
@@ -81,15 +69,52 @@ class ScoreDoFn(beam.DoFn):
             yield table
 
 
-def build_scoring(pipeline, files, fmt, spec, model_dir, predictions, output_format, dead_letter,
-                  chunk_size):
-    check = MissingModel(frozenset(load_models(model_dir)))  # fails fast on no models
-    blocks = (pipeline | "Files" >> beam.Create(files)
-              | "Read and parse" >> beam.ParDo(ReadFiles(fmt, spec, chunk_size, check,
-                                                         dead_letter)))
-    scored = (blocks | "Key by model" >> key_by_model()
-              | "Score" >> beam.ParDo(ScoreDoFn(model_dir)).with_outputs(DEAD, main="scores"))
-    scored.scores | "Write scores" >> beam.ParDo(WriteToSink(predictions, output_format,
-                                                             "predictions"))
-    scored[DEAD] | "Write dead letters" >> beam.ParDo(WriteToSink(dead_letter, "jsonl",
-                                                                  "dead letters"))
+class Score(beam.PTransform):
+    """ExampleBlocks (from ``ReadExamples``) or the user's own records (as for ``Learn``) -> a
+    PCollection of scores (Arrow tables: id, model key, prediction, probability, label, loss,
+    error, source, position), each example scored by its model key's latest checkpoint in
+    ``model_dir``, learning nothing. Examples whose key has no model, and records that cannot be
+    read, are ``transform.dead_letters`` once it is applied (nothing is written: pass them to
+    ``WriteDeadLetters``). Reading options as for ``Learn`` (``label_column``, ``bits``, ...);
+    a label is optional."""
+
+    def __init__(self, model_dir, **options):
+        super().__init__()
+        self.model_dir = model_dir
+        self.cfg = configure(require_label=False, dead_letter=None, **options)
+        self.dead_letters = None
+
+    def expand(self, examples):
+        load_models(self.model_dir)  # fails fast, at graph construction, on no models
+        blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size, None, None)
+        scored = (blocks | "Key by model" >> key_by_model()
+                  | "Score" >> beam.ParDo(ScoreDoFn(self.model_dir)).with_outputs(
+                      DEAD, main="scores"))
+        self.dead_letters = scored[DEAD] if parse_dead is None else (
+            (parse_dead, scored[DEAD]) | "Dead letters" >> beam.Flatten())
+        return scored.scores
+
+
+@dataclass(frozen=True)
+class MissingModel:
+    """Refuses examples whose model key has no checkpoint (run where examples are read, so the
+    dead letter keeps the raw record)."""
+    keys: frozenset
+
+    def __call__(self, block):
+        return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
+                if k not in self.keys]
+
+
+def build_scoring(pipeline, cfg, model_dir, streaming=False):
+    """The `unitless score` graph: read ``cfg.inputs`` (files or Kafka), score each example
+    with its key's model, write the scores to ``cfg.predictions`` and every dead letter to
+    ``cfg.dead_letter``."""
+    read = ReadExamples.from_config(cfg, streaming, MissingModel(frozenset(load_models(model_dir))))
+    score = Score(model_dir, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
+    scores = pipeline | "Read" >> read | score
+    scores | "Write scores" >> WritePredictions(cfg.predictions, cfg.output_format,
+                                                cfg.kafka_settings)
+    # the reader writes its own dead letters (durably, as it reads)
+    score.dead_letters | "Write dead letters" >> WriteDeadLetters(
+        cfg.dead_letter, kafka_config=cfg.kafka_settings)

@@ -5,7 +5,6 @@ import math
 import os
 import time
 import typing
-from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
@@ -15,73 +14,15 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.transforms.window import GlobalWindow
 
 from ..connectors.durable import remove_leftovers
-from ..connectors.files import read_file
-from ..connectors.kafka import (KafkaSourceConfig, KafkaTopic, ReadPartition,
-                                ReadPartitionForever, is_kafka, partition_ranges)
+from ..connectors.kafka import is_kafka
 from ..connectors.records import dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from ..learner import check_examples
-from .checkpoints import (load_latest, model_keys, partition_starts, resume_positions,
-                          write_checkpoint)
-from .config import check_resume, new_learner
+from .checkpoints import load_latest, model_keys, write_checkpoint
+from .config import check_resume, configure, learner_check, new_learner
+from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
 
 log = logging.getLogger("unitless")
-DEAD = "dead_letter"
-
-
-class ReadFiles(beam.DoFn):
-    """File path -> ExampleBlocks; the records it refuses go to the dead-letter sink.
-
-    ``check(block)`` names the rows to refuse, [(row, reason)]; they become dead letters here,
-    where the raw records are at hand, and blocks travel on without them. Dead letters are
-    durable before the block after them is handed on: so once a checkpoint records a position
-    past a refused record, that record's dead letter exists, and a resumed run (which reads the
-    file again) does not repeat dead letters at or before ``logged_through[source]``.
-    """
-
-    def __init__(self, fmt, spec, chunk_size, check, dead_letter, kafka_settings=None,
-                 logged_through=None):
-        self.fmt, self.spec, self.chunk_size, self.check = fmt, spec, chunk_size, check
-        self.dead_letter, self.kafka_settings = dead_letter, kafka_settings
-        self.logged_through = logged_through or {}
-        self.bad = Metrics.counter("unitless", "bad_records")
-        self.blank = Metrics.counter("unitless", "blank_lines")
-
-    def setup(self):
-        self.dead = open_sink(self.dead_letter, "jsonl", "dead letters", self.kafka_settings)
-
-    def teardown(self):
-        self.dead.close()
-
-    def process(self, path):
-        logged = self.logged_through.get(path, -1)
-        for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
-            block, refused = block.screen(self.check(block))
-            dead = [d for d in dead + refused if d.position > logged]
-            self.blank.inc(block.blank_lines)
-            if dead:
-                self.bad.inc(len(dead))
-                self.dead.write(dead_letter_table(dead))
-                self.dead.flush()
-            if len(block):
-                block.raw = None
-                yield block
-
-
-@dataclass(frozen=True)
-class LearnerCheck:
-    """The learner's checks on examples (``check_examples``), run where examples are read."""
-    dim: int
-    n_classes: int
-    loss: str
-
-    def __call__(self, block):
-        return check_examples(block.batch(), self.dim, self.n_classes, self.loss)
-
-
-def learner_check(cfg):
-    return LearnerCheck(1 << cfg.spec.bits, cfg.n_classes, cfg.loss)
 
 
 def key_by_model():
@@ -222,51 +163,6 @@ class LearnDoFn(beam.DoFn):
             self.last_log = now
 
 
-class WriteToSink(beam.DoFn):
-    """Arrow tables -> a sink (part files or Kafka), flushed at the end of every bundle."""
-
-    def __init__(self, target, fmt, kind, kafka_settings=None):
-        self.target, self.fmt, self.kind, self.kafka_settings = target, fmt, kind, kafka_settings
-
-    def setup(self):
-        self.sink = open_sink(self.target, self.fmt, self.kind, self.kafka_settings)
-
-    def start_bundle(self):
-        self.sink.discard()
-
-    def process(self, table):
-        self.sink.write(table)
-
-    def finish_bundle(self):
-        self.sink.flush()
-
-    def teardown(self):
-        self.sink.close()
-
-
-def read_examples(pipeline, cfg, streaming=False):
-    """Files or a Kafka topic -> ExampleBlocks; refused records go to the dead-letter sink.
-
-    When resuming, the models' checkpoints are read once: the earliest position each records
-    is where a Kafka source restarts, and records refused at or before the furthest already
-    have their dead letters."""
-    earliest, furthest = resume_positions(cfg.model_dir) if cfg.resume else ({}, {})
-    if is_kafka(cfg.inputs[0]):
-        topic = KafkaTopic.parse(cfg.inputs[0], cfg.kafka_settings)
-        source = KafkaSourceConfig(topic, cfg.format, cfg.spec, learner_check(cfg),
-                                   cfg.chunk_size, dead_letter=cfg.dead_letter,
-                                   logged_through=furthest)
-        ranges = partition_ranges(topic, partition_starts(earliest, topic.topic),
-                                  bounded=not streaming)
-        reader = ReadPartitionForever if streaming else ReadPartition
-        return (pipeline | "Partitions" >> beam.Create(ranges)
-                | "Read Kafka" >> beam.ParDo(reader(source)))
-    return (pipeline | "Files" >> beam.Create(cfg.inputs)
-            | "Read and parse" >> beam.ParDo(ReadFiles(
-                cfg.format, cfg.spec, cfg.chunk_size, learner_check(cfg), cfg.dead_letter,
-                cfg.kafka_settings, furthest)))
-
-
 def check_before_start(cfg):
     """Fail fast, with one line, on what would otherwise fail inside the pipeline: outputs that
     cannot be written, and --resume of models trained with other settings. Then remove the
@@ -275,7 +171,7 @@ def check_before_start(cfg):
         check_target(target, cfg.kafka_settings)
     check_target(cfg.model_dir)
     for directory in (cfg.model_dir, cfg.predictions, cfg.dead_letter):
-        if not is_kafka(directory):
+        if directory is not None and not is_kafka(directory):
             remove_leftovers(directory)
     if cfg.resume:
         keys = model_keys(cfg.model_dir)
@@ -288,10 +184,51 @@ def check_before_start(cfg):
                 check_resume(cfg, KeyedModel.from_table(found[1]).state, found[0])
 
 
+class Learn(beam.PTransform):
+    """ExampleBlocks (from ``ReadExamples``) or the user's own records (dicts or ``beam.Row``s:
+    the label, and the id, model key and weight fields named by ``label_column``,
+    ``id_column``, ``model_key_column``, ``weight_column``; every other field a feature,
+    numbers as values, strings one-hot; batched here up to ``chunk_size`` examples a block) ->
+    a PCollection of predictions (Arrow tables, one row per example, made before the model
+    learned it; ``Rows()`` turns them into dicts).
+
+    One model per model key, held in Beam state, learning every example exactly once in the
+    order it arrives; checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
+    ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
+    keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
+    ``learning_rate=None`` for the algorithm's own, ...; see ``config.configure``). The
+    predictions and dead letters are also written to ``predictions`` and ``dead_letter`` (a
+    directory, a Kafka URL, or None for neither), durably before every checkpoint: that is
+    what lets a killed run resume (``resume=True``) without losing a prediction. The examples
+    refused here are ``transform.dead_letters`` once it is applied.
+
+    The user's own records carry no input positions: a resumed model cannot tell which of them
+    it already learned, so the source must not hand them over again.
+    """
+
+    def __init__(self, config=None, **options):
+        super().__init__()
+        self.cfg = config if config is not None else configure(**options)
+        self.dead_letters = None
+
+    def expand(self, examples):
+        cfg = self.cfg
+        check_before_start(cfg)
+        blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
+                                       cfg.dead_letter, cfg.kafka_settings)
+        learned = (blocks | "Key by model" >> key_by_model()
+                   | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
+        self.dead_letters = learned[DEAD] if parse_dead is None else (
+            (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
+        return learned.predictions
+
+
 def build_training(pipeline, cfg, streaming=False):
-    """Add the training graph to ``pipeline``; returns (predictions, the Learn step's dead
-    letters), which the Learn step also writes to ``cfg.predictions``/``cfg.dead_letter``."""
-    learned = (read_examples(pipeline, cfg, streaming)
-               | "Key by model" >> key_by_model()
-               | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
-    return learned.predictions, learned[DEAD]
+    """The `unitless train` graph: read ``cfg.inputs``, learn; returns (predictions, dead
+    letters of the reader and of the learner)."""
+    read = ReadExamples.from_config(cfg, streaming, learner_check(cfg),
+                                    cfg.model_dir if cfg.resume else None)
+    learn = Learn(cfg)
+    predictions = pipeline | "Read" >> read | learn
+    dead = (read.dead_letters, learn.dead_letters) | "All dead letters" >> beam.Flatten()
+    return predictions, dead

@@ -1,0 +1,41 @@
+"""The README's "Use from your own Beam pipeline" example, run as written (in a scratch
+directory, since it writes to out/)."""
+import json
+import os
+import re
+from pathlib import Path
+
+from unitless.pipelines.checkpoints import read_checkpoint
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_example():
+    text = README.read_text()
+    section = text[text.index("## Use from your own Beam pipeline"):]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def test_the_readme_beam_example_runs_and_its_assertion_holds(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = readme_example()
+    assert "assert_that" in code and "Learn(" in code
+    exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    for key, n in (("eu", 50), ("us", 50)):
+        directory = tmp_path / "out" / "models" / f"k-{key}"
+        latest = (directory / "latest").read_text().strip()
+        meta = json.loads(read_checkpoint(str(directory / latest)).schema.metadata[b"unitless"])
+        assert meta["examples_seen"] == n
+    assert not os.listdir(tmp_path / "out" / "dead_letter")
+
+
+def test_a_wrong_assertion_in_the_example_would_fail(tmp_path, monkeypatch):
+    # the example's check can fail: with one example removed the pipeline raises
+    monkeypatch.chdir(tmp_path)
+    code = readme_example().replace("for i in range(100)]", "for i in range(99)]")
+    try:
+        exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    except Exception as err:  # Beam wraps the AssertionError
+        assert "AssertionError" in repr(err) or isinstance(err, AssertionError)
+    else:
+        raise AssertionError("the README example's assertion did not fail on 99 examples")

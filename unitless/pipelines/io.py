@@ -1,0 +1,371 @@
+"""Every Beam source and sink of unitless: files and Kafka partitions in, predictions and dead
+letters out. Parsing, Kafka clients and the sinks themselves are in ``connectors/`` (free of
+Beam); this module only drives them from DoFns.
+
+Sources write the records they refuse to the dead-letter sink themselves, durably, before they
+hand on the block after them: once a checkpoint records a position past a refused record, that
+record's dead letter exists, and a resumed run (which reads the source again) does not repeat
+the dead letters at or before ``logged_through[source]``.
+"""
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from ..connectors.files import read_file
+from ..connectors.formats import parse_records
+from ..connectors.kafka import (UNBOUNDED, KafkaSourceConfig, KafkaTopic, is_kafka,
+                                open_consumer, parse_messages, partition_ranges)
+from ..connectors.records import ExampleBlock, dead_letter_table
+from ..connectors.sinks import open_sink
+from .checkpoints import partition_starts, resume_positions
+from .config import configure, kafka_settings, learner_check
+
+log = logging.getLogger("unitless")
+DEAD = "dead_letter"  # the tag of every step's dead-letter output
+
+
+class _DeadLetters:
+    """A source's dead-letter sink: writes what a block refused, durably, except what a resumed
+    run already wrote (at or before ``logged_through[source]``); counts it."""
+
+    def __init__(self, target, kafka_settings, logged_through):
+        self.sink = open_sink(target, "jsonl", "dead letters", kafka_settings)
+        self.logged_through = logged_through or {}
+        self.bad = Metrics.counter("unitless", "bad_records")
+
+    def write(self, source, dead):
+        """The dead letters as a table (None when there are none), durable in the sink."""
+        logged = self.logged_through.get(source, -1)
+        dead = [d for d in dead if d.position > logged]
+        if not dead:
+            return None
+        self.bad.inc(len(dead))
+        table = dead_letter_table(dead)
+        self.sink.write(table)
+        self.sink.flush()
+        return table
+
+    def close(self):
+        self.sink.close()
+
+
+class ReadFiles(beam.DoFn):
+    """File path -> ExampleBlocks; what it refuses goes to the dead letters (see the module).
+
+    ``check(block)`` names the rows to refuse, [(row, reason)]; they become dead letters here,
+    where the raw records are at hand, and blocks travel on without them.
+    """
+
+    def __init__(self, fmt, spec, chunk_size, check, dead_letter, kafka_settings=None,
+                 logged_through=None):
+        self.fmt, self.spec, self.chunk_size, self.check = fmt, spec, chunk_size, check
+        self.dead_letter, self.kafka_settings = dead_letter, kafka_settings
+        self.logged_through = logged_through
+        self.blank = Metrics.counter("unitless", "blank_lines")
+
+    def setup(self):
+        self.dead = _DeadLetters(self.dead_letter, self.kafka_settings, self.logged_through)
+
+    def teardown(self):
+        self.dead.close()
+
+    def process(self, path):
+        for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
+            block, refused = block.screen(self.check(block) if self.check else [])
+            self.blank.inc(block.blank_lines)
+            table = self.dead.write(path, dead + refused)
+            if table is not None:
+                yield beam.pvalue.TaggedOutput(DEAD, table)
+            if len(block):
+                block.raw = None
+                yield block
+
+
+class ParseRecords(beam.DoFn):
+    """A batch (list) of the user's own records (dicts, ``beam.Row``s) -> an ExampleBlock
+    without a source (``parse_records``); records that cannot be read go to the dead letters
+    with the reason, as JSON."""
+
+    def __init__(self, spec, check, dead_letter, kafka_settings=None):
+        self.spec, self.check = spec, check
+        self.dead_letter, self.kafka_settings = dead_letter, kafka_settings
+
+    def setup(self):
+        self.dead = _DeadLetters(self.dead_letter, self.kafka_settings, None)
+
+    def teardown(self):
+        self.dead.close()
+
+    def process(self, records):
+        block, dead = parse_records(self.spec, None, list(enumerate(records)))
+        block, refused = block.screen(self.check(block) if self.check else [])
+        table = self.dead.write(None, dead + refused)
+        if table is not None:
+            yield beam.pvalue.TaggedOutput(DEAD, table)
+        if len(block):
+            block.raw = None
+            yield block
+
+
+class _PartitionTracker(OffsetRestrictionTracker):
+    """Offsets of one partition: only the reader itself may split (checkpoint) its range, so a
+    runner's dynamic split never hands part of a partition to a second reader out of order."""
+
+    def try_split(self, fraction_of_remainder):
+        return super().try_split(0) if fraction_of_remainder == 0 else None
+
+
+class _OffsetRangeProvider(RestrictionProvider):
+    def initial_restriction(self, element):
+        _, start, stop = element
+        return OffsetRange(start, max(start, stop))
+
+    def create_tracker(self, restriction):
+        return _PartitionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size() if restriction.stop != UNBOUNDED else 1 << 20
+
+    def split(self, element, restriction):
+        yield restriction  # one reader per partition keeps each model's examples in order
+
+
+class ReadPartition(beam.DoFn):
+    """(partition, start, stop) -> ExampleBlocks of that partition in offset order (a
+    splittable DoFn, one offset-range restriction per partition); messages that cannot be
+    parsed go to the dead letters (see the module)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def setup(self):
+        # one consumer per partition: a consumer keeps at most one fetch in flight per broker
+        # (held up to fetch_max_wait_ms), which would starve the next partition assigned to it
+        self.consumers = {}
+        self.dead = _DeadLetters(self.cfg.dead_letter, dict(self.cfg.topic.settings),
+                                 self.cfg.logged_through)
+
+    def teardown(self):
+        for consumer in self.consumers.values():
+            consumer.close()
+        self.dead.close()
+
+    def _consumer_for(self, tp):
+        if tp.partition not in self.consumers:
+            consumer = open_consumer(self.cfg.topic, max_poll_records=self.cfg.max_records)
+            consumer.assign([tp])
+            self.consumers[tp.partition] = consumer
+        return self.consumers[tp.partition]
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+        partition = element[0]
+        tp = TopicPartition(self.cfg.topic.topic, partition)
+        restriction = tracker.current_restriction()
+        try:
+            consumer = self._consumer_for(tp)
+        except KafkaError as err:
+            if restriction.stop != UNBOUNDED:
+                raise
+            log.warning("Kafka partition %s: %s; trying again in 1 s", partition, err)
+            tracker.defer_remainder(Duration.of(1.0))  # a broker down for now: streams go on
+            return
+        consumer.seek(tp, restriction.start)
+        position = restriction.start
+        began = time.time()
+        while True:
+            if restriction.stop != UNBOUNDED and position >= restriction.stop:
+                tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
+                return
+            records = consumer.poll(timeout_ms=self.cfg.poll_ms,
+                                    max_records=self.cfg.max_records).get(tp, [])
+            if not records:
+                if restriction.stop == UNBOUNDED:
+                    tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
+                    return
+                continue
+            claimed = []
+            for r in records:
+                if not tracker.try_claim(r.offset):
+                    break
+                claimed.append(r)
+            if claimed:
+                position = claimed[-1].offset + 1
+                yield from self._emit(partition, claimed, watermark)
+            if len(claimed) < len(records):
+                return
+            if restriction.stop == UNBOUNDED and time.time() - began >= self.cfg.max_bundle_s:
+                tracker.defer_remainder()
+                return
+
+    def _emit(self, partition, records, watermark):
+        block, dead = parse_messages(self.cfg, partition, records)
+        table = self.dead.write(block.source, dead)
+        if table is not None:
+            yield beam.pvalue.TaggedOutput(DEAD, table)
+        if len(block):
+            # each block of a partition gets a later timestamp than the one before (the latest
+            # record time, made strictly increasing): a runner that orders a key's pending
+            # elements by timestamp then keeps the partition's order across reader bundles
+            stamp = Timestamp.of(float(block.event_times.max()))
+            previous = watermark.current_watermark()
+            if previous is not None and stamp <= previous:
+                stamp = previous + Duration(micros=1)
+            watermark.set_watermark(stamp)
+            yield TimestampedValue(block, stamp)
+
+
+class ReadPartitionForever(ReadPartition):
+    """The unbounded (streaming) reader: the same reader, declared unbounded per element."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        yield from super().process(element, tracker, watermark)
+
+
+class WriteToSink(beam.DoFn):
+    """Arrow tables -> a sink (part files or Kafka), flushed at the end of every bundle."""
+
+    def __init__(self, target, fmt, kind, kafka_settings=None):
+        self.target, self.fmt, self.kind, self.kafka_settings = target, fmt, kind, kafka_settings
+
+    def setup(self):
+        self.sink = open_sink(self.target, self.fmt, self.kind, self.kafka_settings)
+
+    def start_bundle(self):
+        self.sink.discard()
+
+    def process(self, table):
+        self.sink.write(table)
+
+    def finish_bundle(self):
+        self.sink.flush()
+
+    def teardown(self):
+        self.sink.close()
+
+
+def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kafka_settings,
+                streaming=False, earliest=None, furthest=None):
+    """Files or a Kafka topic -> (ExampleBlocks, dead-letter tables). A Kafka source starts
+    each partition at ``earliest`` (a resumed run's restart offsets, by source); dead letters
+    at or before ``furthest`` are not written again."""
+    if is_kafka(inputs[0]):
+        topic = KafkaTopic.parse(inputs[0], kafka_settings)
+        source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size, dead_letter=dead_letter,
+                                   logged_through=furthest)
+        ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
+                                  bounded=not streaming)
+        reader = ReadPartitionForever if streaming else ReadPartition
+        read = (pipeline | "Partitions" >> beam.Create(ranges)
+                | "Read Kafka" >> beam.ParDo(reader(source)).with_output_types(
+                    ExampleBlock).with_outputs(DEAD, main="blocks"))
+    else:
+        read = (pipeline | "Files" >> beam.Create(inputs)
+                | "Read and parse" >> beam.ParDo(ReadFiles(
+                    fmt, spec, chunk_size, check, dead_letter, kafka_settings, furthest)
+                ).with_output_types(ExampleBlock).with_outputs(DEAD, main="blocks"))
+    return read.blocks, read[DEAD]
+
+
+class ReadExamples(beam.PTransform):
+    """Files (paths or globs; csv, libsvm, vw, jsonl, parquet, gzip ok) or one Kafka topic
+    (``kafka://host:port/topic``) -> a PCollection of ExampleBlocks, for ``Learn`` or ``Score``.
+
+    Options are the reading options of ``unitless train`` as keywords (``format``,
+    ``label_column``, ``bits``, ``categorical_columns``, ``classes``, ``dead_letter``, ...; see
+    ``config.READ_OPTIONS``), with the same defaults. Records that cannot be read are written to
+    ``dead_letter`` (a directory, a Kafka URL, or None) before the block after them is handed
+    on, and are also this transform's ``dead_letters`` output (Arrow tables), available as
+    ``transform.dead_letters`` once it is applied.
+
+    ``learner``: the ``Learn`` these examples are for. The reader then also refuses, with their
+    raw records, the examples that learner would refuse (a label outside its classes, ...), and
+    when it resumes, starts a Kafka topic at the offsets its checkpoints record. ``streaming``:
+    read a Kafka topic without end.
+    """
+
+    def __init__(self, inputs=None, *, streaming=False, learner=None, **options):
+        super().__init__()
+        if not inputs:
+            raise ValueError("ReadExamples needs inputs: file paths or globs, or a kafka:// URL")
+        learner = getattr(learner, "cfg", learner)
+        self._setup(configure(inputs, **options), streaming,
+                    learner_check(learner) if learner is not None else None,
+                    learner.model_dir if learner is not None and learner.resume else None)
+
+    def _setup(self, cfg, streaming, check, resume_dir):
+        self.cfg, self.streaming, self.check, self.resume_dir = cfg, streaming, check, resume_dir
+        self.dead_letters = None
+
+    @classmethod
+    def from_config(cls, cfg, streaming=False, check=None, resume_dir=None):
+        """The reader of a run's configuration (the `unitless` command's): ``check(block)``
+        names the rows to refuse here; ``resume_dir`` the model directory a resumed run
+        continues."""
+        read = cls.__new__(cls)
+        beam.PTransform.__init__(read)
+        read._setup(cfg, streaming, check, resume_dir)
+        return read
+
+    def expand(self, pbegin):
+        cfg = self.cfg
+        earliest, furthest = {}, {}
+        if self.resume_dir:
+            # read once: the earliest position each checkpoint records is where a Kafka
+            # source restarts; records refused at or before the furthest have dead letters
+            earliest, furthest = resume_positions(self.resume_dir)
+        blocks, self.dead_letters = read_source(
+            pbegin.pipeline, cfg.inputs, cfg.format, cfg.spec, cfg.chunk_size, self.check,
+            cfg.dead_letter, cfg.kafka_settings, self.streaming, earliest, furthest)
+        return blocks
+
+
+class WritePredictions(beam.PTransform):
+    """Arrow tables of predictions or scores -> part files (``output_format``: parquet, jsonl,
+    csv) in a directory, or one Kafka message per row on a ``kafka://host:port/topic`` (key =
+    model key, JSON value). Each bundle's output is made durable when the bundle ends."""
+    kind, default_format = "predictions", "parquet"
+
+    def __init__(self, target, output_format=None, kafka_config=None):
+        super().__init__()
+        self.target = target
+        self.output_format = output_format or self.default_format
+        self.kafka_settings = kafka_settings(kafka_config)
+
+    def expand(self, tables):
+        return tables | beam.ParDo(WriteToSink(self.target, self.output_format, self.kind,
+                                               self.kafka_settings))
+
+
+class WriteDeadLetters(WritePredictions):
+    """Dead-letter tables -> JSON lines (source, position, raw bytes as text and base64,
+    reason) in a directory, or one Kafka message per dead letter."""
+    kind, default_format = "dead letters", "jsonl"
+
+
+def as_blocks(examples, spec, chunk_size, check, dead_letter, kafka_settings=None):
+    """(ExampleBlocks, dead-letter tables or None): a PCollection of ExampleBlocks (typed so,
+    as ``ReadExamples`` gives them) as it is; any other is the user's own records, batched
+    (up to ``chunk_size`` a block, within a bundle, in order) and parsed (``ParseRecords``)."""
+    if examples.element_type is ExampleBlock:
+        return examples, None
+    parsed = (examples
+              | "Batch records" >> beam.BatchElements(min_batch_size=1,
+                                                      max_batch_size=chunk_size)
+              | "Parse records" >> beam.ParDo(ParseRecords(
+                  spec, check, dead_letter, kafka_settings)).with_output_types(
+                      ExampleBlock).with_outputs(DEAD, main="blocks"))
+    return parsed.blocks, parsed[DEAD]
