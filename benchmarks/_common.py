@@ -1,9 +1,12 @@
-"""Shared pieces of the benchmark scripts: the result header, result files, the data sets and
-Vowpal Wabbit (VW) runs.
+"""Shared pieces of the benchmark scripts: command line, result header and files, tables, the
+data sets, our learners over a stream, learning-rate grids and best in hindsight, timing with
+idle-waiting, and commands timed from outside (wall, CPU, peak RSS). Everything VW: ``_vw.py``.
 
 Nothing here is timed as a test; each script measures its figure in one run and writes
-``benchmarks/results/<name>.md`` (markdown) and ``.json`` (and a PNG where there is a plot).
+``benchmarks/results/<name>.md`` (markdown) and ``.json`` (and a PNG where there is a plot);
+``--quick`` smoke runs write ``<name>_quick.*`` to the git-ignored ``benchmarks/results/tmp/``.
 """
+import argparse
 import datetime
 import json
 import math
@@ -15,16 +18,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
-from numba import njit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TMP = RESULTS / "tmp"  # git-ignored scratch space (VW text files and caches)
-SHUTTLE = Path(os.environ.get("UNITLESS_DATA", ROOT.parent / "shared" / "data")) / "shuttle"
-if not SHUTTLE.exists():
-    SHUTTLE = Path("/work/shared/data/shuttle")
+DATA = Path(os.environ.get("UNITLESS_DATA", ROOT.parent / "shared" / "data"))
+if not (DATA / "shuttle").exists():
+    DATA = Path("/work/shared/data")
+SHUTTLE = DATA / "shuttle"
 
 # The η grid of the slides' artificial experiment.
 SLIDES_ETAS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]
@@ -52,15 +56,12 @@ def _mem_gib():
     return None
 
 
-def _version(module):
+def _version(dist):
     try:
-        return __import__(module).__version__
-    except Exception:  # pragma: no cover - optional packages
-        try:
-            from importlib.metadata import version
-            return version(module)
-        except Exception:
-            return "not installed"
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:  # optional packages
+        return "not installed"
 
 
 def _git(*args):
@@ -82,23 +83,6 @@ def _busy_jiffies():
         return None
 
 
-_START = {"jiffies": _busy_jiffies(), "wall": time.time()}
-
-
-def other_load():
-    """Average number of cores kept busy by *other* processes since this script started
-    (machine busy time minus this process's and its children's CPU time)."""
-    now = _busy_jiffies()
-    if now is None or _START["jiffies"] is None:
-        return None
-    hz = os.sysconf("SC_CLK_TCK")
-    busy = (now[0] - _START["jiffies"][0]) / hz
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
-    wall = time.time() - _START["wall"]
-    return max(busy - own, 0.0) / wall if wall > 0 else None
-
-
 class OtherLoad:
     """Cores kept busy by other processes while a block runs (``with OtherLoad() as m: ...``,
     then ``m.cores``): machine busy time minus this process's and its waited-for children's."""
@@ -107,15 +91,20 @@ class OtherLoad:
         self.j0, self.t0, self.w0 = _busy_jiffies(), os.times(), time.time()
         return self
 
-    def __exit__(self, *exc):
+    def now(self):
+        """Cores other processes kept busy on average since the block began (nan: unknown)."""
         j1, t1, wall = _busy_jiffies(), os.times(), time.time() - self.w0
         if self.j0 is None or j1 is None or wall <= 0:
-            self.cores = float("nan")
-            return False
+            return float("nan")
         busy = (j1[0] - self.j0[0]) / os.sysconf("SC_CLK_TCK")
-        own = sum(t1[:4]) - sum(self.t0[:4])
-        self.cores = max(busy - own, 0.0) / wall
+        return max(busy - (sum(t1[:4]) - sum(self.t0[:4])), 0.0) / wall
+
+    def __exit__(self, *exc):
+        self.cores = self.now()
         return False
+
+
+_RUN = OtherLoad().__enter__()  # the whole run, from when the script imports this module
 
 
 def wait_until_idle(max_wait, threshold=0.25, sample=2.0):
@@ -142,18 +131,11 @@ def header():
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
         "versions": {"python": platform.python_version(), "numpy": _version("numpy"),
                      "numba": _version("numba"), "pyarrow": _version("pyarrow"),
-                     "vowpalwabbit": _version_vw(), "matplotlib": _version("matplotlib"),
+                     "apache-beam": _version("apache-beam"),
+                     "vowpalwabbit": _version("vowpalwabbit"), "matplotlib": _version("matplotlib"),
                      "unitless_git": _git("rev-parse", "--short", "HEAD")
                      + (" (unitless/ has uncommitted changes)" if dirty else "")},
     }
-
-
-def _version_vw():
-    try:
-        from importlib.metadata import version
-        return version("vowpalwabbit")
-    except Exception:
-        return "not installed"
 
 
 def header_md(h, seconds=None):
@@ -169,13 +151,12 @@ def header_md(h, seconds=None):
     return "\n".join(lines)
 
 
-def write_results(name, title, h, started, body_md, data):
-    """benchmarks/results/<name>.md and .json; returns the markdown path."""
+def write_results(name, title, h, body_md, data):
+    """benchmarks/results/<name>.md and .json (``*_quick``: in results/tmp/), the header ``h``
+    (from ``header()`` at the start) on top; returns the markdown path."""
     out = result_dir(name)
-    seconds = time.time() - started
-    load = other_load()
-    h = dict(h, run_seconds=round(seconds, 1),
-             other_processes_cores=round(load, 2) if load is not None else float("nan"))
+    seconds = time.time() - _RUN.w0
+    h = dict(h, run_seconds=round(seconds, 1), other_processes_cores=round(_RUN.now(), 2))
     md = f"# {title}\n\n{header_md(h, seconds)}\n\n{body_md.strip()}\n"
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"header": h, **data}, indent=1,
@@ -207,17 +188,18 @@ def table(headers, rows):
     return "\n".join(out)
 
 
-def fnum(x, digits=4):
-    """A number for a table: NaN/inf shown as such, small/large in scientific form."""
+def fnum(x, digits=4, sci=True):
+    """A number for a table: NaN/inf shown as such, small/large in scientific form (``sci``),
+    else fixed with thousands separators."""
     if x is None:
         return "—"
     if isinstance(x, str):
         return x
     if not math.isfinite(x):
         return str(x)
-    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+    if sci and x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
         return f"{x:.{max(digits - 1, 1)}e}"
-    return f"{x:.{digits}f}"
+    return f"{x:,.{digits}f}" if not sci else f"{x:.{digits}f}"
 
 
 def feta(eta):
@@ -248,134 +230,204 @@ def load_shuttle(which="shuttle.trn"):
     return D[:, :9].copy(), D[:, 9].copy()
 
 
-# ------------------------------------------------------------------------------------------ VW
-
-@njit(cache=True)
-def _put_int(buf, pos, v):
-    if v < 0:
-        buf[pos] = 45  # '-'
-        pos += 1
-        v = -v
-    if v == 0:
-        buf[pos] = 48
-        return pos + 1
-    n = 0
-    tmp = v
-    while tmp > 0:
-        n += 1
-        tmp //= 10
-    for j in range(n - 1, -1, -1):
-        buf[pos + j] = 48 + v % 10
-        v //= 10
-    return pos + n
+def read_examples(path, fmt, spec, limit=None):
+    """A file's examples as ``unitless train`` parses them (``connectors.files.read_file`` with
+    a ``RecordSpec``: hashed feature names, one-hot categoricals, bias, label mapping), in file
+    order: CSR arrays over the hashed indices, labels, {index: feature name}, dead letters."""
+    from unitless.connectors.files import read_file
+    blocks, dead, names = [], [], {}
+    for block, d in read_file(str(path), fmt, spec):
+        blocks.append(block)
+        dead += d
+        names.update(block.names)
+    indptr = np.concatenate([[0]] + [b.indptr[1:] + s for b, s in
+                                     zip(blocks, np.cumsum([0] + [b.indptr[-1] for b in blocks]))])
+    ex = {"indptr": indptr, "indices": np.concatenate([b.indices for b in blocks]),
+          "values": np.concatenate([b.values for b in blocks]),
+          "labels": np.concatenate([b.labels for b in blocks]), "names": names, "dead": dead}
+    return head(ex, limit) if limit else ex
 
 
-@njit(cache=True)
-def _put_float(buf, pos, v):
-    """v in scientific notation with 9 significant digits (VW keeps float32: ~7)."""
-    if v == math.floor(v) and abs(v) < 1e9:
-        return _put_int(buf, pos, np.int64(v))
-    if v < 0:
-        buf[pos] = 45
-        pos += 1
-        v = -v
-    e = int(math.floor(math.log10(v)))
-    m = np.int64(round(v / 10.0 ** e * 1e8))
-    if m >= 1000000000:
-        m = np.int64(round(v / 10.0 ** (e + 1) * 1e8))
-        e += 1
-    if m < 100000000:
-        m = np.int64(round(v / 10.0 ** (e - 1) * 1e8))
-        e -= 1
-    digits = np.empty(9, np.int64)
-    for j in range(8, -1, -1):
-        digits[j] = m % 10
-        m //= 10
-    buf[pos] = 48 + digits[0]
-    buf[pos + 1] = 46  # '.'
-    for j in range(1, 9):
-        buf[pos + 1 + j] = 48 + digits[j]
-    pos += 10
-    buf[pos] = 101  # 'e'
-    pos += 1
-    return _put_int(buf, pos, e)
+def head(ex, n):
+    """The first n examples of CSR arrays (a dict with indptr, indices, values, labels)."""
+    end = ex["indptr"][min(n, len(ex["labels"]))]
+    return dict(ex, indptr=ex["indptr"][:n + 1], indices=ex["indices"][:end],
+                values=ex["values"][:end], labels=ex["labels"][:n])
 
 
-@njit(cache=True)
-def _vw_lines(indptr, indices, values, labels, buf):
-    pos = 0
-    for n in range(labels.shape[0]):
-        pos = _put_float(buf, pos, labels[n])
-        buf[pos] = 32
-        buf[pos + 1] = 124  # ' |'
-        pos += 2
-        for j in range(indptr[n], indptr[n + 1]):
-            buf[pos] = 32
-            pos += 1
-            pos = _put_int(buf, pos, indices[j])
-            buf[pos] = 58  # ':'
-            pos += 1
-            pos = _put_float(buf, pos, values[j])
-        buf[pos] = 10
-        pos += 1
-    return pos
+def mean_logistic(y, scores):
+    """Mean logistic loss log(1 + e^(−y·s)) of scores against ±1 labels."""
+    return float(np.mean(np.logaddexp(0.0, -np.asarray(y) * np.asarray(scores))))
 
 
-def write_vw(path, indptr, indices, values, labels, chunk=200_000):
-    """Examples in VW text format, default namespace, integer feature names.
-
-    In VW's default namespace an integer feature name *is* its index (no hashing), so VW sees
-    the same feature indices as our batches; VW adds its own constant feature (the bias).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    indptr = np.asarray(indptr, np.int64)
-    indices = np.asarray(indices, np.int64)
-    values = np.asarray(values, np.float64)
-    labels = np.asarray(labels, np.float64)
-    with open(path, "wb") as f:
-        for a in range(0, labels.shape[0], chunk):
-            b = min(a + chunk, labels.shape[0])
-            lo, hi = indptr[a], indptr[b]
-            buf = np.empty(int((hi - lo) * 30 + (b - a) * 30), np.uint8)
-            used = _vw_lines(indptr[a:b + 1] - lo, indices[lo:hi], values[lo:hi], labels[a:b], buf)
-            f.write(buf[:used].tobytes())
-    return path
+def artificial_stream(n, rng):
+    """n examples of the slides' artificial stream with new w* signs: (X, y, w*). ``rng`` is a
+    seed or a numpy Generator (then drawn from where it stands)."""
+    rng = np.random.default_rng(rng)
+    w_star = artificial_weights(rng)
+    X, y = artificial_data(rng, n, w_star)
+    return X, y, w_star
 
 
-def write_vw_dense(path, X, labels):
-    """Dense rows (zeros dropped, as our dense_batch does) in VW text format, features 0..d-1."""
-    X = np.asarray(X, np.float64)
-    rows, cols = np.nonzero(X)
-    indptr = np.zeros(X.shape[0] + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
-    return write_vw(path, indptr, cols, X[rows, cols], labels)
+# ---------------------------------------------------------------------------- command line, log
+
+def parse_args(doc, quick_help="small smoke run", **options):
+    """The command line: --quick, and each option ``name=(type, default[, help])`` as
+    ``--name`` (underscores as dashes; type ``bool``: a flag). Description: the docstring's
+    first line."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    for name, (kind, default, *help_) in options.items():
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            ap.add_argument(flag, action="store_true", help=help_[0] if help_ else None)
+        else:
+            ap.add_argument(flag, type=kind, default=default, help=help_[0] if help_ else None)
+    return ap.parse_args()
 
 
-def run_vw(args):
-    """Run VW's own driver (parser thread + learner, as the `vw` command does) through the
-    Python bindings: ``Workspace`` with ``-d``/``--passes`` runs ``run_parser``.
+def result_name(base, quick):
+    """``base``, or ``base_quick`` (written to results/tmp/) for a --quick smoke run."""
+    return f"{base}_quick" if quick else base
 
-    Returns (driver log text, wall seconds of construct + run + finish).
-    """
-    from vowpalwabbit import Workspace
+
+def progress(msg):
+    """A progress line with the clock and the seconds since the script started."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg} ({time.time() - _RUN.w0:.0f} s)", flush=True)
+
+
+# ------------------------------------------------------------------------- our learners, grids
+
+def hp_for(eta):
+    """Hyperparameters for a learning rate η (None: the learner's defaults)."""
+    return {} if eta is None else {"learning_rate": eta}
+
+
+def run_learner(algorithm, batch, dim, bias=-1, loss="logistic", n_classes=1, catch=True, **hp):
+    """A fresh state learns the stream in one ``learn()`` call (predict-then-update). Returns
+    .state, .result (the BatchResult; None if the learner raised), .error (its text, or None)
+    and .seconds; ``catch=False`` lets the exception through."""
+    from unitless.learner import learn, new_state
+    state = new_state(algorithm, dim, loss, n_classes=n_classes, bias_index=bias, **hp)
     t = time.perf_counter()
-    ws = Workspace(args, enable_logging=True)
-    ws.finish()
-    seconds = time.perf_counter() - t
-    return "\n".join(ws.get_log()), seconds
-
-
-def vw_average_loss(log):
-    m = re.search(r"average loss = ([-+0-9.eE]+|n\.a\.|nan|inf)", log)
-    if not m:
-        raise RuntimeError("VW printed no 'average loss':\n" + log[-2000:])
     try:
-        return float(m.group(1))
-    except ValueError:
-        return float("nan")
+        result, error = learn(state, batch), None
+    except Exception as e:  # a learner that crashes is reported, not hidden
+        if not catch:
+            raise
+        result, error = None, f"{type(e).__name__}: {e}"
+    return SimpleNamespace(state=state, result=result, error=error,
+                           seconds=time.perf_counter() - t)
 
 
-def vw_examples(log):
-    m = re.search(r"number of examples = (\d+)", log)
-    return int(m.group(1)) if m else None
+def run_dense(algorithm, X, y, **kw):
+    """``run_learner`` over dense rows, with dense_batch's bias feature after the columns."""
+    from unitless.learner import dense_batch
+    return run_learner(algorithm, dense_batch(X, y), X.shape[1] + 1, bias=X.shape[1], **kw)
+
+
+def zero_one(scores, y):
+    """Progressive 0-1 loss: how often the class predicted from the pre-update scores is wrong."""
+    from unitless.learner import predicted_class
+    return float(np.mean(predicted_class(scores) != y))
+
+
+def log_grid(lo, hi, num, digits=None, sig=None):
+    """num learning rates log-spaced from 10^lo to 10^hi, rounded to `digits` decimals or to
+    `sig` significant digits."""
+    xs = [float(x) for x in np.logspace(lo, hi, num)]
+    if sig is not None:
+        return [float(f"{x:.{sig}g}") for x in xs]
+    return [round(x, digits) for x in xs] if digits is not None else xs
+
+
+def best(losses):
+    """Best in hindsight: (η, loss) with the lowest finite loss in {η: loss}, ties to the
+    smaller η; (None, nan) when none is finite."""
+    ok = [(v, e) for e, v in losses.items() if v is not None and math.isfinite(v)]
+    if not ok:
+        return None, float("nan")
+    v, e = min(ok)
+    return e, v
+
+
+def mean_std(values):
+    v = np.asarray(values, dtype=float)
+    return float(np.mean(v)), float(np.std(v))
+
+
+def pm(values, digits=4):
+    """'mean ± std' of values, for a table."""
+    m, s = mean_std(values)
+    return f"{fnum(m, digits)} ± {fnum(s, digits)}"
+
+
+# ------------------------------------------------------------------- timing, commands from outside
+
+class IdleBudget:
+    """Before each timed run, wait (≤ per_run s, and ≤ what is left of max_wait in all) for other
+    processes to use < 0.25 cores; .waits lists (their load in the last sample, seconds waited)."""
+
+    def __init__(self, max_wait, per_run=30.0):
+        self.max_wait, self.per_run, self.waits = max_wait, per_run, []
+
+    @property
+    def used(self):
+        return sum(w for _, w in self.waits)
+
+    def settle(self):
+        left = self.max_wait - self.used
+        if left > 0:
+            load, waited = wait_until_idle(min(self.per_run, left))
+            self.waits.append((round(load, 2), waited))
+
+
+def measure(fn, idle=None):
+    """Run fn() timed, after waiting for quiet (``idle``: an IdleBudget): .wall and .cpu seconds
+    (this process), .other (cores other processes kept busy meanwhile), .value (what fn gave)."""
+    if idle is not None:
+        idle.settle()
+    with OtherLoad() as m:
+        t, c = time.perf_counter(), time.process_time()
+        value = fn()
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+    return SimpleNamespace(wall=wall, cpu=cpu, other=m.cores, value=value)
+
+
+TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
+
+
+def run_timed(cmd, cwd=ROOT):
+    """Run a command as a process of its own under ``/usr/bin/time -v``: wall s, CPU s
+    (user+sys of the child), peak RSS MiB, the 1-min load average before and after, its output."""
+    import resource
+    full = [TIME, "-v", *cmd] if TIME else cmd
+    load_before = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    # without /usr/bin/time: the largest child so far (only exact for a new maximum)
+    rss = int(m.group(1)) / 1024 if m else after.ru_maxrss / 1024
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "max_rss_mib": rss,
+            "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "stdout": proc.stdout, "stderr": proc.stderr, "command": shlex.join(cmd)}
+
+
+def train_args(inp, predictions, model_dir, dead_letter, *extra, eta=0.5):
+    """``unitless train`` arguments (NAG, logistic loss, η) for one input and its outputs."""
+    return ["train", "--input", str(inp), "--algorithm", "nag", "--loss", "logistic",
+            "--learning-rate", str(eta), "--predictions", str(predictions),
+            "--model-dir", str(model_dir), "--dead-letter", str(dead_letter), *map(str, extra)]
+
+
+def unitless_command(args):
+    """The ``unitless`` command (the virtualenv's entry point, else ``python -m unitless.cli``)."""
+    exe = Path(sys.executable).parent / "unitless"
+    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "unitless.cli", *args]
+

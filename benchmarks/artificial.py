@@ -14,38 +14,40 @@ omd_pnorm over the same grid and Kotłowski Alg. 2 untuned.
 
 Writes benchmarks/results/artificial{.md,.json,.png} (``--quick``: artificial_quick.*).
 """
-import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (SLIDES_ETAS, artificial_data, artificial_weights, feta, fnum,  # noqa: E402
-                     header, result_dir, table, write_results)
+from _common import (SLIDES_ETAS, parse_args, artificial_data, artificial_stream, best, feta, fnum,  # noqa: E402
+                     header, hp_for, mean_std, pm, progress, result_dir, result_name, run_learner,
+                     table, write_results)
 
-from unitless.learner import (dense_batch, learn, loss_values, new_state, predict,  # noqa: E402
-                              predicted_class)
+from unitless.learner import dense_batch, loss_values, predict, predicted_class  # noqa: E402
 
 TUNED = ["sgd", "adagrad", "adam", "nag", "omd_diagonal"]
 TUNED_EXTRA = ["ng", "snag", "omd_pnorm"]
 UNTUNED = ["scinol1", "scinol2", "kotlowski1", "cocob"]
 UNTUNED_EXTRA = ["kotlowski2"]
+ALL = TUNED + TUNED_EXTRA + UNTUNED + UNTUNED_EXTRA
 LABELS = {"omd_diagonal": "omd_diagonal (scale-free MD)", "kotlowski1": "kotlowski1 (Alg. 1)",
           "kotlowski2": "kotlowski2 (Alg. 2)"}
+DIM = 22  # 21 features + bias (dense_batch puts the bias at index 21)
 
 
-def evaluate(algorithm, hp, train, test, y_test, dim, bias):
+def label(alg):
+    return LABELS.get(alg, alg) + (" (extra)" if alg in TUNED_EXTRA + UNTUNED_EXTRA else "")
+
+
+def evaluate(algorithm, eta, train, test, y_test):
     """One online pass over train, then test loss/accuracy of the final weights."""
-    state = new_state(algorithm, dim, "logistic", bias_index=bias, **hp)
-    try:
-        res = learn(state, train)
-    except Exception as e:  # a learner that crashes is reported, not hidden
+    run = run_learner(algorithm, train, DIM, bias=DIM - 1, **hp_for(eta))
+    if run.error:
         return {"test_loss": float("nan"), "test_acc": float("nan"),
-                "progressive_loss": float("nan"), "error": f"{type(e).__name__}: {e}"}
-    scores = predict(state, test)
-    out = {"progressive_loss": float(np.mean(res.losses)), "error": None}
+                "progressive_loss": float("nan"), "error": run.error}
+    scores = predict(run.state, test)
+    out = {"progressive_loss": float(np.mean(run.result.losses)), "error": None}
     if not np.all(np.isfinite(scores)):
         out.update(test_loss=float("nan"), test_acc=float("nan"),
                    error=f"non-finite test scores ({int((~np.isfinite(scores)).sum())})")
@@ -55,106 +57,84 @@ def evaluate(algorithm, hp, train, test, y_test, dim, bias):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=20190)
-    args = ap.parse_args()
-    started = time.time()
-    h = header()
-    reps = args.reps or (2 if args.quick else 10)
-    n_train, n_test = (1000, 10_000) if args.quick else (5000, 100_000)
-    etas = [0.01, 0.5, 10.0] if args.quick else SLIDES_ETAS
-    configs = [(a, eta) for a in TUNED + TUNED_EXTRA for eta in etas]
-    configs += [(a, None) for a in UNTUNED + UNTUNED_EXTRA]
-    dim = 22  # 21 features + bias (dense_batch puts the bias at index 21)
-    runs = {c: [] for c in configs}
-    oracle = []
-    for r in range(reps):
-        rng = np.random.default_rng(args.seed + r)
-        w_star = artificial_weights(rng)
-        X, y = artificial_data(rng, n_train, w_star)
-        Xt, yt = artificial_data(rng, n_test, w_star)
-        train, test = dense_batch(X, y), dense_batch(Xt, yt)
-        oracle.append({"test_loss": float(np.mean(loss_values("logistic", yt, Xt @ w_star))),
-                       "test_acc": float(np.mean(np.where(Xt @ w_star >= 0, 1.0, -1.0) == yt))})
-        for (alg, eta) in configs:
-            hp = {} if eta is None else {"learning_rate": eta}
-            runs[(alg, eta)].append(evaluate(alg, hp, train, test, yt, dim, dim - 1))
-        print(f"repetition {r + 1}/{reps} done ({time.time() - started:.0f} s)", flush=True)
+def repetition(seed, n_train, n_test, configs):
+    """New w* and data; every configuration's result, and w*'s own (the Bayes reference)."""
+    rng = np.random.default_rng(seed)
+    X, y, w_star = artificial_stream(n_train, rng)
+    Xt, yt = artificial_data(rng, n_test, w_star)
+    train, test = dense_batch(X, y), dense_batch(Xt, yt)
+    oracle = {"test_loss": float(np.mean(loss_values("logistic", yt, Xt @ w_star))),
+              "test_acc": float(np.mean(np.where(Xt @ w_star >= 0, 1.0, -1.0) == yt))}
+    return {c: evaluate(*c, train, test, yt) for c in configs}, oracle
 
-    def stats(alg, eta, key):
-        v = np.array([x[key] for x in runs[(alg, eta)]])
-        return float(np.mean(v)), float(np.std(v))
 
-    # ---- summary table
+def summarize(runs, etas):
+    """Per learner: its best η (by mean test loss; tuned learners) and mean ± std at it."""
     summary = {}
-    rows = []
-    for alg in TUNED + TUNED_EXTRA + UNTUNED + UNTUNED_EXTRA:
+    for alg in ALL:
+        eta = None
         if alg in TUNED + TUNED_EXTRA:
-            means = {eta: stats(alg, eta, "test_loss")[0] for eta in etas}
-            finite = {e: m for e, m in means.items() if np.isfinite(m)}
-            best = min(finite, key=finite.get) if finite else etas[0]
-        else:
-            best = None
-        lm, ls = stats(alg, best, "test_loss")
-        am, as_ = stats(alg, best, "test_acc")
-        pm, ps = stats(alg, best, "progressive_loss")
-        errors = sorted({x["error"] for x in runs[(alg, best)] if x["error"]})
-        summary[alg] = {"tuned": best is not None, "best_eta": best, "test_loss_mean": lm,
+            eta = best({e: mean_std([x["test_loss"] for x in runs[(alg, e)]])[0] for e in etas})[0]
+            eta = etas[0] if eta is None else eta
+        rs = runs[(alg, eta)]
+        (lm, ls), (am, as_), (pm_, _) = (mean_std([x[k] for x in rs]) for k in
+                                         ("test_loss", "test_acc", "progressive_loss"))
+        summary[alg] = {"tuned": eta is not None, "best_eta": eta, "test_loss_mean": lm,
                         "test_loss_std": ls, "test_acc_mean": am, "test_acc_std": as_,
-                        "progressive_loss_mean": pm, "errors": errors,
+                        "progressive_loss_mean": pm_,
+                        "errors": sorted({x["error"] for x in rs if x["error"]}),
                         "extra": alg in TUNED_EXTRA + UNTUNED_EXTRA}
-        rows.append([LABELS.get(alg, alg) + (" (extra)" if summary[alg]["extra"] else ""),
-                     feta(best) if best is not None else "untuned (defaults)",
-                     f"{fnum(lm)} ± {fnum(ls)}", f"{fnum(am)} ± {fnum(as_)}", fnum(pm),
-                     "; ".join(errors) or ""])
-    om = np.mean([o["test_loss"] for o in oracle]), np.std([o["test_loss"] for o in oracle])
-    oa = np.mean([o["test_acc"] for o in oracle]), np.std([o["test_acc"] for o in oracle])
-    rows.append(["w* itself (Bayes-optimal reference, not a learner)", "—",
-                 f"{fnum(om[0])} ± {fnum(om[1])}", f"{fnum(oa[0])} ± {fnum(oa[1])}", "—", ""])
-    summary_md = table(["learner", "η (best by mean test loss)", "test logistic loss",
-                        "test accuracy", "progressive train loss", "problems"], rows)
+    return summary
 
-    # ---- loss at every η
-    grid_rows, grid = [], {}
+
+def summary_table(summary, oracle):
+    rows = [[label(a), feta(s["best_eta"]) if s["tuned"] else "untuned (defaults)",
+             f"{fnum(s['test_loss_mean'])} ± {fnum(s['test_loss_std'])}",
+             f"{fnum(s['test_acc_mean'])} ± {fnum(s['test_acc_std'])}",
+             fnum(s["progressive_loss_mean"]), "; ".join(s["errors"])] for a, s in summary.items()]
+    rows.append(["w* itself (Bayes-optimal reference, not a learner)", "—",
+                 pm([o["test_loss"] for o in oracle]), pm([o["test_acc"] for o in oracle]), "—", ""])
+    return table(["learner", "η (best by mean test loss)", "test logistic loss", "test accuracy",
+                  "progressive train loss", "problems"], rows)
+
+
+def grid_results(runs, etas, summary):
+    """Test loss at every η of the tuned learners: (JSON dict, markdown table, best in bold)."""
+    grid, rows = {}, []
     for alg in TUNED + TUNED_EXTRA:
-        cells, grid[alg] = [], {}
+        grid[alg], cells = {}, []
         for eta in etas:
-            m, s = stats(alg, eta, "test_loss")
-            am, _ = stats(alg, eta, "test_acc")
-            n_err = sum(1 for x in runs[(alg, eta)] if x["error"])
-            grid[alg][feta(eta)] = {"test_loss_mean": m, "test_loss_std": s, "test_acc_mean": am,
-                                    "failed_reps": n_err,
-                                    "errors": sorted({x["error"] for x in runs[(alg, eta)]
-                                                      if x["error"]})}
+            rs = runs[(alg, eta)]
+            m, s = mean_std([x["test_loss"] for x in rs])
+            errors = sorted({x["error"] for x in rs if x["error"]})
+            n_err = sum(1 for x in rs if x["error"])
+            grid[alg][feta(eta)] = {"test_loss_mean": m, "test_loss_std": s,
+                                    "test_acc_mean": mean_std([x["test_acc"] for x in rs])[0],
+                                    "failed_reps": n_err, "errors": errors}
             cell = fnum(m, 3) + (f" ({n_err} failed)" if n_err else "")
             cells.append(f"**{cell}**" if eta == summary[alg]["best_eta"] else cell)
-        grid_rows.append([LABELS.get(alg, alg)] + cells)
-    grid_md = table(["learner \\ η"] + [feta(e) for e in etas], grid_rows)
+        rows.append([LABELS.get(alg, alg)] + cells)
+    return grid, table(["learner \\ η"] + [feta(e) for e in etas], rows)
 
-    # ---- plot
-    name = "artificial_quick" if args.quick else "artificial"
-    png = result_dir(name) / f"{name}.png"
-    plot(png, etas, summary, grid, om[0])
 
-    # ---- invariance remark: scale-invariant learners are untouched by σ spread; others are not
+def report(setup, summary, oracle, grid_md, png):
     scinol = min(summary[a]["test_loss_mean"] for a in ("scinol1", "scinol2"))
-    best_tuned = {a: summary[a]["test_loss_mean"] for a in TUNED}
-    body = f"""
+    tuned = ", ".join(f"{a} {fnum(summary[a]['test_loss_mean'])}" for a in TUNED)
+    seed, reps = setup["seed"], setup["reps"]
+    return f"""
 Setup: x ∈ R²¹, x_i ~ N(0, σ_i²), σ_i = 2⁻¹⁰ … 2¹⁰; y ~ Bernoulli(sigmoid(xᵀw*)) as ±1,
-w*_i = ±1/σ_i (random signs); {n_train:,} training examples learned in one online pass (batch
-size 1, predict-then-update, bias feature on, weights from zero), then the final weights score
-{n_test:,} test examples with `predict()`; {reps} repetitions (seeds {args.seed}…{args.seed + reps - 1}:
-new w* and new data each time). Logistic loss throughout. Tuned learners run over
-η ∈ {{{", ".join(feta(e) for e in etas)}}} and the η with the lowest *mean test loss* is reported
-(tuned in hindsight on the test set, as in the slides); untuned learners use the library defaults
-(ScInOL ε = 1, Kotłowski α = 1.5, COCOB α = 100). Entries are mean ± std over repetitions.
+w*_i = ±1/σ_i (random signs); {setup['n_train']:,} training examples learned in one online pass
+(batch size 1, predict-then-update, bias feature on, weights from zero), then the final weights
+score {setup['n_test']:,} test examples with `predict()`; {reps} repetitions (seeds
+{seed}…{seed + reps - 1}: new w* and new data each time). Logistic loss throughout. Tuned
+learners run over η ∈ {{{", ".join(feta(e) for e in setup['etas'])}}} and the η with the lowest
+*mean test loss* is reported (tuned in hindsight on the test set, as in the slides); untuned
+learners use the library defaults (ScInOL ε = 1, Kotłowski α = 1.5, COCOB α = 100). Entries are
+mean ± std over repetitions.
 
 ## Summary
 
-{summary_md}
+{summary_table(summary, oracle)}
 
 ## Test logistic loss at every η (mean over repetitions; best in bold)
 
@@ -164,17 +144,40 @@ Plot: `{png.name}` (test loss vs η per tuned learner, horizontal lines for untu
 
 ## Reading
 
-* Best untuned ScInOL test loss: {fnum(scinol)}; best-η test loss of the tuned learners:
-  {", ".join(f"{a} {fnum(v)}" for a, v in best_tuned.items())}.
+* Best untuned ScInOL test loss: {fnum(scinol)}; best-η test loss of the tuned learners: {tuned}.
 * The w* row is the loss of the true model, the floor any learner can approach.
 """
-    data = {"setup": {"n_train": n_train, "n_test": n_test, "reps": reps, "seed": args.seed,
-                      "etas": etas, "dim": dim},
-            "summary": summary, "loss_by_eta": grid,
-            "oracle": {"test_loss_mean": om[0], "test_loss_std": om[1], "test_acc_mean": oa[0]},
+
+
+def main():
+    args = parse_args(__doc__, reps=(int, None), seed=(int, 20190))
+    h = header()
+    reps = args.reps or (2 if args.quick else 10)
+    n_train, n_test = (1000, 10_000) if args.quick else (5000, 100_000)
+    etas = [0.01, 0.5, 10.0] if args.quick else SLIDES_ETAS
+    configs = [(a, eta) for a in TUNED + TUNED_EXTRA for eta in etas]
+    configs += [(a, None) for a in UNTUNED + UNTUNED_EXTRA]
+    runs, oracle = {c: [] for c in configs}, []
+    for r in range(reps):
+        res, o = repetition(args.seed + r, n_train, n_test, configs)
+        for c, x in res.items():
+            runs[c].append(x)
+        oracle.append(o)
+        progress(f"repetition {r + 1}/{reps} done")
+    summary = summarize(runs, etas)
+    grid, grid_md = grid_results(runs, etas, summary)
+    name = result_name("artificial", args.quick)
+    png = result_dir(name) / f"{name}.png"
+    om, os_ = mean_std([o["test_loss"] for o in oracle])
+    plot(png, etas, summary, grid, om)
+    setup = {"n_train": n_train, "n_test": n_test, "reps": reps, "seed": args.seed,
+             "etas": etas, "dim": DIM}
+    data = {"setup": setup, "summary": summary, "loss_by_eta": grid,
+            "oracle": {"test_loss_mean": om, "test_loss_std": os_,
+                       "test_acc_mean": mean_std([o["test_acc"] for o in oracle])[0]},
             "runs": {f"{a}@{'default' if e is None else feta(e)}": v for (a, e), v in runs.items()}}
-    write_results(name, "Artificial experiment (ScInOL slides): test loss vs η", h, started,
-                  body, data)
+    write_results(name, "Artificial experiment (ScInOL slides): test loss vs η", h,
+                  report(setup, summary, oracle, grid_md, png), data)
 
 
 def plot(path, etas, summary, grid, oracle_loss):

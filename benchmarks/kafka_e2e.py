@@ -25,7 +25,6 @@ Measured in one run:
 
 Writes benchmarks/results/kafka_e2e{.md,.json} (``--quick``: results/tmp/kafka_e2e_quick.*).
 """
-import argparse
 import json
 import os
 import shutil
@@ -40,27 +39,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import fnum, header, table, write_results  # noqa: E402
+from _common import (parse_args, artificial_stream, fnum, header, progress,  # noqa: E402
+                     result_name, table, train_args, unitless_command, write_results)
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
     "~/.cache/unitless/prism/2.77.0/prism")
-SIGMAS = 2.0 ** np.arange(-10, 11)
 TARGET = 50_000
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def example_values(n, seed, first_id=0):
     """n JSON-encoded examples of the artificial stream."""
-    rng = np.random.default_rng(seed)
-    w_star = rng.choice([-1.0, 1.0], size=SIGMAS.size) / SIGMAS
-    X = rng.standard_normal((n, SIGMAS.size)) * SIGMAS
-    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-(X @ w_star))), 1, -1)
-    names = [f"x{j + 1}" for j in range(SIGMAS.size)]
+    X, y, _ = artificial_stream(n, seed)
+    names = [f"x{j + 1}" for j in range(X.shape[1])]
     return [json.dumps({"id": str(first_id + i), "label": int(y[i]),
                         **dict(zip(names, X[i].tolist()))}).encode() for i in range(n)]
 
@@ -90,14 +81,20 @@ def produce(bootstrap, topic, values):
     return time.time() - t
 
 
-def consume(bootstrap, topic, n, timeout):
-    """The first n messages of a topic (fewer if timeout passes first)."""
+def consumer(bootstrap, topic, **config):
+    """A consumer of the topic's one partition from its beginning (no group): (consumer, tp)."""
     from kafka import KafkaConsumer, TopicPartition
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                      max_poll_records=50_000, fetch_max_bytes=64 << 20)
+                      **config)
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek_to_beginning(tp)
+    return c, tp
+
+
+def consume(bootstrap, topic, n, timeout):
+    """The first n messages of a topic (fewer if timeout passes first)."""
+    c, tp = consumer(bootstrap, topic, max_poll_records=50_000, fetch_max_bytes=64 << 20)
     out, deadline = [], time.time() + timeout
     while len(out) < n and time.time() < deadline:
         out.extend(c.poll(timeout_ms=500).get(tp, []))
@@ -107,12 +104,7 @@ def consume(bootstrap, topic, n, timeout):
 
 def relay(bootstrap, source, target, n):
     """The reference: consume n messages and produce each unchanged; (seconds, messages)."""
-    from kafka import KafkaConsumer, TopicPartition
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                      max_poll_records=8192)
-    tp = TopicPartition(source, 0)
-    c.assign([tp])
-    c.seek_to_beginning(tp)
+    c, tp = consumer(bootstrap, source, max_poll_records=8192)
     p = producer(bootstrap)
     t, done = time.time(), 0
     while done < n and time.time() - t < 600:
@@ -127,11 +119,10 @@ def relay(bootstrap, source, target, n):
 
 
 def train_cmd(bootstrap, topic, work, *extra):
-    return [sys.executable, "-m", "unitless.cli", "train", "--input", f"kafka://{bootstrap}/{topic}",
-            "--id-column", "id", "--algorithm", "nag", "--loss", "logistic",
-            "--learning-rate", "0.5", "--model-dir", str(work / f"{topic}-models"),
-            "--predictions", f"kafka://{bootstrap}/{topic}-pred",
-            "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", *extra]
+    """``unitless train`` arguments from a topic to its -pred and -dead topics (NAG, η = 0.5)."""
+    return train_args(f"kafka://{bootstrap}/{topic}", f"kafka://{bootstrap}/{topic}-pred",
+                      work / f"{topic}-models", f"kafka://{bootstrap}/{topic}-dead",
+                      "--id-column", "id", *extra)
 
 
 def append_span(messages):
@@ -146,7 +137,8 @@ def bounded_run(bootstrap, work, n):
                   append_time=(f"{topic}-pred",))
     produce(bootstrap, topic, example_values(n, seed=1))
     t = time.time()
-    done = subprocess.run(train_cmd(bootstrap, topic, work), capture_output=True, text=True)
+    done = subprocess.run(unitless_command(train_cmd(bootstrap, topic, work)),
+                          capture_output=True, text=True)
     wall = time.time() - t
     if done.returncode:
         raise RuntimeError(f"unitless train failed:\n{done.stderr[-3000:]}")
@@ -203,54 +195,58 @@ def paced_produce(bootstrap, topic, values, rate):
     return len(values) / seconds
 
 
+def burst_phase(bootstrap, topic, watcher, first, n):
+    """n examples produced as fast as the producer sends: sustained examples/s."""
+    values = example_values(n, seed=3, first_id=first)
+    t = time.time()
+    produce(bootstrap, topic, values)
+    ok = watcher.wait_for(first + n, 600)
+    burst = watcher.rows[first:first + n]
+    span = (burst[-1][0] - burst[0][0]) / 1000 if burst else None
+    out = {"examples": n, "predictions": len(burst), "complete": ok, "wall_s": time.time() - t,
+           "append_span_s": span, "examples_per_s_sustained": len(burst) / span if burst else 0.0}
+    progress(f"burst: {out}")
+    return out
+
+
+def paced_phase(bootstrap, topic, watcher, first, rate, seconds):
+    """rate examples/s offered for `seconds`: end-to-end latency percentiles."""
+    count = int(rate * seconds)
+    achieved = paced_produce(bootstrap, topic, example_values(count, seed=4, first_id=first), rate)
+    ok = watcher.wait_for(first + count, 300)
+    paced = watcher.rows[first:first + count]
+    latency = np.array([append - event * 1000.0 for append, event, _ in paced])
+    out = {"offered_per_s": rate, "achieved_offered_per_s": achieved, "seconds": seconds,
+           "examples": count, "predictions": len(paced), "complete": ok,
+           **{f"latency_ms_{q}": float(np.percentile(latency, v)) if len(paced) else None
+              for q, v in (("p50", 50), ("p99", 99), ("max", 100))}}
+    progress(f"paced: {out}")
+    return out
+
+
 def streaming_run(bootstrap, work, n, rates, seconds):
-    topic = "live"
+    topic, warm = "live", 2000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
     logf = open(work / "streaming.log", "w")
-    process = subprocess.Popen(train_cmd(bootstrap, topic, work, "--streaming", "--runner",
-                                         "PrismRunner", "--prism_location", PRISM,
-                                         "--checkpoint-seconds", "10"),
-                               stdout=logf, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(unitless_command(train_cmd(
+        bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
+        "--checkpoint-seconds", "10")), stdout=logf, stderr=subprocess.STDOUT)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
     out = {"runner": "PrismRunner (--streaming)"}
     try:
-        warm = 2000
         produce(bootstrap, topic, example_values(warm, seed=2, first_id=0))
         if not watcher.wait_for(warm, 180):
             raise RuntimeError(f"no predictions from the streaming pipeline after 180 s "
                                f"({len(watcher.rows)} of {warm}); log {work / 'streaming.log'}")
-        log(f"streaming pipeline warm ({warm} predictions)")
-        # (a) as fast as the producer sends
-        values = example_values(n, seed=3, first_id=warm)
-        t = time.time()
-        produce(bootstrap, topic, values)
-        ok = watcher.wait_for(warm + n, 600)
-        burst = watcher.rows[warm:warm + n]
-        out["burst"] = {"examples": n, "predictions": len(burst), "complete": ok,
-                        "wall_s": time.time() - t,
-                        "append_span_s": (burst[-1][0] - burst[0][0]) / 1000 if burst else None}
-        out["burst"]["examples_per_s_sustained"] = (
-            len(burst) / out["burst"]["append_span_s"] if burst else 0.0)
-        log(f"burst: {out['burst']}")
-        # (b) fixed offered loads: the target's half, and half of what the burst sustained
-        first = warm + n
-        out["paced"] = []
+        progress(f"streaming pipeline warm ({warm} predictions)")
+        out["burst"] = burst_phase(bootstrap, topic, watcher, warm, n)
+        # fixed offered loads: the target's half, and half of what the burst sustained
+        first, out["paced"] = warm + n, []
         for rate in rates or [TARGET // 2, int(out["burst"]["examples_per_s_sustained"] / 2)]:
-            count = int(rate * seconds)
-            values = example_values(count, seed=4, first_id=first)
-            achieved = paced_produce(bootstrap, topic, values, rate)
-            ok = watcher.wait_for(first + count, 300)
-            paced = watcher.rows[first:first + count]
-            latency = np.array([append - event * 1000.0 for append, event, _ in paced])
-            out["paced"].append({
-                "offered_per_s": rate, "achieved_offered_per_s": achieved, "seconds": seconds,
-                "examples": count, "predictions": len(paced), "complete": ok,
-                **{f"latency_ms_{q}": float(np.percentile(latency, v)) if len(paced) else None
-                   for q, v in (("p50", 50), ("p99", 99), ("max", 100))}})
-            log(f"paced: {out['paced'][-1]}")
-            first += count
+            out["paced"].append(paced_phase(bootstrap, topic, watcher, first, rate, seconds))
+            first += out["paced"][-1]["examples"]
         ids = [r[2] for r in watcher.rows]
         out["duplicates"] = len(ids) - len(set(ids))
     finally:
@@ -288,7 +284,7 @@ def profile_bounded(bootstrap, work, n):
     out = work / "kafka.prof"
     t = time.time()
     cProfile.runctx("unitless_main(cmd)", {"unitless_main": unitless_main,
-                                           "cmd": train_cmd(bootstrap, topic, work)[3:]},
+                                           "cmd": train_cmd(bootstrap, topic, work)},
                     {}, str(out))
     seconds = time.time() - t
     st = pstats.Stats(str(out))
@@ -305,7 +301,7 @@ def profile_bounded(bootstrap, work, n):
             "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
-def render(h, data):
+def render(data):
     ref, bounded, live = data["reference"], data["bounded"], data.get("streaming")
     rows = [["kafka-python relay (reference: consume + produce, no parsing, no learning)",
              "—", fnum(ref["examples_per_s"], 0), "—", "—"],
@@ -351,40 +347,38 @@ def render(h, data):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--examples", type=int, help="bounded and burst examples (default 300,000)")
-    ap.add_argument("--rates", help="offered loads, examples/s, comma-separated (default: "
-                    "half the target, and half of what the streaming burst sustained)")
-    ap.add_argument("--seconds", type=int, help="length of the fixed-load phase (default 20)")
-    ap.add_argument("--no-streaming", action="store_true", help="skip the Prism phase")
-    args = ap.parse_args()
+    args = parse_args(
+        __doc__, examples=(int, None, "bounded and burst examples (default 300,000)"),
+        rates=(str, None, "offered loads, examples/s, comma-separated (default: half the target, "
+               "and half of what the streaming burst sustained)"),
+        seconds=(int, None, "length of the fixed-load phase (default 20)"),
+        no_streaming=(bool, False, "skip the Prism phase"))
     n = args.examples or (20_000 if args.quick else 300_000)
     seconds = args.seconds or (5 if args.quick else 20)
-    started, h = time.time(), header()
+    h = header()
     work = Path(tempfile.mkdtemp(prefix="unitless-kafka-bench-"))
     data = {}
     try:
         with LocalKafka(work / "broker", startup_timeout=120) as kafka:
             bootstrap = kafka.bootstrap_servers
-            log(f"broker at {bootstrap}")
+            progress(f"broker at {bootstrap}")
             create_topics(bootstrap, "relay-in", "relay-out")
             produce(bootstrap, "relay-in", example_values(n, seed=1))
             s, done = relay(bootstrap, "relay-in", "relay-out", n)
             data["reference"] = {"examples": done, "seconds": s, "examples_per_s": done / s}
-            log(f"relay: {data['reference']}")
+            progress(f"relay: {data['reference']}")
             data["bounded"] = bounded_run(bootstrap, work, n)
-            log(f"bounded: {data['bounded']}")
+            progress(f"bounded: {data['bounded']}")
             data["profile"] = profile_bounded(bootstrap, work, min(n, 100_000))
-            log(f"profile: {data['profile']['groups']}")
+            progress(f"profile: {data['profile']['groups']}")
             if not args.no_streaming:
                 rates = [int(r) for r in args.rates.split(",")] if args.rates else None
                 data["streaming"] = streaming_run(bootstrap, work, n, rates, seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    name = "kafka_e2e_quick" if args.quick else "kafka_e2e"
-    write_results(name, "Kafka end to end: examples topic → unitless train → predictions topic",
-                  h, started, render(h, data), data)
+    write_results(result_name("kafka_e2e", args.quick),
+                  "Kafka end to end: examples topic → unitless train → predictions topic",
+                  h, render(data), data)
 
 
 if __name__ == "__main__":

@@ -25,14 +25,9 @@ Progressive loss: ours is the mean of the predictions' ``loss`` column; VW's is 
     .venv/bin/python benchmarks/pipeline.py --quick         # smoke run (20k rows)
     .venv/bin/python benchmarks/pipeline.py --profile-rows 200000   # + cProfile of the pipeline
 
-Writes benchmarks/results/pipeline{.md,.json} (``--quick``: pipeline_quick.*).
+Writes benchmarks/results/pipeline{.md,.json} (``--quick``: results/tmp/pipeline_quick.*).
 """
-import argparse
-import datetime
-import json
-import math
 import os
-import platform
 import pstats
 import re
 import shlex
@@ -46,32 +41,23 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import _cpu_model, _git, _mem_gib, _version  # noqa: E402
+from _common import (ROOT, parse_args, artificial_stream, fnum, header,  # noqa: E402
+                     mean_logistic, progress, result_name, run_timed, table, train_args,
+                     unitless_command, write_results)
+from _vw import vw_average_loss, vw_command, vw_examples, vw_tagged_scores  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-PY = sys.executable
-BIN = Path(PY).parent
-UNITLESS = str(BIN / "unitless") if (BIN / "unitless").exists() else None
-TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
-SIGMAS = 2.0 ** np.arange(-10, 11)  # σ_i = 2⁻¹⁰ … 2¹⁰
 ETA = 0.5
 KEY_COUNTS = (1, 4, 64)
+FEATURES = 21
+
+
+def fmt(x, digits=3):
+    return fnum(x, digits, sci=False)
 
 
 # ----------------------------------------------------------------------------------------- data
-
-def generate(n, seed):
-    rng = np.random.default_rng(seed)
-    w_star = rng.choice([-1.0, 1.0], size=SIGMAS.size) / SIGMAS
-    X = rng.standard_normal((n, SIGMAS.size)) * SIGMAS
-    p = 1.0 / (1.0 + np.exp(-(X @ w_star)))
-    y = np.where(rng.random(n) < p, 1, -1).astype(np.int64)
-    return X, y
-
 
 def _append_lines(path, lines):
     """Append one string per line to path, as is (no quoting): the Arrow string data bytes."""
@@ -125,101 +111,52 @@ def write_data(directory, X, y, chunk=250_000):
 
 # ------------------------------------------------------------------------------------- running
 
-def timed(cmd, cwd):
-    """Run cmd under /usr/bin/time -v: wall seconds, user+sys seconds, peak RSS MiB, outputs."""
-    full = [TIME, "-v", *cmd] if TIME else cmd
-    load_before = os.getloadavg()[0]
-    before = _children_rusage()
-    t = time.perf_counter()
-    proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    after = _children_rusage()
-    err = proc.stderr
-    if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{err[-4000:]}")
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
-    if m:
-        rss = int(m.group(1)) / 1024
-    else:  # no /usr/bin/time: the largest child so far (only exact for a new maximum)
-        rss = after.ru_maxrss / 1024
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "max_rss_mib": rss,
-            "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "stdout": proc.stdout,
-            "stderr": err, "command": shlex.join(cmd)}
+def ours_command(inp, out, keyed=False, chunk_size=None):
+    extra = ["--label-column", "label", "--id-column", "id"]
+    extra += ["--model-key-column", "key"] if keyed else []
+    extra += ["--chunk-size", chunk_size] if chunk_size else []
+    return train_args(inp, out / "predictions", out / "models", out / "dead", *extra, eta=ETA)
 
 
-def _children_rusage():
-    import resource
-    return resource.getrusage(resource.RUSAGE_CHILDREN)
-
-
-def unitless_cmd(inp, out, keyed=False, chunk_size=None):
-    base = [UNITLESS] if UNITLESS else [PY, "-m", "unitless.cli"]
-    cmd = [*base, "train", "--input", inp, "--label-column", "label", "--id-column", "id"]
-    if keyed:
-        cmd += ["--model-key-column", "key"]
-    cmd += ["--algorithm", "nag", "--loss", "logistic", "--learning-rate", str(ETA),
-            "--predictions", str(out / "predictions"), "--model-dir", str(out / "models"),
-            "--dead-letter", str(out / "dead")]
-    if chunk_size:
-        cmd += ["--chunk-size", str(chunk_size)]
-    return cmd
-
-
-def vw_cmd(inp, preds):
-    return [PY, "-m", "vowpalwabbit", "-d", inp, "--loss_function", "logistic", "-l", str(ETA),
-            "-p", str(preds)]
+def check_predictions(name, table_, dead, n):
+    """Every example predicted exactly once, no dead letters."""
+    rows = 0 if table_ is None else table_.num_rows
+    dead = 0 if dead is None else dead.num_rows
+    if rows != n or dead:
+        raise RuntimeError(f"{name}: {rows} predictions and {dead} dead letters for {n} examples")
+    ids = np.sort(np.asarray(table_.column("id").to_numpy(zero_copy_only=False), dtype=np.int64))
+    if not np.array_equal(ids, np.arange(n)):
+        raise RuntimeError(f"{name}: prediction ids are not 0..{n - 1}")
+    return dead
 
 
 def run_ours(work, name, inp, n, keyed=False, chunk_size=None):
     from unitless.connectors.files import read_output
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
-    r = timed(unitless_cmd(inp, out, keyed, chunk_size), ROOT)
-    table = read_output(str(out / "predictions"))
-    dead = read_output(str(out / "dead"))
-    rows = 0 if table is None else table.num_rows
-    r["dead_letters"] = 0 if dead is None else dead.num_rows
-    if rows != n or r["dead_letters"]:
-        raise RuntimeError(f"{name}: {rows} predictions and {r['dead_letters']} dead letters for "
-                           f"{n} examples")
-    ids = np.sort(np.asarray(table.column("id").to_numpy(zero_copy_only=False), dtype=np.int64))
-    if not np.array_equal(ids, np.arange(n)):
-        raise RuntimeError(f"{name}: prediction ids are not 0..{n - 1}")
-    r["examples"] = rows
-    r["progressive_loss"] = float(pc.mean(table.column("loss")).as_py())
-    r["error_rate"] = float(pc.mean(table.column("error")).as_py())
-    r["model_keys"] = len(pc.unique(table.column("model_key")))
-    order = np.argsort(table.column("id").to_numpy(zero_copy_only=False).astype(np.int64))
-    r["_scores"] = table.column("prediction").to_numpy()[order]
-    r["progressive_loss_log"] = _logged_loss(r["stderr"])
+    r = run_timed(unitless_command(ours_command(inp, out, keyed, chunk_size)))
+    preds = read_output(str(out / "predictions"))
+    r["dead_letters"] = check_predictions(name, preds, read_output(str(out / "dead")), n)
+    r["examples"] = preds.num_rows
+    r["progressive_loss"] = float(pc.mean(preds.column("loss")).as_py())
+    r["error_rate"] = float(pc.mean(preds.column("error")).as_py())
+    r["model_keys"] = len(pc.unique(preds.column("model_key")))
+    order = np.argsort(preds.column("id").to_numpy(zero_copy_only=False).astype(np.int64))
+    r["_scores"] = preds.column("prediction").to_numpy()[order]
+    losses = re.findall(r"progressive loss ([0-9.eE+-]+)", r["stderr"])
+    r["progressive_loss_log"] = float(losses[-1]) if losses else None
     shutil.rmtree(out / "predictions", ignore_errors=True)
     return r
 
 
-def _logged_loss(stderr):
-    losses = re.findall(r"progressive loss ([0-9.eE+-]+)", stderr)
-    return float(losses[-1]) if losses else None
-
-
 def run_vw(work, name, inp, y):
     preds = work / f"{name}.preds"
-    r = timed(vw_cmd(inp, preds), ROOT)
-    log = r["stderr"]
-    m = re.search(r"average loss = ([-+0-9.eE]+|n\.a\.|nan|inf)", log)
-    r["progressive_loss"] = float(m.group(1)) if m and m.group(1) != "n.a." else float("nan")
-    m = re.search(r"number of examples = (\d+)", log)
-    r["examples"] = int(m.group(1)) if m else None
-    p = pacsv.read_csv(str(preds), read_options=pacsv.ReadOptions(column_names=["score", "id"]),
-                       parse_options=pacsv.ParseOptions(delimiter=" "),
-                       convert_options=pacsv.ConvertOptions(column_types={"score": pa.float64(),
-                                                                          "id": pa.int64()}))
-    ids = p.column("id").to_numpy()
-    scores = np.empty(len(y))
-    scores[ids] = p.column("score").to_numpy()
-    r["progressive_loss_from_p"] = float(np.mean(np.logaddexp(0.0, -y[ids] * scores[ids])))
-    r["error_rate_from_p"] = float(np.mean(np.where(scores[ids] > 0, 1, -1) != y[ids]))
+    r = run_timed(vw_command("-d", inp, "--loss_function", "logistic", "-l", ETA, "-p", preds))
+    r["progressive_loss"] = vw_average_loss(r["stderr"])
+    r["examples"] = vw_examples(r["stderr"])
+    scores = vw_tagged_scores(preds, len(y))
+    r["progressive_loss_from_p"] = mean_logistic(y, scores)
+    r["error_rate_from_p"] = float(np.mean(np.where(scores > 0, 1, -1) != y))
     r["_scores"] = scores
     preds.unlink()
     return r
@@ -278,39 +215,35 @@ def _breakdown(st):
     return out
 
 
+def _top(st, key, top, only=None):
+    st.sort_stats(key)
+    rows = []
+    for func in [f for f in st.fcn_list if only is None or only in f[0]][:top]:
+        _, nc, tt, ct, _ = st.stats[func]
+        filename, line, fn = func
+        rows.append({"function": f"{_short(filename)}:{line}({fn})" if line else fn,
+                     "calls": nc, "own_s": round(tt, 3), "cumulative_s": round(ct, 3)})
+    return rows
+
+
 def profile(work, inp, n, keyed=False, top=40):
     """The pipeline in one process under cProfile: top functions by cumulative and own time."""
     out = work / "profile"
     shutil.rmtree(out, ignore_errors=True)
     stats_path = work / "pipeline.prof"
-    cmd = unitless_cmd(inp, out, keyed)
-    cmd = cmd[1:] if UNITLESS else cmd[3:]
+    args = ours_command(inp, out, keyed)
     t = time.perf_counter()
-    proc = subprocess.run([PY, "-c", PROFILE_SNIPPET, str(stats_path), *cmd], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", PROFILE_SNIPPET, str(stats_path), *args],
+                          cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"profiled run failed:\n{proc.stderr[-4000:]}")
     st = pstats.Stats(str(stats_path))
-    total = st.total_tt
-
-    def rows(key, only=None):
-        st.sort_stats(key)
-        out_rows = []
-        funcs = [f for f in st.fcn_list if only is None or only in f[0]]
-        for func in funcs[:top]:
-            cc, nc, tt, ct, _ = st.stats[func]
-            filename, line, fn = func
-            where = _short(filename)
-            out_rows.append({"function": f"{where}:{line}({fn})" if line else fn,
-                             "calls": nc, "own_s": round(tt, 3), "cumulative_s": round(ct, 3)})
-        return out_rows
-
-    return {"rows": n, "wall_s": wall, "profiled_s": total, "command": shlex.join(
-        [PY, "-c", "<cProfile snippet>", "OUT.prof", *cmd]),
-        "breakdown": _breakdown(st),
-        "by_cumulative": rows("cumulative"), "by_own": rows("tottime"),
-        "unitless_by_cumulative": rows("cumulative", only="/unitless/")}
+    return {"rows": n, "wall_s": wall, "profiled_s": st.total_tt,
+            "command": shlex.join([sys.executable, "-c", "<cProfile snippet>", "OUT.prof", *args]),
+            "breakdown": _breakdown(st), "by_cumulative": _top(st, "cumulative", top),
+            "by_own": _top(st, "tottime", top),
+            "unitless_by_cumulative": _top(st, "cumulative", top, only="/unitless/")}
 
 
 def _short(filename):
@@ -321,130 +254,75 @@ def _short(filename):
     return filename
 
 
-# --------------------------------------------------------------------------------------- header
-
-def header():
-    cmd = shlex.join([os.path.relpath(PY, ROOT), *sys.argv])
-    dirty = _git("status", "--porcelain", "--", "unitless")
-    return {
-        "command": cmd,
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": {"nproc": os.cpu_count(), "cpu_model": _cpu_model(), "mem_gib": _mem_gib(),
-                    "platform": platform.platform()},
-        "versions": {"python": platform.python_version(),
-                     **{d: _version(d) for d in ("apache-beam", "numpy", "numba", "pyarrow",
-                                                  "vowpalwabbit")},
-                     "unitless_git": _git("rev-parse", "--short", "HEAD")
-                     + (" (unitless/ has uncommitted changes)" if dirty else "")},
-    }
+def head_file(src, dst, m):
+    """The header line and the first m rows of a CSV file."""
+    with open(src) as f, open(dst, "w") as g:
+        for i, line in enumerate(f):
+            if i > m:
+                break
+            g.write(line)
+    return dst
 
 
-def fmt(x, digits=3):
-    if x is None:
-        return "—"
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    return f"{x:,}"
+def profiles(work, paths, rows):
+    prof = {}
+    for label, src, keyed in (("single model", "csv", False), ("64 model keys", "csv_keys64", True)):
+        sub = head_file(paths[src], work / f"profile_{src}.csv", rows)
+        progress(f"profiling the pipeline on {rows:,} rows ({label})")
+        prof[label] = profile(work, str(sub), rows, keyed)
+    return prof
 
 
-def md_table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
+# ----------------------------------------------------------------------------------------- runs
 
-
-# ----------------------------------------------------------------------------------------- main
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, help="examples (default 1,000,000; --quick: 20,000)")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--repeat", type=int, help="runs of each command, interleaved; the best "
-                    "(least disturbed) wall time is reported, with the median (default 3; "
-                    "--quick: 1)")
-    ap.add_argument("--chunk-size", type=int, help="passed to unitless train (default: its own)")
-    ap.add_argument("--profile-rows", type=int, default=0,
-                    help="also run the pipeline under cProfile on this many rows (0: no)")
-    ap.add_argument("--workdir", help="scratch directory (default: a new temp dir, removed)")
-    args = ap.parse_args()
-    n = args.rows or (20_000 if args.quick else 1_000_000)
-    args.repeat = args.repeat or (1 if args.quick else 3)
-    name = "pipeline_quick" if args.quick else "pipeline"
-    started = time.time()
-    h = header()
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        data = run_all(args, n, work)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
-    h["run_seconds"] = round(time.time() - started, 1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"header": h, **data}, indent=1) + "\n")
-    (RESULTS / f"{name}.md").write_text(render(h, data))
-    print((RESULTS / f"{name}.md").read_text())
-    print(f"wrote {RESULTS / name}.md and .json ({h['run_seconds']:.0f} s)")
-
-
-def _log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def run_all(args, n, work):
-    _log(f"generating {n:,} examples in {work}")
+def make_files(work, n, seed):
+    progress(f"generating {n:,} examples in {work}")
     t = time.perf_counter()
-    X, y = generate(n, args.seed)
+    X, y, _ = artificial_stream(n, seed)
+    y = y.astype(np.int64)
     paths = write_data(work, X, y)
     gen_s = time.perf_counter() - t
     sizes = {k: os.path.getsize(v) for k, v in paths.items()}
-    del X
-    _log(f"data written in {gen_s:.1f} s: " + ", ".join(f"{k} {v / 2**20:.0f} MiB"
-                                                       for k, v in sizes.items()))
-    yf = y.astype(np.float64)
-    jobs = [("vw_startup", lambda: run_vw(work, "vw1", paths["vw_1row"], yf[:1])),
-            ("vw", lambda: run_vw(work, "vw", paths["vw"], yf)),
-            ("unitless_startup", lambda: run_ours(work, "ours1", paths["csv_1row"], 1,
-                                                  chunk_size=args.chunk_size)),
-            ("unitless", lambda: run_ours(work, "ours", paths["csv"], n,
-                                          chunk_size=args.chunk_size))]
-    jobs += [(f"unitless_keys{k}", lambda k=k: run_ours(work, f"ours_keys{k}",
-                                                        paths[f"csv_keys{k}"], n, keyed=True,
-                                                        chunk_size=args.chunk_size))
-             for k in KEY_COUNTS]
-    tries = {key: [] for key, _ in jobs}
-    scores = {}
-    for rep in range(args.repeat):  # interleaved, so load from other processes hits all alike
-        for key, job in jobs:
+    progress(f"data written in {gen_s:.1f} s: " + ", ".join(f"{k} {v / 2**20:.0f} MiB"
+                                                          for k, v in sizes.items()))
+    return paths, y.astype(np.float64), gen_s, sizes
+
+
+def jobs(work, paths, y, n, chunk):
+    out = [("vw_startup", lambda: run_vw(work, "vw1", paths["vw_1row"], y[:1])),
+           ("vw", lambda: run_vw(work, "vw", paths["vw"], y)),
+           ("unitless_startup", lambda: run_ours(work, "ours1", paths["csv_1row"], 1,
+                                                 chunk_size=chunk)),
+           ("unitless", lambda: run_ours(work, "ours", paths["csv"], n, chunk_size=chunk))]
+    return out + [(f"unitless_keys{k}", lambda k=k: run_ours(
+        work, f"ours_keys{k}", paths[f"csv_keys{k}"], n, keyed=True, chunk_size=chunk))
+        for k in KEY_COUNTS]
+
+
+def interleaved(job_list, repeat):
+    """Every job `repeat` times, interleaved, so load from other processes hits all alike."""
+    tries, scores = {key: [] for key, _ in job_list}, {}
+    for rep in range(repeat):
+        for key, job in job_list:
             r = job()
             if key in ("vw", "unitless") and key not in scores:
                 scores[key] = r["_scores"]
             tries[key].append({k: v for k, v in r.items() if not k.startswith("_")
                                and k not in ("stdout", "stderr")})
-            _log(f"[{rep + 1}/{args.repeat}] {key}: wall {r['wall_s']:.2f} s, "
-                 f"cpu {r['cpu_s']:.2f} s, max RSS {r['max_rss_mib']:.0f} MiB, "
-                 f"loss {r.get('progressive_loss')}, load {r['load_1min']}")
-    runs = {key: summarize(t) for key, t in tries.items()}
-    agree = _agreement(scores["unitless"], scores["vw"])
-    prof = {}
-    if args.profile_rows:
-        m = min(args.profile_rows, n)
-        for label, src, keyed in (("single model", "csv", False),
-                                  ("64 model keys", "csv_keys64", True)):
-            sub = work / f"profile_{src}.csv"
-            with open(paths[src]) as f, open(sub, "w") as g:
-                for i, line in enumerate(f):
-                    if i > m:
-                        break
-                    g.write(line)
-            _log(f"profiling the pipeline on {m:,} rows ({label})")
-            prof[label] = profile(work, str(sub), m, keyed)
-    return {"rows": n, "features": SIGMAS.size, "seed": args.seed, "eta": ETA,
+            progress(f"[{rep + 1}/{repeat}] {key}: wall {r['wall_s']:.2f} s, "
+                     f"cpu {r['cpu_s']:.2f} s, max RSS {r['max_rss_mib']:.0f} MiB, "
+                     f"loss {r.get('progressive_loss')}, load {r['load_1min']}")
+    return tries, scores
+
+
+def run_all(args, n, work):
+    paths, y, gen_s, sizes = make_files(work, n, args.seed)
+    tries, scores = interleaved(jobs(work, paths, y, n, args.chunk_size), args.repeat)
+    prof = profiles(work, paths, min(args.profile_rows, n)) if args.profile_rows else {}
+    return {"rows": n, "features": FEATURES, "seed": args.seed, "eta": ETA,
             "chunk_size": args.chunk_size, "data_seconds": round(gen_s, 1), "file_bytes": sizes,
-            "repeat": args.repeat, "runs": runs, "prediction_agreement": agree,
+            "repeat": args.repeat, "runs": {key: summarize(t) for key, t in tries.items()},
+            "prediction_agreement": _agreement(scores["unitless"], scores["vw"]),
             "profile": prof,
             "vw_note": "no vw executable in the vowpalwabbit wheel: VW runs as "
                        "`python -m vowpalwabbit ARGS` (the C++ driver: parser thread + learner)"}
@@ -472,110 +350,157 @@ def _agreement(ours, vw):
             "same_sign": float(np.mean((ours > 0) == (vw > 0)))}
 
 
-def render(h, data):
-    n = data["rows"]
+# --------------------------------------------------------------------------------------- report
+
+def intro_md(data):
     R = data["runs"]
-    m, v = h["machine"], h["versions"]
-    lines = [f"# `unitless train` pipeline vs Vowpal Wabbit, {n:,} examples × {data['features']} "
-             "features", "",
-             f"* command: `{h['command']}` (from the repository root)",
-             f"* date (UTC): {h['date_utc']}; run time {h['run_seconds']:.0f} s",
-             f"* machine: nproc={m['nproc']}, CPU model `{m['cpu_model']}`, {m['mem_gib']} GiB, "
-             f"{m['platform']}",
-             "* versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-             f"* data: the artificial stream (σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), CSV "
+    lines = [f"* data: the artificial stream (σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), "
+             f"{data['rows']:,} examples × {data['features']} features, CSV "
              f"{data['file_bytes']['csv'] / 2**20:.0f} MiB, VW text "
-             f"{data['file_bytes']['vw'] / 2**20:.0f} MiB, identical number strings; "
-             "every run is one process timed from outside under `/usr/bin/time -v`",
-             f"* {data['vw_note']}", "",
-             "## Commands", ""]
-    for key in ("unitless", "vw", "unitless_keys64"):
-        lines.append(f"* {key}: `{_rel(R[key]['command'])}`")
-    lines += ["", "## Single model: ours vs VW", ""]
+             f"{data['file_bytes']['vw'] / 2**20:.0f} MiB, identical number strings; every run "
+             "is one process timed from outside under `/usr/bin/time -v`",
+             f"* {data['vw_note']}", "", "## Commands", ""]
+    lines += [f"* {key}: `{_rel(R[key]['command'])}`" for key in ("unitless", "vw", "unitless_keys64")]
+    return "\n".join(lines)
+
+
+def single_table(data):
+    n, R = data["rows"], data["runs"]
     su, sv = R["unitless_startup"]["wall_s"], R["vw_startup"]["wall_s"]
     ours, vw = R["unitless"], R["vw"]
-    rows = []
-    for label, r, s in (("unitless train (NAG)", ours, su), ("VW (default update)", vw, sv)):
-        rows.append([label, fmt(r["wall_s"], 2), fmt(r["wall_median_s"], 2), fmt(s, 2),
-                     fmt(r["wall_s"] - s, 2), f"{n / r['wall_s']:,.0f}",
-                     f"{n / max(r['wall_s'] - s, 1e-9):,.0f}", fmt(r["cpu_s"], 2),
-                     fmt(r["max_rss_mib"], 0), fmt(r["progressive_loss"], 6)])
+    rows = [[label, fmt(r["wall_s"], 2), fmt(r["wall_median_s"], 2), fmt(s, 2),
+             fmt(r["wall_s"] - s, 2), f"{n / r['wall_s']:,.0f}",
+             f"{n / max(r['wall_s'] - s, 1e-9):,.0f}", fmt(r["cpu_s"], 2),
+             fmt(r["max_rss_mib"], 0), fmt(r["progressive_loss"], 6)]
+            for label, r, s in (("unitless train (NAG)", ours, su), ("VW (default update)", vw, sv))]
     rows.append(["**ratio ours / VW**", f"**{ours['wall_s'] / vw['wall_s']:.2f}**",
                  f"{ours['wall_median_s'] / vw['wall_median_s']:.2f}", "",
                  f"**{(ours['wall_s'] - su) / max(vw['wall_s'] - sv, 1e-9):.2f}**", "", "",
                  f"{ours['cpu_s'] / vw['cpu_s']:.2f}",
                  f"{ours['max_rss_mib'] / vw['max_rss_mib']:.2f}", ""])
-    lines.append(md_table(["run", f"wall s (best of {data['repeat']})", "wall s (median)",
-                           "start-up s (1-row run, best)", "wall − start-up s",
-                           "examples/s (wall)", "examples/s (excl. start-up)",
-                           "CPU s (user+sys, least)", "peak RSS MiB (max)",
-                           "progressive logistic loss"], rows))
+    return table(["run", f"wall s (best of {data['repeat']})", "wall s (median)",
+                  "start-up s (1-row run, best)", "wall − start-up s", "examples/s (wall)",
+                  "examples/s (excl. start-up)", "CPU s (user+sys, least)", "peak RSS MiB (max)",
+                  "progressive logistic loss"], rows)
+
+
+def single_md(data, nproc):
+    R, a = data["runs"], data["prediction_agreement"]
+    ours, vw = R["unitless"], R["vw"]
     ratio = ours["wall_s"] / vw["wall_s"]
     vb, ob = (min(r["tries"], key=lambda t: t["wall_s"]) for r in (vw, ours))
-    lines += ["", f"Target ratio ours/VW ≤ 1.5 (best wall times): "
-              f"{'met' if ratio <= 1.5 else 'not met'} ({ratio:.2f}). VW parses text in a "
-              "thread of its own while it learns, so with a free core its wall time is below "
-              f"its CPU time (its best try: {vb['wall_s']:.2f} s wall, {vb['cpu_s']:.2f} CPU s); "
-              f"`unitless train` learns on one core, with Arrow's CSV parser using threads (its "
-              f"best try: {ob['wall_s']:.2f} s wall, {ob['cpu_s']:.2f} CPU s). When other work "
-              "holds the second core, VW loses its overlap, which is why the median ratio can "
-              "differ from the best."]
     loads = [x for r in R.values() for t in r["tries"] for x in t["load_1min"]]
-    lines += ["", f"Each command ran {data['repeat']} time(s), all commands interleaved; the "
-              "best wall time is the one least disturbed by other work on the machine (1-minute "
-              f"load average seen around the runs: {min(loads):.2f}–{max(loads):.2f} on "
-              f"{m['nproc']} cores). Every try's numbers are in the JSON file."]
-    a = data["prediction_agreement"]
-    lines += ["", f"Progressive loss: ours = mean of the `loss` "
-              f"column ({fmt(ours['progressive_loss'], 6)}); VW's printed average loss "
-              f"{fmt(vw['progressive_loss'], 6)}, recomputed from its `-p` scores "
-              f"{fmt(vw['progressive_loss_from_p'], 6)} (6 printed digits). Error rate: ours "
-              f"{fmt(ours['error_rate'], 4)}, VW {fmt(vw['error_rate_from_p'], 4)}. Pre-update "
-              f"predicted probabilities differ by {fmt(a['mean_abs_prob_diff'], 4)} on average "
-              f"(median {fmt(a['median_abs_prob_diff'], 4)}); same predicted class on "
-              f"{100 * a['same_sign']:.2f}% of examples.", "",
-              "## Model keys (round-robin key column)", ""]
-    rows = []
-    for k in KEY_COUNTS:
-        r = R[f"unitless_keys{k}"]
-        rows.append([k, fmt(r["wall_s"], 2), fmt(r["wall_median_s"], 2), f"{n / r['wall_s']:,.0f}",
-                     f"{n / max(r['wall_s'] - su, 1e-9):,.0f}", fmt(r["cpu_s"], 2),
-                     fmt(r["max_rss_mib"], 0), fmt(r["progressive_loss"], 6)])
-    lines.append(md_table(["model keys", "wall s (best)", "wall s (median)", "examples/s (wall)",
-                           "examples/s (excl. start-up)", "CPU s (least)", "peak RSS MiB (max)",
-                           "progressive loss (all keys)"], rows))
-    lines += ["", "Start-up (1-row run) subtracted: the no-key run's "
-              f"{fmt(su, 2)} s. VW 1-row run: {fmt(sv, 2)} s, peak RSS "
-              f"{fmt(R['vw_startup']['max_rss_mib'], 0)} MiB; ours 1-row: peak RSS "
-              f"{fmt(R['unitless_startup']['max_rss_mib'], 0)} MiB."]
-    for label, p in (data.get("profile") or {}).items():
-        whole = next((b["cumulative_s"] for b in p["breakdown"] if b["what"].startswith("whole")),
-                     None)
-        lines += ["", f"## Profile ({label}): `unitless train` under cProfile, {p['rows']:,} rows",
-                  "", f"`{_rel(p['command'])}`", "",
-                  f"Wall {p['wall_s']:.1f} s under the profiler (its overhead inflates Python-heavy "
-                  "parts). The Beam FnApiRunner runs the bundles in the calling thread, so the "
-                  "profile sees all of the pipeline's work. Where the time goes (cumulative "
-                  "time; indented rows are part of the row above):", ""]
-        lines.append(md_table(["what", "calls", "cumulative s", "% of command", "own s"],
-                              [[b["what"], b["calls"], b["cumulative_s"],
-                                f"{100 * b['cumulative_s'] / whole:.1f}" if whole else "—",
-                                b["own_s"]] for b in p["breakdown"]]))
-        lines += ["", "Functions of `unitless/` by cumulative time:", ""]
-        lines.append(md_table(["function", "calls", "cumulative s", "own s"],
-                              [[f"`{r['function']}`", r["calls"], r["cumulative_s"], r["own_s"]]
-                               for r in p["unitless_by_cumulative"][:25]]))
-        lines += ["", "All functions by own time:", ""]
-        lines.append(md_table(["function", "calls", "own s", "cumulative s"],
-                              [[f"`{r['function']}`", r["calls"], r["own_s"], r["cumulative_s"]]
-                               for r in p["by_own"][:25]]))
-        lines += ["", "(Top functions by cumulative time over everything, Beam frames included, are "
-                  "in the JSON file.)"]
-    return "\n".join(lines) + "\n"
+    return f"""## Single model: ours vs VW
+
+{single_table(data)}
+
+Target ratio ours/VW ≤ 1.5 (best wall times): {'met' if ratio <= 1.5 else 'not met'}
+({ratio:.2f}). VW parses text in a thread of its own while it learns, so with a free core its
+wall time is below its CPU time (its best try: {vb['wall_s']:.2f} s wall, {vb['cpu_s']:.2f} CPU s);
+`unitless train` learns on one core, with Arrow's CSV parser using threads (its best try:
+{ob['wall_s']:.2f} s wall, {ob['cpu_s']:.2f} CPU s). When other work holds the second core, VW
+loses its overlap, which is why the median ratio can differ from the best.
+
+Each command ran {data['repeat']} time(s), all commands interleaved; the best wall time is the
+one least disturbed by other work on the machine (1-minute load average seen around the runs:
+{min(loads):.2f}–{max(loads):.2f} on {nproc} cores). Every try's numbers are in the JSON file.
+
+Progressive loss: ours = mean of the `loss` column ({fmt(ours['progressive_loss'], 6)}); VW's
+printed average loss {fmt(vw['progressive_loss'], 6)}, recomputed from its `-p` scores
+{fmt(vw['progressive_loss_from_p'], 6)} (6 printed digits). Error rate: ours
+{fmt(ours['error_rate'], 4)}, VW {fmt(vw['error_rate_from_p'], 4)}. Pre-update predicted
+probabilities differ by {fmt(a['mean_abs_prob_diff'], 4)} on average (median
+{fmt(a['median_abs_prob_diff'], 4)}); same predicted class on {100 * a['same_sign']:.2f}% of
+examples.
+"""
+
+
+def keys_md(data):
+    n, R = data["rows"], data["runs"]
+    su = R["unitless_startup"]["wall_s"]
+    rows = [[k, fmt(r["wall_s"], 2), fmt(r["wall_median_s"], 2), f"{n / r['wall_s']:,.0f}",
+             f"{n / max(r['wall_s'] - su, 1e-9):,.0f}", fmt(r["cpu_s"], 2),
+             fmt(r["max_rss_mib"], 0), fmt(r["progressive_loss"], 6)]
+            for k, r in ((k, R[f"unitless_keys{k}"]) for k in KEY_COUNTS)]
+    return f"""## Model keys (round-robin key column)
+
+{table(["model keys", "wall s (best)", "wall s (median)", "examples/s (wall)",
+        "examples/s (excl. start-up)", "CPU s (least)", "peak RSS MiB (max)",
+        "progressive loss (all keys)"], rows)}
+
+Start-up (1-row run) subtracted: the no-key run's {fmt(su, 2)} s. VW 1-row run:
+{fmt(R['vw_startup']['wall_s'], 2)} s, peak RSS {fmt(R['vw_startup']['max_rss_mib'], 0)} MiB;
+ours 1-row: peak RSS {fmt(R['unitless_startup']['max_rss_mib'], 0)} MiB.
+"""
+
+
+def profile_md(label, p):
+    whole = next((b["cumulative_s"] for b in p["breakdown"] if b["what"].startswith("whole")), None)
+    breakdown = table(["what", "calls", "cumulative s", "% of command", "own s"],
+                      [[b["what"], b["calls"], b["cumulative_s"],
+                        f"{100 * b['cumulative_s'] / whole:.1f}" if whole else "—", b["own_s"]]
+                       for b in p["breakdown"]])
+    ours = table(["function", "calls", "cumulative s", "own s"],
+                 [[f"`{r['function']}`", r["calls"], r["cumulative_s"], r["own_s"]]
+                  for r in p["unitless_by_cumulative"][:25]])
+    own = table(["function", "calls", "own s", "cumulative s"],
+                [[f"`{r['function']}`", r["calls"], r["own_s"], r["cumulative_s"]]
+                 for r in p["by_own"][:25]])
+    return f"""## Profile ({label}): `unitless train` under cProfile, {p['rows']:,} rows
+
+`{_rel(p['command'])}`
+
+Wall {p['wall_s']:.1f} s under the profiler (its overhead inflates Python-heavy parts). The Beam
+FnApiRunner runs the bundles in the calling thread, so the profile sees all of the pipeline's
+work. Where the time goes (cumulative time; indented rows are part of the row above):
+
+{breakdown}
+
+Functions of `unitless/` by cumulative time:
+
+{ours}
+
+All functions by own time:
+
+{own}
+
+(Top functions by cumulative time over everything, Beam frames included, are in the JSON file.)
+"""
+
+
+def render(data):
+    parts = [intro_md(data), single_md(data, os.cpu_count()), keys_md(data)]
+    parts += [profile_md(label, p) for label, p in (data.get("profile") or {}).items()]
+    return "\n\n".join(parts)
 
 
 def _rel(cmd):
     return cmd.replace(str(ROOT) + "/", "").replace(tempfile.gettempdir() + "/", "$TMP/")
+
+
+# ----------------------------------------------------------------------------------------- main
+
+def main():
+    args = parse_args(
+        __doc__, rows=(int, None, "examples (default 1,000,000; --quick: 20,000)"), seed=(int, 1),
+        repeat=(int, None, "runs of each command, interleaved; the best (least disturbed) wall "
+                "time is reported, with the median (default 3; --quick: 1)"),
+        chunk_size=(int, None, "passed to unitless train (default: its own)"),
+        profile_rows=(int, 0, "also run the pipeline under cProfile on this many rows (0: no)"),
+        workdir=(str, None, "scratch directory (default: a new temp dir, removed)"))
+    n = args.rows or (20_000 if args.quick else 1_000_000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    h = header()
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        data = run_all(args, n, work)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    write_results(result_name("pipeline", args.quick),
+                  f"`unitless train` pipeline vs Vowpal Wabbit, {n:,} examples × {FEATURES} features",
+                  h, render(data), data)
 
 
 if __name__ == "__main__":

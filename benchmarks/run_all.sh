@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-for name in artificial shuttle vs_vw throughput; do
+for name in artificial shuttle vs_vw throughput accuracy; do
     echo "=== benchmarks/$name.py"
     start=$(date +%s)
     "$PY" "benchmarks/$name.py" "$@"

@@ -19,70 +19,69 @@ model in hindsight, and quadratic features.
 
 Writes benchmarks/results/shuttle{.md,.json} (``--quick``: shuttle_quick.*).
 """
-import argparse
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (TMP, feta, fnum, header, load_shuttle, run_vw, table,  # noqa: E402
-                     vw_average_loss, vw_examples, write_results, write_vw_dense)
-
-from unitless.learner import dense_batch, learn, new_state, predicted_class  # noqa: E402
+from _common import (TMP, parse_args, best, feta, fnum, header, hp_for, load_shuttle,  # noqa: E402
+                     log_grid, pm, progress, result_name, run_dense, table, write_results,
+                     zero_one)
+from _vw import vw_run, write_vw_dense  # noqa: E402
 
 K = 7
+KINDS = ("raw", "norm")
 PAPER = {"nag": {"raw": (7.4, 0.036), "norm": (7.4, 0.036)},
          "adagrad": {"raw": (7.5e-4, 0.040), "norm": (16.4, 0.035)},
          "snag": {"raw": (11.0, 0.026), "norm": (9.0, 0.026)}}  # Table 3 (sq-norm for "norm")
+TUNED = ("nag", "adagrad", "snag")
+UNTUNED = ("scinol1", "scinol2", "kotlowski1", "kotlowski2")
 
 
 def grid(quick):
     if quick:
         return [7.5e-4, 0.01, 0.1, 1.0, 7.4, 16.4]
-    g = {round(10 ** (k / 4), 10) for k in range(-16, 17)} | {7.5e-4, 7.4, 11.0, 16.0, 16.4}
-    return sorted(g)
+    return sorted(set(log_grid(-4, 4, 33, digits=10)) | {7.5e-4, 7.4, 11.0, 16.0, 16.4})
 
 
-def run_ours(alg, X, y, hp=None):
-    """One pass in the given order; returns dict(zero_one, logloss, scores) or the error."""
-    state = new_state(alg, X.shape[1] + 1, "logistic", n_classes=K, bias_index=X.shape[1],
-                      **(hp or {}))
-    try:
-        res = learn(state, dense_batch(X, y))
-    except Exception as e:
-        return {"zero_one": float("nan"), "logloss": float("nan"), "scores": None,
-                "error": f"{type(e).__name__}: {e}"}
-    finite = np.isfinite(res.scores).all()
-    return {"zero_one": float(np.mean(predicted_class(res.scores) != y)),
-            "logloss": float(np.mean(res.losses)), "scores": res.scores,
-            "error": None if finite else "non-finite scores"}
+def kind_label(kind):
+    return "raw" if kind == "raw" else "max-normalized"
+
+
+def failed(error):
+    return {"zero_one": float("nan"), "logloss": float("nan"), "scores": None, "error": error}
+
+
+def run_ours(alg, X, y, eta=None):
+    """One pass in the given order; returns dict(zero_one, logloss, scores, error)."""
+    run = run_dense(alg, X, y, n_classes=K, **hp_for(eta))
+    if run.error:
+        return failed(run.error)
+    res = run.result
+    return {"zero_one": zero_one(res.scores, y), "logloss": float(np.mean(res.losses)),
+            "scores": res.scores,
+            "error": None if np.isfinite(res.scores).all() else "non-finite scores"}
 
 
 def run_ours_squared_oaa(X, y, eta):
     """NAG with the squared loss, one-against-all by hand (7 binary learners on ±1 labels,
     argmax of their pre-update scores): the loss VW's --oaa uses by default."""
     scores = np.empty((len(y), K))
-    try:
-        for k in range(K):
-            state = new_state("nag", X.shape[1] + 1, "squared", bias_index=X.shape[1],
-                              learning_rate=eta)
-            scores[:, k] = learn(state, dense_batch(X, np.where(y == k + 1, 1.0, -1.0))).scores[:, 0]
-    except Exception as e:
-        return {"zero_one": float("nan"), "logloss": float("nan"), "scores": None,
-                "error": f"{type(e).__name__}: {e}"}
+    for k in range(K):
+        run = run_dense("nag", X, np.where(y == k + 1, 1.0, -1.0), loss="squared",
+                        learning_rate=eta)
+        if run.error:
+            return failed(run.error)
+        scores[:, k] = run.result.scores[:, 0]
     return {"zero_one": float(np.mean(np.argmax(scores, axis=1) + 1 != y)),
             "logloss": float("nan"), "scores": scores, "error": None}
 
 
 def best_of(results):
     """(η*, loss) with the lowest finite 0-1 loss; ties go to the smaller η."""
-    ok = [(r["zero_one"], eta) for eta, r in results.items() if np.isfinite(r["zero_one"])]
-    if not ok:
-        return None, float("nan")
-    loss, eta = min(ok)
-    return eta, loss
+    return best({eta: r["zero_one"] for eta, r in results.items()})
 
 
 def runs_stats(y, rng, n_perm=200):
@@ -142,430 +141,464 @@ def quadratic(X):
 
 
 def vw_oaa(path, extra, pred_path=None):
-    args = f"-d {path} --oaa {K} {extra}" + (f" -p {pred_path}" if pred_path else "")
-    log, seconds = run_vw(args)
-    out = {"args": args, "average_loss": vw_average_loss(log), "examples": vw_examples(log),
-           "seconds": seconds}
+    out = vw_run(path, f"--oaa {K} {extra}", pred_path)
     if pred_path:
         out["pred_path"] = str(pred_path)
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--shuffles", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=2013)
-    args = ap.parse_args()
-    started = time.time()
-    h = header()
-    etas = grid(args.quick)
-    n_shuffles = args.shuffles or (2 if args.quick else 10)
-    rng = np.random.default_rng(args.seed)
-    X, y = load_shuttle()
-    scale = np.abs(X).max(axis=0)
-    data = {"raw": X, "norm": X / scale}
-    out = {"setup": {"rows": len(y), "features": X.shape[1], "classes": K, "etas": etas,
-                     "max_abs_per_feature": scale.tolist(), "shuffles": n_shuffles,
-                     "seed": args.seed, "class_counts": np.bincount(y.astype(int))[1:].tolist()}}
-
-    # ---------------------------------------------------------------- ours, file order
-    ours = {}
-    for alg in ("nag", "adagrad", "snag"):
-        for kind in ("raw", "norm"):
-            ours[(alg, kind)] = {eta: run_ours(alg, data[kind], y, {"learning_rate": eta})
-                                 for eta in etas}
-    for kind in ("raw", "norm"):
-        ours[("nag_sq", kind)] = {eta: run_ours_squared_oaa(data[kind], y, eta) for eta in etas}
-    untuned = {}
-    for alg in ("scinol1", "scinol2", "kotlowski1", "kotlowski2"):
-        for kind in ("raw", "norm"):
-            untuned[(alg, kind)] = run_ours(alg, data[kind], y)
-    print(f"our learners done ({time.time() - started:.0f} s)", flush=True)
-
-    # ---------------------------------------------------------------- invariance check
-    inv = {}
-    for alg in ("nag", "adagrad", "snag", "nag_sq"):
-        diffs, rel = [], []
-        for eta in etas:
-            a, b = ours[(alg, "raw")][eta], ours[(alg, "norm")][eta]
-            diffs.append(abs(a["zero_one"] - b["zero_one"]))
-            if a["scores"] is not None and b["scores"] is not None:
-                rel.append(float(np.max(np.abs(a["scores"] - b["scores"]))
-                                 / max(np.max(np.abs(a["scores"])), 1e-300)))
-            else:
-                rel.append(float("nan"))
-        inv[alg] = {"rel_score_diff_by_eta": dict(zip(etas, rel)),"max_abs_diff_zero_one": float(np.nanmax(diffs)),
-                    "etas_with_different_zero_one": int(np.sum(np.array(diffs) > 0)),
-                    "etas_compared": len(etas),
-                    "max_rel_score_diff": float(np.nanmax(rel)) if np.isfinite(rel).any()
-                    else float("nan")}
-    for alg in ("scinol1", "scinol2", "kotlowski1", "kotlowski2"):
-        a, b = untuned[(alg, "raw")], untuned[(alg, "norm")]
-        inv[alg] = {"max_abs_diff_zero_one": abs(a["zero_one"] - b["zero_one"]),
-                    "max_rel_score_diff": float(np.max(np.abs(a["scores"] - b["scores"]))
-                                                / np.max(np.abs(a["scores"])))
-                    if a["scores"] is not None and b["scores"] is not None else float("nan")}
-
-    # ---------------------------------------------------------------- VW, file order
-    TMP.mkdir(parents=True, exist_ok=True)
-    vw_files = {kind: write_vw_dense(TMP / f"shuttle_{kind}.vw", data[kind], y)
-                for kind in ("raw", "norm")}
-    vw = {}
-    for kind in ("raw", "norm"):
-        pred = TMP / f"shuttle_{kind}.pred"
-        r = vw_oaa(vw_files[kind], "-l 7.4", pred)
-        p = np.loadtxt(pred)
-        r["zero_one_from_predictions"] = float(np.mean(p != y))
-        vw[("7.4", kind)] = r
-        vw[("grid", kind)] = {eta: vw_oaa(vw_files[kind], f"-l {eta}")["average_loss"]
-                              for eta in etas}
-        vw[("grid_logistic", kind)] = {
-            eta: vw_oaa(vw_files[kind], f"-l {eta} --loss_function logistic")["average_loss"]
-            for eta in etas}
-    vw_quad = {kind: vw_oaa(vw_files[kind], "-l 7.4 --interactions ::") for kind in ("raw", "norm")}
-    print(f"VW done ({time.time() - started:.0f} s)", flush=True)
-
-    # ---------------------------------------------------------------- order investigation
-    obs_runs, exp_runs, sd_runs = runs_stats(y, rng)
-    tenths = [float(np.mean(part == 1)) for part in np.array_split(y, 10)]
-    rho = spearman_with_position(X)
-    label_rho = spearman_with_position(y[:, None])[0]
-    nag_star = best_of(ours[("nag", "raw")])[0]
-    ada_star = {kind: best_of(ours[("adagrad", kind)])[0] for kind in ("raw", "norm")}
-    snag_star = best_of(ours[("snag", "raw")])[0]
-    vw_star = min(vw[("grid", "raw")], key=vw[("grid", "raw")].get)
-    shuffled = {"nag_grid": {eta: [] for eta in etas}, "adagrad_raw@eta*": [],
-                "adagrad_norm@eta*": [], "snag@eta*": [], "scinol2": [], "scinol1": [],
-                "kotlowski1": [], "vw@7.4": [], "vw@eta*": []}
-    lines = open(vw_files["raw"]).read().splitlines(keepends=True)
-    for s in range(n_shuffles):
-        perm = rng.permutation(len(y))
-        Xp, yp = X[perm], y[perm]
-        for eta in etas:
-            shuffled["nag_grid"][eta].append(run_ours("nag", Xp, yp, {"learning_rate": eta})["zero_one"])
-        shuffled["adagrad_raw@eta*"].append(
-            run_ours("adagrad", Xp, yp, {"learning_rate": ada_star["raw"]})["zero_one"])
-        shuffled["adagrad_norm@eta*"].append(
-            run_ours("adagrad", Xp / scale, yp, {"learning_rate": ada_star["norm"]})["zero_one"])
-        shuffled["snag@eta*"].append(run_ours("snag", Xp, yp, {"learning_rate": snag_star})["zero_one"])
-        for alg in ("scinol1", "scinol2", "kotlowski1"):
-            shuffled[alg].append(run_ours(alg, Xp, yp)["zero_one"])
-        path = TMP / "shuttle_shuffled.vw"
-        with open(path, "w") as f:
-            f.writelines(lines[i] for i in perm)
-        shuffled["vw@7.4"].append(vw_oaa(path, "-l 7.4")["average_loss"])
-        shuffled["vw@eta*"].append(vw_oaa(path, f"-l {vw_star}")["average_loss"])
-    nag_shuf_means = {eta: float(np.mean(v)) for eta, v in shuffled["nag_grid"].items()}
-    finite = {e: m for e, m in nag_shuf_means.items() if np.isfinite(m)}
-    nag_shuf_star = min(finite, key=finite.get)
-    order = np.argsort(y, kind="stable")
-    sorted_runs = {"nag@eta*": run_ours("nag", X[order], y[order],
-                                        {"learning_rate": nag_star})["zero_one"]}
-    path = TMP / "shuttle_sorted.vw"
+def write_vw_lines(path, lines, order):
+    """The VW text file's lines in another order."""
     with open(path, "w") as f:
         f.writelines(lines[i] for i in order)
-    sorted_runs["vw@7.4"] = vw_oaa(path, "-l 7.4")["average_loss"]
-    print(f"order investigation done ({time.time() - started:.0f} s)", flush=True)
+    return path
 
-    # ---------------------------------------------------------------- capacity investigation
-    A = np.hstack([data["norm"], np.ones((len(y), 1))])
-    W = newton_oaa(A, y)
-    hindsight_linear = float(np.mean(np.argmax(A @ W.T, axis=1) + 1 != y))
-    Q = quadratic(data["norm"])
-    Qs = Q / np.abs(Q).max(axis=0)
-    AQ = np.hstack([Qs, np.ones((len(y), 1))])
-    WQ = newton_oaa(AQ, y)
-    hindsight_quad = float(np.mean(np.argmax(AQ @ WQ.T, axis=1) + 1 != y))
-    quad_nag = {eta: run_ours("nag", quadratic(X), y, {"learning_rate": eta})["zero_one"]
-                for eta in etas if eta >= 0.1}
-    quad_star = best_of({e: {"zero_one": v} for e, v in quad_nag.items()})
-    print(f"capacity investigation done ({time.time() - started:.0f} s)", flush=True)
 
-    # ---------------------------------------------------------------- tables
-    def cell(alg, kind):
-        eta, loss = best_of(ours[(alg, kind)])
-        return eta, loss
+# ------------------------------------------------------------------------------ measurements
 
+def file_order(S):
+    """Ours in file order: the tuned learners over the grid, on raw and max-normalized data."""
+    S.ours = {(alg, kind): {eta: run_ours(alg, S.data[kind], S.y, eta) for eta in S.etas}
+              for alg in TUNED for kind in KINDS}
+    for kind in KINDS:
+        S.ours[("nag_sq", kind)] = {eta: run_ours_squared_oaa(S.data[kind], S.y, eta)
+                                    for eta in S.etas}
+    S.untuned = {(alg, kind): run_ours(alg, S.data[kind], S.y) for alg in UNTUNED for kind in KINDS}
+    progress("our learners done")
+
+
+def rel_diff(a, b):
+    """Largest score difference of two runs relative to the largest score (nan if one failed)."""
+    if a["scores"] is None or b["scores"] is None:
+        return float("nan")
+    return float(np.max(np.abs(a["scores"] - b["scores"])) / max(np.max(np.abs(a["scores"])), 1e-300))
+
+
+def invariance(S):
+    """Raw vs max-normalized: 0-1 loss and score differences, per learner (over the grid)."""
+    S.inv = {}
+    for alg in ("nag", "adagrad", "snag", "nag_sq"):
+        pairs = [(S.ours[(alg, "raw")][e], S.ours[(alg, "norm")][e]) for e in S.etas]
+        diffs = [abs(a["zero_one"] - b["zero_one"]) for a, b in pairs]
+        rel = [rel_diff(a, b) for a, b in pairs]
+        S.inv[alg] = {"rel_score_diff_by_eta": dict(zip(S.etas, rel)),
+                      "max_abs_diff_zero_one": float(np.nanmax(diffs)),
+                      "etas_with_different_zero_one": int(np.sum(np.array(diffs) > 0)),
+                      "etas_compared": len(S.etas),
+                      "max_rel_score_diff": float(np.nanmax(rel)) if np.isfinite(rel).any()
+                      else float("nan")}
+    for alg in UNTUNED:
+        a, b = S.untuned[(alg, "raw")], S.untuned[(alg, "norm")]
+        S.inv[alg] = {"max_abs_diff_zero_one": abs(a["zero_one"] - b["zero_one"]),
+                      "max_rel_score_diff": rel_diff(a, b)}
+
+
+def vw_file_order(S):
+    """VW --oaa 7 in file order: -l 7.4 (checked against -p), the grid with its default squared
+    loss and with the logistic loss, and all quadratic interactions."""
+    S.vw_files = {kind: write_vw_dense(TMP / f"shuttle_{kind}.vw", S.data[kind], S.y)
+                  for kind in KINDS}
+    S.vw = {}
+    for kind in KINDS:
+        pred = TMP / f"shuttle_{kind}.pred"
+        r = vw_oaa(S.vw_files[kind], "-l 7.4", pred)
+        r["zero_one_from_predictions"] = float(np.mean(np.loadtxt(pred) != S.y))
+        S.vw[("7.4", kind)] = r
+        S.vw[("grid", kind)] = {eta: vw_oaa(S.vw_files[kind], f"-l {eta}")["average_loss"]
+                                for eta in S.etas}
+        S.vw[("grid_logistic", kind)] = {
+            eta: vw_oaa(S.vw_files[kind], f"-l {eta} --loss_function logistic")["average_loss"]
+            for eta in S.etas}
+    S.vw_quad = {kind: vw_oaa(S.vw_files[kind], "-l 7.4 --interactions ::") for kind in KINDS}
+    progress("VW done")
+
+
+def order_tests(S):
+    """Is the file in random order? Class runs, class 1 share by tenth, rank correlations."""
+    obs, exp, sd = runs_stats(S.y, S.rng)
+    S.order = {"runs_observed": obs, "runs_expected_random": exp, "runs_sd_random": sd,
+               "class1_share_by_tenth": [float(np.mean(p == 1)) for p in np.array_split(S.y, 10)],
+               "spearman_position_feature": spearman_with_position(S.X),
+               "spearman_position_label": spearman_with_position(S.y[:, None])[0]}
+
+
+def stars(S):
+    """Each learner's η* in file order (raw data), for the re-ordered passes."""
+    S.nag_star = best_of(S.ours[("nag", "raw")])[0]
+    S.ada_star = {kind: best_of(S.ours[("adagrad", kind)])[0] for kind in KINDS}
+    S.snag_star = best_of(S.ours[("snag", "raw")])[0]
+    S.vw_star = best(S.vw[("grid", "raw")])[0]
+
+
+def shuffled_pass(S, perm, lines, sh):
+    """One random order: every learner at its file-order η* (NAG over the whole grid), and VW."""
+    Xp, yp = S.X[perm], S.y[perm]
+    for eta in S.etas:
+        sh["nag_grid"][eta].append(run_ours("nag", Xp, yp, eta)["zero_one"])
+    sh["adagrad_raw@eta*"].append(run_ours("adagrad", Xp, yp, S.ada_star["raw"])["zero_one"])
+    sh["adagrad_norm@eta*"].append(
+        run_ours("adagrad", Xp / S.scale, yp, S.ada_star["norm"])["zero_one"])
+    sh["snag@eta*"].append(run_ours("snag", Xp, yp, S.snag_star)["zero_one"])
+    for alg in ("scinol1", "scinol2", "kotlowski1"):
+        sh[alg].append(run_ours(alg, Xp, yp)["zero_one"])
+    path = write_vw_lines(TMP / "shuttle_shuffled.vw", lines, perm)
+    sh["vw@7.4"].append(vw_oaa(path, "-l 7.4")["average_loss"])
+    sh["vw@eta*"].append(vw_oaa(path, f"-l {S.vw_star}")["average_loss"])
+
+
+def reorderings(S):
+    """Shuffled passes and one class-sorted pass."""
+    stars(S)
+    S.shuffled = {"nag_grid": {eta: [] for eta in S.etas}, "adagrad_raw@eta*": [],
+                  "adagrad_norm@eta*": [], "snag@eta*": [], "scinol2": [], "scinol1": [],
+                  "kotlowski1": [], "vw@7.4": [], "vw@eta*": []}
+    lines = open(S.vw_files["raw"]).read().splitlines(keepends=True)
+    for _ in range(S.n_shuffles):
+        shuffled_pass(S, S.rng.permutation(len(S.y)), lines, S.shuffled)
+    S.nag_shuf_means = {eta: float(np.mean(v)) for eta, v in S.shuffled["nag_grid"].items()}
+    S.nag_shuf_star = best(S.nag_shuf_means)[0]
+    order = np.argsort(S.y, kind="stable")
+    S.sorted_runs = {"nag@eta*": run_ours("nag", S.X[order], S.y[order], S.nag_star)["zero_one"],
+                     "vw@7.4": vw_oaa(write_vw_lines(TMP / "shuttle_sorted.vw", lines, order),
+                                      "-l 7.4")["average_loss"]}
+    progress("order investigation done")
+
+
+def hindsight_error(A, y):
+    """Training 0-1 error of the best OAA logistic model in hindsight on features A (+ bias)."""
+    A = np.hstack([A, np.ones((len(y), 1))])
+    return float(np.mean(np.argmax(A @ newton_oaa(A, y).T, axis=1) + 1 != y))
+
+
+def capacity(S):
+    """Best linear and quadratic models in hindsight; our NAG on quadratic features."""
+    Q = quadratic(S.data["norm"])
+    S.hindsight_linear = hindsight_error(S.data["norm"], S.y)
+    S.hindsight_quad = hindsight_error(Q / np.abs(Q).max(axis=0), S.y)
+    S.quad_nag = {eta: run_ours("nag", quadratic(S.X), S.y, eta)["zero_one"]
+                  for eta in S.etas if eta >= 0.1}
+    S.quad_star = best(S.quad_nag)
+    progress("capacity investigation done")
+
+
+# ------------------------------------------------------------------------------------ tables
+
+def crash_note(S, alg, kind, eta):
+    """Notes column of a tuned row: how many η crashed, and whether η* is capped by them."""
+    res, etas = S.ours[(alg, kind)], S.etas
+    n_err = sum(1 for r in res.values() if r["error"])
+    if not n_err:
+        return ""
+    capped = (eta is not None and etas.index(eta) + 1 < len(etas)
+              and res[etas[etas.index(eta) + 1]]["error"])
+    return (f"{n_err} of {len(etas)} η crashed"
+            + (f"; larger η crash, so η* is capped at {feta(eta)}" if capped else ""))
+
+
+def table2(S):
     rows = []
     for alg, label in (("nag", "NAG"), ("adagrad", "AdaGrad"), ("snag", "sNAG (extra)"),
                        ("nag_sq", "NAG, squared loss, OAA by hand (extra)")):
-        for kind in ("raw", "norm"):
-            eta, loss = cell(alg, kind)
+        for kind in KINDS:
+            eta, loss = best_of(S.ours[(alg, kind)])
             p_eta, p_loss = PAPER["nag" if alg == "nag_sq" else alg][kind]
-            at_paper = ours[(alg, kind)].get(p_eta, {}).get("zero_one", float("nan"))
-            n_err = sum(1 for r in ours[(alg, kind)].values() if r["error"])
-            rows.append([label, "raw" if kind == "raw" else "max-normalized", feta(eta),
-                         fnum(loss), fnum(at_paper) if np.isfinite(at_paper) else "(η not on the grid)",
-                         feta(p_eta), fnum(p_loss, 3)
-                         + (" (Table 3, sq-norm)" if alg == "snag" and kind == "norm" else
-                            " (Table 3)" if alg == "snag" else ""),
-                         (f"{n_err} of {len(etas)} η crashed" if n_err else "")
-                         + (f"; larger η crash, so η* is capped at {feta(eta)}"
-                            if n_err and eta is not None and etas.index(eta) + 1 < len(etas)
-                            and ours[(alg, kind)][etas[etas.index(eta) + 1]]["error"] else "")])
+            at_paper = S.ours[(alg, kind)].get(p_eta, {}).get("zero_one", float("nan"))
+            table3 = (" (Table 3, sq-norm)" if kind == "norm" else " (Table 3)") if alg == "snag" else ""
+            rows.append([label, kind_label(kind), feta(eta), fnum(loss),
+                         fnum(at_paper) if np.isfinite(at_paper) else "(η not on the grid)",
+                         feta(p_eta), fnum(p_loss, 3) + table3, crash_note(S, alg, kind, eta)])
     for alg, label in (("scinol1", "ScInOL1"), ("scinol2", "ScInOL2"),
                        ("kotlowski1", "Kotłowski Alg. 1"), ("kotlowski2", "Kotłowski Alg. 2 (extra)")):
-        for kind in ("raw", "norm"):
-            r = untuned[(alg, kind)]
-            rows.append([label, "raw" if kind == "raw" else "max-normalized", "untuned",
-                         fnum(r["zero_one"]), "—", "—", "—", r["error"] or ""])
-    for kind in ("raw", "norm"):
-        r = vw[("7.4", kind)]
-        g = vw[("grid", kind)]
-        vstar = min(g, key=g.get)
-        rows.append(["VW `--oaa 7 -l 7.4`",
-                     "raw" if kind == "raw" else "max-normalized", "7.4 (fixed)",
+        for kind in KINDS:
+            r = S.untuned[(alg, kind)]
+            rows.append([label, kind_label(kind), "untuned", fnum(r["zero_one"]), "—", "—", "—",
+                         r["error"] or ""])
+    for kind in KINDS:
+        r, (vstar, vloss) = S.vw[("7.4", kind)], best(S.vw[("grid", kind)])
+        rows.append(["VW `--oaa 7 -l 7.4`", kind_label(kind), "7.4 (fixed)",
                      fnum(r["average_loss"]), fnum(r["average_loss"]), "7.4", "0.036 (NAG)",
                      f"from -p predictions: {fnum(r['zero_one_from_predictions'])}; "
-                     f"VW's own η* on the grid: {feta(vstar)} → {fnum(g[vstar])}"])
-    main_md = table(["learner", "data", "η*", "progressive 0-1 loss (ours, at η*)",
-                     "ours at the paper's η*", "paper η*", "paper loss", "notes"], rows)
+                     f"VW's own η* on the grid: {feta(vstar)} → {fnum(vloss)}"])
+    return table(["learner", "data", "η*", "progressive 0-1 loss (ours, at η*)",
+                  "ours at the paper's η*", "paper η*", "paper loss", "notes"], rows)
 
-    def grid_table(keys):
-        hdr = ["η"] + [k for k, _ in keys]
-        body = []
-        for eta in etas:
-            row = [feta(eta)]
-            for _, getter in keys:
-                v = getter(eta)
-                row.append(fnum(v) if v is not None else "—")
-            body.append(row)
-        return table(hdr, body)
 
-    def ours_get(alg, kind):
-        return lambda eta: ours[(alg, kind)][eta]["zero_one"] if not ours[(alg, kind)][eta]["error"] \
-            else ours[(alg, kind)][eta]["error"].split(":")[0]
+def grid_table(S):
+    def ours(alg, kind):
+        res = S.ours[(alg, kind)]
+        return lambda e: res[e]["error"].split(":")[0] if res[e]["error"] else res[e]["zero_one"]
 
-    grid_md = grid_table([("NAG raw", ours_get("nag", "raw")), ("NAG norm", ours_get("nag", "norm")),
-                          ("NAG rel. score diff raw/norm",
-                           lambda e: inv["nag"]["rel_score_diff_by_eta"][e]),
-                          ("NAG squared OAA raw", ours_get("nag_sq", "raw")),
-                          ("AdaGrad raw", ours_get("adagrad", "raw")),
-                          ("AdaGrad norm", ours_get("adagrad", "norm")),
-                          ("sNAG raw", ours_get("snag", "raw")),
-                          ("VW raw (squared)", lambda e: vw[("grid", "raw")][e]),
-                          ("VW norm (squared)", lambda e: vw[("grid", "norm")][e]),
-                          ("VW raw (logistic)", lambda e: vw[("grid_logistic", "raw")][e]),
-                          ("NAG shuffled (mean)", lambda e: nag_shuf_means[e])])
+    cols = [("NAG raw", ours("nag", "raw")), ("NAG norm", ours("nag", "norm")),
+            ("NAG rel. score diff raw/norm", lambda e: S.inv["nag"]["rel_score_diff_by_eta"][e]),
+            ("NAG squared OAA raw", ours("nag_sq", "raw")), ("AdaGrad raw", ours("adagrad", "raw")),
+            ("AdaGrad norm", ours("adagrad", "norm")), ("sNAG raw", ours("snag", "raw")),
+            ("VW raw (squared)", lambda e: S.vw[("grid", "raw")][e]),
+            ("VW norm (squared)", lambda e: S.vw[("grid", "norm")][e]),
+            ("VW raw (logistic)", lambda e: S.vw[("grid_logistic", "raw")][e]),
+            ("NAG shuffled (mean)", lambda e: S.nag_shuf_means[e])]
+    return table(["η"] + [c for c, _ in cols],
+                 [[feta(eta)] + [fnum(get(eta)) for _, get in cols] for eta in S.etas])
 
-    def ms(v):
-        return f"{fnum(float(np.mean(v)))} ± {fnum(float(np.std(v)))}"
 
-    shuf_rows = [[f"NAG η*={feta(nag_star)} (file-order η*)", fnum(best_of(ours[('nag', 'raw')])[1]),
-                  ms(shuffled["nag_grid"][nag_star])],
-                 [f"NAG η*={feta(nag_shuf_star)} (best η on shuffles)", fnum(ours[("nag", "raw")][nag_shuf_star]["zero_one"]),
-                  ms(shuffled["nag_grid"][nag_shuf_star])],
-                 [f"AdaGrad raw η={feta(ada_star['raw'])}", fnum(best_of(ours[('adagrad', 'raw')])[1]),
-                  ms(shuffled["adagrad_raw@eta*"])],
-                 [f"AdaGrad max-normalized η={feta(ada_star['norm'])}",
-                  fnum(best_of(ours[('adagrad', 'norm')])[1]), ms(shuffled["adagrad_norm@eta*"])],
-                 [f"sNAG η={feta(snag_star)}", fnum(best_of(ours[('snag', 'raw')])[1]),
-                  ms(shuffled["snag@eta*"])]]
-    for alg in ("scinol1", "scinol2", "kotlowski1"):
-        shuf_rows.append([f"{alg} (untuned)", fnum(untuned[(alg, 'raw')]["zero_one"]),
-                          ms(shuffled[alg])])
-    shuf_rows.append(["VW --oaa 7 -l 7.4", fnum(vw[("7.4", "raw")]["average_loss"]),
-                      ms(shuffled["vw@7.4"])])
-    shuf_rows.append([f"VW --oaa 7 -l {feta(vw_star)} (VW η*)",
-                      fnum(vw[("grid", "raw")][vw_star]), ms(shuffled["vw@eta*"])])
-    file_vs_shuf = [
-        (best_of(ours[("nag", "raw")])[1], shuffled["nag_grid"][nag_star]),
-        (best_of(ours[("adagrad", "raw")])[1], shuffled["adagrad_raw@eta*"]),
-        (best_of(ours[("adagrad", "norm")])[1], shuffled["adagrad_norm@eta*"]),
-        (untuned[("scinol1", "raw")]["zero_one"], shuffled["scinol1"]),
-        (untuned[("scinol2", "raw")]["zero_one"], shuffled["scinol2"]),
-        (untuned[("kotlowski1", "raw")]["zero_one"], shuffled["kotlowski1"]),
-        (vw[("7.4", "raw")]["average_loss"], shuffled["vw@7.4"]),
-        (vw[("grid", "raw")][vw_star], shuffled["vw@eta*"])]
-    max_shift = max(abs(float(np.mean(v)) - f) for f, v in file_vs_shuf)
-    snag_sd = float(np.std(shuffled["snag@eta*"]))
-    shuf_md = table(["learner (raw data)", "file order", f"shuffled, {n_shuffles} random orders (mean ± std)"],
-                    shuf_rows)
+def file_vs_shuffled(S):
+    """(label, file-order loss, the shuffled passes' losses, whether it counts for the largest
+    shift: not sNAG, whose large η* is unstable, nor the η found on the shuffles) per learner."""
+    sh, o = S.shuffled, S.ours
+    rows = [(f"NAG η*={feta(S.nag_star)} (file-order η*)", best_of(o[("nag", "raw")])[1],
+             sh["nag_grid"][S.nag_star], True),
+            (f"NAG η*={feta(S.nag_shuf_star)} (best η on shuffles)",
+             o[("nag", "raw")][S.nag_shuf_star]["zero_one"], sh["nag_grid"][S.nag_shuf_star], False),
+            (f"AdaGrad raw η={feta(S.ada_star['raw'])}", best_of(o[("adagrad", "raw")])[1],
+             sh["adagrad_raw@eta*"], True),
+            (f"AdaGrad max-normalized η={feta(S.ada_star['norm'])}",
+             best_of(o[("adagrad", "norm")])[1], sh["adagrad_norm@eta*"], True),
+            (f"sNAG η={feta(S.snag_star)}", best_of(o[("snag", "raw")])[1], sh["snag@eta*"], False)]
+    rows += [(f"{alg} (untuned)", S.untuned[(alg, "raw")]["zero_one"], sh[alg], True)
+             for alg in ("scinol1", "scinol2", "kotlowski1")]
+    rows += [("VW --oaa 7 -l 7.4", S.vw[("7.4", "raw")]["average_loss"], sh["vw@7.4"], True),
+             (f"VW --oaa 7 -l {feta(S.vw_star)} (VW η*)", S.vw[("grid", "raw")][S.vw_star],
+              sh["vw@eta*"], True)]
+    return rows
 
-    nag_raw_eta, nag_raw_loss = best_of(ours[("nag", "raw")])
-    ada_raw_eta, ada_raw_loss = best_of(ours[("adagrad", "raw")])
-    ada_norm_eta, ada_norm_loss = best_of(ours[("adagrad", "norm")])
-    tuned_linear = [nag_raw_loss, ada_raw_loss, ada_norm_loss, best_of(ours[("snag", "raw")])[1],
-                    vw[("7.4", "raw")]["average_loss"], min(vw[("grid", "raw")].values()),
-                    min(vw[("grid", "norm")].values())]
-    vw_sq_star = min(vw[("grid", "raw")], key=vw[("grid", "raw")].get)
-    vw_lg_star = min(vw[("grid_logistic", "raw")], key=vw[("grid_logistic", "raw")].get)
-    nsq_eta, nsq_loss = best_of(ours[("nag_sq", "raw")])
-    nag_rel = inv["nag"]["rel_score_diff_by_eta"]
-    nag_same = [e for e in etas if abs(ours[("nag", "raw")][e]["zero_one"]
-                                       - ours[("nag", "norm")][e]["zero_one"]) == 0]
-    tight = [e for e in etas if nag_rel[e] <= 1e-9]
-    tight_max = max(e for e in etas if all(nag_rel[x] <= 1e-9 for x in etas if x <= e)) \
-        if nag_rel[etas[0]] <= 1e-9 else None
-    if len(nag_same) == len(etas):
-        nag_inv_md = (f"**Verified: NAG gives the same progressive 0-1 loss on raw and max-normalized "
-                      f"data at every one of the {len(etas)} η values**; its scores agree to a "
-                      f"relative {fnum(max(nag_rel[e] for e in tight)) if tight else '—'} for "
-                      f"η ≤ {feta(tight_max) if tight_max else '—'}.")
-    else:
-        differ = [e for e in etas if e not in nag_same]
-        nag_inv_md = (
-            f"**Verified: NAG gives the same progressive 0-1 loss on raw and max-normalized data at "
-            f"{len(nag_same)} of {len(etas)} η values, including every η ≤ "
-            f"{feta(max(e for e in etas if all(x in nag_same for x in etas if x <= e)))}**, with "
-            f"scores equal to a relative {fnum(max(nag_rel[e] for e in tight)) if tight else '—'} "
-            f"for η ≤ {feta(tight_max) if tight_max else '—'}. At the very large η "
-            f"{{{', '.join(feta(e) for e in differ)}}} the two runs drift apart (0-1 loss differs by "
-            f"at most {fnum(inv['nag']['max_abs_diff_zero_one'])}, relative score difference up to "
-            f"{fnum(inv['nag']['max_rel_score_diff'])}): there the logistic loss saturates (scores in "
-            "the hundreds), e^(−z) and (g·x_i)² underflow, and whether a coordinate's (g·x_i)² "
-            "underflows to 0 (and the update skips it) depends on the scale of x_i — a numerical, "
-            "not an algorithmic, break of invariance; rounding differences are also amplified at "
-            "such η.")
-    crashed_nag = sorted(e for e in etas if ours[("nag", "raw")][e]["error"])
-    crash_note = "" if not crashed_nag else (
-        "\nNAG (logistic) **crashed with ZeroDivisionError** at η ∈ {"
-        + ", ".join(feta(e) for e in crashed_nag)
-        + "} (library problem: (g·x)² underflows to 0 while g ≠ 0, so G_i stays 0 and the update"
-        " divides by √G_i = 0; see the crash list below). Its η* is therefore the best"
-        " *non-crashing* η.\n")
-    crashes = sorted({(alg, kind, feta(eta), r["error"]) for (alg, kind), res in ours.items()
-                      for eta, r in res.items() if r["error"]})
-    crash_md = "\n".join(f"  * {alg} {kind} η={eta}: `{err}`" for alg, kind, eta, err in crashes) \
-        or "  * none"
-    inv_md = table(["learner", "max abs. difference of the 0-1 loss, raw vs max-normalized (over the η grid)",
-                    "η values where the 0-1 loss differs", "max relative score difference"],
-                   [[a, fnum(v["max_abs_diff_zero_one"]),
-                     f"{v.get('etas_with_different_zero_one', '—')}/{v.get('etas_compared', 1)}",
-                     fnum(v["max_rel_score_diff"])] for a, v in inv.items()])
 
-    body = f"""
-One online pass over the Shuttle training file (`shuttle.trn`, {len(y):,} rows, 9 features,
-7 classes: {out['setup']['class_counts']}) in file order, one-against-all over 7 logistic-loss
+def shuffle_table(S):
+    rows = file_vs_shuffled(S)
+    S.max_shift = max(abs(float(np.mean(v)) - f) for _, f, v, counts in rows if counts)
+    return table(["learner (raw data)", "file order",
+                  f"shuffled, {S.n_shuffles} random orders (mean ± std)"],
+                 [[label, fnum(f), pm(v)] for label, f, v, _ in rows])
+
+
+def invariance_table(S):
+    return table(["learner",
+                  "max abs. difference of the 0-1 loss, raw vs max-normalized (over the η grid)",
+                  "η values where the 0-1 loss differs", "max relative score difference"],
+                 [[a, fnum(v["max_abs_diff_zero_one"]),
+                   f"{v.get('etas_with_different_zero_one', '—')}/{v.get('etas_compared', 1)}",
+                   fnum(v["max_rel_score_diff"])] for a, v in S.inv.items()])
+
+
+# ------------------------------------------------------------------------------------- prose
+
+def setup_md(S):
+    return f"""
+One online pass over the Shuttle training file (`shuttle.trn`, {len(S.y):,} rows, 9 features,
+7 classes: {S.setup['class_counts']}) in file order, one-against-all over 7 logistic-loss
 learners (`n_classes=7`, bias on). The metric is the **progressive 0-1 loss**: the class predicted
 by `predicted_class` from the scores made before each update, compared with the label, averaged
 over the pass. η* = the η with the lowest progressive 0-1 loss on the grid
-{{{", ".join(feta(e) for e in etas)}}}. Max-normalized = each feature divided by its max |x| over the
-training file ({", ".join(f"{s:g}" for s in scale)}).
+{{{", ".join(feta(e) for e in S.etas)}}}. Max-normalized = each feature divided by its max |x| over
+the training file ({", ".join(f"{s:g}" for s in S.scale)}).
 
-VW is run through its own C++ driver (`Workspace("-d FILE --oaa 7 ...")` runs the same parser and
-learner as the `vw` command; the wheel ships no `vw` binary), with VW's default update
-(`--adaptive --normalized --invariant`) and VW's default loss for `--oaa`, **squared**. VW's
-number is the "average loss" VW prints at the end, which for `--oaa` is the progressive 0-1
-loss; it is checked against the 0-1 loss computed from VW's `-p` predictions (made before each
-update) in the notes column.
+VW is run through its own C++ driver (`Workspace("-d FILE --oaa 7 ...")`, the same parser and
+learner as the `vw` command), with VW's default update (`--adaptive --normalized --invariant`)
+and VW's default loss for `--oaa`, **squared**. VW's number is the "average loss" it prints at
+the end, for `--oaa` the progressive 0-1 loss; the notes column checks it against the 0-1 loss
+of VW's `-p` predictions (made before each update).
+"""
 
+
+def table2_md(S):
+    vw_sq, vw_lg = best(S.vw[("grid", "raw")]), best(S.vw[("grid_logistic", "raw")])
+    nsq_eta, nsq_loss = best_of(S.ours[("nag_sq", "raw")])
+    crashed = sorted(e for e in S.etas if S.ours[("nag", "raw")][e]["error"])
+    crash = "" if not crashed else (
+        "\nNAG (logistic) **crashed with ZeroDivisionError** at η ∈ {"
+        + ", ".join(feta(e) for e in crashed)
+        + "} (library problem: (g·x)² underflows to 0 while g ≠ 0, so G_i stays 0 and the update"
+        " divides by √G_i = 0; see the crash list below). Its η* is therefore the best"
+        " *non-crashing* η.\n")
+    return f"""
 ## Table 2, side by side (file order)
 
-{main_md}
+{table2(S)}
 
 Which loss: the paper ran VW, whose `--oaa` uses the squared loss by default; VW's squared-loss
-grid optimum is -l {feta(vw_sq_star)} ({fnum(vw[('grid', 'raw')][vw_sq_star])}), close to the
-paper's η* = 7.4, while with `--loss_function logistic` VW's optimum moves to -l
-{feta(vw_lg_star)} ({fnum(vw[('grid_logistic', 'raw')][vw_lg_star])}), as does ours (logistic NAG
-η* = {feta(nag_raw_eta)}). So the paper's η* is consistent with VW's squared-loss setup, and the
-logistic η* is not comparable with it. Our NAG with the squared loss (one-against-all by hand)
-is much worse ({fnum(nsq_loss)} at η={feta(nsq_eta)}): VW clips each prediction to the label
-range [−1, 1] before taking the gradient and uses its importance-invariant update, our squared
-loss does neither, so large unclipped scores give large steps.
-{crash_note}
+grid optimum is -l {feta(vw_sq[0])} ({fnum(vw_sq[1])}), close to the paper's η* = 7.4, while with
+`--loss_function logistic` VW's optimum moves to -l {feta(vw_lg[0])} ({fnum(vw_lg[1])}), as does
+ours (logistic NAG η* = {feta(best_of(S.ours[("nag", "raw")])[0])}). So the paper's η* fits VW's
+squared-loss setup, and the logistic η* is not comparable with it. Our NAG with the squared loss
+(one-against-all by hand) is much worse ({fnum(nsq_loss)} at η={feta(nsq_eta)}): VW clips each
+prediction to the label range [−1, 1] before taking the gradient and uses its
+importance-invariant update; our squared loss does neither, so large unclipped scores give
+large steps.
+{crash}"""
 
+
+def nag_invariance_md(S):
+    etas, inv = S.etas, S.inv["nag"]
+    rel = inv["rel_score_diff_by_eta"]
+    same = [e for e in etas if S.ours[("nag", "raw")][e]["zero_one"]
+            == S.ours[("nag", "norm")][e]["zero_one"]]
+    tight = [e for e in etas if rel[e] <= 1e-9]
+    tight_max = max(e for e in etas if all(rel[x] <= 1e-9 for x in etas if x <= e)) \
+        if rel[etas[0]] <= 1e-9 else None
+    scores = (f"scores equal to a relative {fnum(max(rel[e] for e in tight)) if tight else '—'} "
+              f"for η ≤ {feta(tight_max) if tight_max else '—'}")
+    if len(same) == len(etas):
+        return (f"**Verified: NAG gives the same progressive 0-1 loss on raw and max-normalized "
+                f"data at every one of the {len(etas)} η values**, {scores}.")
+    differ = [e for e in etas if e not in same]
+    return (
+        f"**Verified: NAG gives the same progressive 0-1 loss on raw and max-normalized data at "
+        f"{len(same)} of {len(etas)} η values, including every η ≤ "
+        f"{feta(max(e for e in etas if all(x in same for x in etas if x <= e)))}**, with {scores}. "
+        f"At the very large η {{{', '.join(feta(e) for e in differ)}}} the two runs drift apart "
+        f"(0-1 loss differs by at most {fnum(inv['max_abs_diff_zero_one'])}, relative score "
+        f"difference up to {fnum(inv['max_rel_score_diff'])}): there the logistic loss saturates "
+        "(scores in the hundreds), e^(−z) and (g·x_i)² underflow, and whether a coordinate's "
+        "(g·x_i)² underflows to 0 (and the update skips it) depends on the scale of x_i: a "
+        "numerical, not an algorithmic, break of invariance; rounding differences are also "
+        "amplified at such η.")
+
+
+def invariance_md(S):
+    inv = S.inv
+    crashes = sorted({(alg, kind, feta(eta), r["error"]) for (alg, kind), res in S.ours.items()
+                      for eta, r in res.items() if r["error"]})
+    crash_md = "\n".join(f"  * {alg} {kind} η={eta}: `{err}`" for alg, kind, eta, err in crashes) \
+        or "  * none"
+    return f"""
 ## Invariance check (raw vs max-normalized data)
 
-{inv_md}
+{invariance_table(S)}
 
-{nag_inv_md} ScInOL1/2 and Kotłowski Alg. 1 give the same loss too; Kotłowski Alg. 2 differs on
-{round(inv['kotlowski2']['max_abs_diff_zero_one'] * len(y))} of {len(y):,} predictions (its
-pseudo-inverse update has a rank tolerance). **AdaGrad's loss differs at
-{inv['adagrad']['etas_with_different_zero_one']} of {len(etas)} η values** (by up to
+{nag_invariance_md(S)} ScInOL1/2 and Kotłowski Alg. 1 give the same loss too; Kotłowski Alg. 2
+differs on {round(inv['kotlowski2']['max_abs_diff_zero_one'] * len(S.y))} of {len(S.y):,}
+predictions (its pseudo-inverse update has a rank tolerance). **AdaGrad's loss differs at
+{inv['adagrad']['etas_with_different_zero_one']} of {len(S.etas)} η values** (by up to
 {fnum(inv['adagrad']['max_abs_diff_zero_one'])}).
 
 ## Progressive 0-1 loss at every η (file order)
 
-{grid_md}
+{grid_table(S)}
 
 Learner runs that crashed (reported, not hidden):
 {crash_md}
+"""
 
+
+def order_md(S):
+    o, shuf_md = S.order, shuffle_table(S)
+    return f"""
 ## Why 0.036 is not reached: what was checked
 
-**1. The file is not sorted; its order is already random.** Labels change {obs_runs:,} times + 1
-(runs of equal consecutive labels); a random order of the same labels gives {exp_runs:,.0f} ±
-{sd_runs:.0f}. The share of class 1 in each tenth of the file is
-{", ".join(f"{t:.3f}" for t in tenths)}. Rank correlation of row position with each feature:
-max |ρ| = {max(abs(r) for r in rho):.3f}, with the label: {label_rho:.3f}. The class
-shares are flat along the file, the number of class runs is what a random order gives, and no
-feature trends with position: as far as these tests can tell the file is already in random
-order, and shuffling it changes little:
+**1. The file is not sorted; its order is already random.** Labels change
+{o['runs_observed']:,} times + 1 (runs of equal consecutive labels); a random order of the same
+labels gives {o['runs_expected_random']:,.0f} ± {o['runs_sd_random']:.0f}. The share of class 1
+in each tenth of the file is {", ".join(f"{t:.3f}" for t in o['class1_share_by_tenth'])}. Rank
+correlation of row position with each feature: max |ρ| =
+{max(abs(r) for r in o['spearman_position_feature']):.3f}, with the label:
+{o['spearman_position_label']:.3f}. The class shares are flat along the file, the number of class
+runs is what a random order gives, and no feature trends with position: as far as these tests
+can tell the file is already in random order, and shuffling it changes little:
 
 {shuf_md}
 
 Progressive loss *is* very sensitive to order when the order carries information: a pass over
-the class-sorted file (all class 1 first, then 2, …) gives NAG η={feta(nag_star)}:
-{fnum(sorted_runs['nag@eta*'])} and VW -l 7.4: {fnum(sorted_runs['vw@7.4'])}, because the learner
-only has to follow the current class (mostly through the bias). A file with partly sorted or
-time-ordered rows could therefore give figures like the paper's; but the training file as
-distributed is in random order (as far as the tests above can tell; the Statlog description of
-the data set says its original time order was randomised), and random re-orderings move the
-figures by at most {fnum(max_shift)} (mean over {n_shuffles} orders vs file order; sNAG at its large
-η* is the exception: it is unstable from one order to the next, std {fnum(snag_sd)}).
+the class-sorted file (all class 1 first, then 2, …) gives NAG η={feta(S.nag_star)}:
+{fnum(S.sorted_runs['nag@eta*'])} and VW -l 7.4: {fnum(S.sorted_runs['vw@7.4'])}, because the
+learner only has to follow the current class (mostly through the bias). A file with partly
+sorted or time-ordered rows could therefore give figures like the paper's; but the training file
+as distributed is in random order (the Statlog description of the data set says its original
+time order was randomised), and random re-orderings move the figures by at most
+{fnum(S.max_shift)} (mean over {S.n_shuffles} orders vs file order; sNAG at its large η* is the
+exception: it is unstable from one order to the next, std
+{fnum(float(np.std(S.shuffled['snag@eta*'])))}).
+"""
 
+
+def capacity_md(S):
+    nag_eta, nag_loss = best_of(S.ours[("nag", "raw")])
+    tuned_linear = [nag_loss, best_of(S.ours[("adagrad", "raw")])[1],
+                    best_of(S.ours[("adagrad", "norm")])[1], best_of(S.ours[("snag", "raw")])[1],
+                    S.vw[("7.4", "raw")]["average_loss"], min(S.vw[("grid", "raw")].values()),
+                    min(S.vw[("grid", "norm")].values())]
+    return f"""
 **2. A linear model cannot get there.** The best one-against-all *linear* logistic model in
 hindsight (fitted to convergence by Newton's method on the whole training file, then scored on
-that same file) has a training 0-1 error of {fnum(hindsight_linear)}. On data in random order
+that same file) has a training 0-1 error of {fnum(S.hindsight_linear)}. On data in random order
 the progressive loss of a linear learner estimates the error of the linear models it passes
 through on unseen rows, which is not expected to fall below the in-sample error of the best
-linear fit; the paper's 0.036 is {0.036 / hindsight_linear:.0%} of that in-sample figure. (The logistic fit does not
-minimise the 0-1 loss itself, so a linear model with a somewhat lower 0-1 error may exist, but
-none of the linear learners here, online or offline, gets anywhere near 0.036.) The tuned
-linear learners land between {fnum(min(tuned_linear))} and {fnum(max(tuned_linear))} (NAG {fnum(nag_raw_loss)} at η={feta(nag_raw_eta)},
-VW {fnum(vw[('7.4', 'raw')]['average_loss'])} at -l 7.4, AdaGrad {fnum(ada_raw_loss)} raw /
-{fnum(ada_norm_loss)} max-normalized); ScInOL and Kotłowski run untuned and land higher.
+linear fit; the paper's 0.036 is {0.036 / S.hindsight_linear:.0%} of that in-sample figure. (The
+logistic fit does not minimise the 0-1 loss itself, so a linear model with a somewhat lower 0-1
+error may exist, but none of the linear learners here, online or offline, gets anywhere near
+0.036.) The tuned linear learners land between {fnum(min(tuned_linear))} and
+{fnum(max(tuned_linear))} (NAG {fnum(nag_loss)} at η={feta(nag_eta)}, VW
+{fnum(S.vw[('7.4', 'raw')]['average_loss'])} at -l 7.4, AdaGrad {fnum(tuned_linear[1])} raw /
+{fnum(tuned_linear[2])} max-normalized); ScInOL and Kotłowski run untuned and land higher.
 
 **3. Quadratic features do get there.** VW with all quadratic interactions (`--oaa 7 -l 7.4
---interactions ::`) gives {fnum(vw_quad['raw']['average_loss'])} raw and
-{fnum(vw_quad['norm']['average_loss'])} max-normalized; our NAG on the 9 features plus their 45
-products x_i·x_j (i ≤ j) gives {fnum(quad_star[1])} at η={feta(quad_star[0])}; the best
-quadratic OAA logistic model in hindsight has training error {fnum(hindsight_quad)}. The paper's
-0.036 (and sNAG's 0.026) is in the range of a model with more capacity than a linear one on the
-9 raw features; its text does not say which features VW was given, so this is a plausible
+--interactions ::`) gives {fnum(S.vw_quad['raw']['average_loss'])} raw and
+{fnum(S.vw_quad['norm']['average_loss'])} max-normalized; our NAG on the 9 features plus their 45
+products x_i·x_j (i ≤ j) gives {fnum(S.quad_star[1])} at η={feta(S.quad_star[0])}; the best
+quadratic OAA logistic model in hindsight has training error {fnum(S.hindsight_quad)}. The
+paper's 0.036 (and sNAG's 0.026) is in the range of a model with more capacity than a linear one
+on the 9 raw features; its text does not say which features VW was given, so this is a plausible
 explanation, not a proven one.
-
-**Conclusion.** Our NAG matches today's VW on the same setup (file order, η=7.4: ours
-{fnum(ours[('nag', 'raw')][7.4]['zero_one'])}; VW {fnum(vw[('7.4', 'raw')]['average_loss'])} with its
-default squared loss, {fnum(vw[('grid_logistic', 'raw')][7.4])} with the logistic loss ours uses),
-and the invariance claim (same loss on raw and max-normalized data for NAG; not for AdaGrad) holds
-at every practical η. The paper's absolute figure 0.036 is not reachable by a linear model on the
-9 raw features in one pass, in file order or shuffled; with all quadratic features VW gets
-{fnum(vw_quad['raw']['average_loss'])}.
 """
-    # ---------------------------------------------------------------- json
+
+
+def conclusion_md(S):
+    return f"""
+**Conclusion.** Our NAG matches today's VW on the same setup (file order, η=7.4: ours
+{fnum(S.ours[('nag', 'raw')].get(7.4, {}).get('zero_one'))}; VW
+{fnum(S.vw[('7.4', 'raw')]['average_loss'])} with its default squared loss,
+{fnum(S.vw[('grid_logistic', 'raw')].get(7.4))} with the logistic loss ours uses), and the
+invariance claim (same loss on raw and max-normalized data for NAG; not for AdaGrad) holds at
+every practical η. The paper's absolute figure 0.036 is not reachable by a linear model on the
+9 raw features in one pass, in file order or shuffled; with all quadratic features VW gets
+{fnum(S.vw_quad['raw']['average_loss'])}.
+"""
+
+
+# -------------------------------------------------------------------------------------- main
+
+def to_json(S):
     def strip(res):
-        return {feta(eta): {"zero_one": r["zero_one"], "logloss": r["logloss"], "error": r["error"]}
+        return {feta(eta): {k: r[k] for k in ("zero_one", "logloss", "error")}
                 for eta, r in res.items()}
-    out.update({
-        "ours": {f"{alg}/{kind}": strip(res) for (alg, kind), res in ours.items()},
-        "best": {f"{alg}/{kind}": dict(zip(("eta", "zero_one"), best_of(res)))
-                 for (alg, kind), res in ours.items()},
-        "untuned": {f"{alg}/{kind}": {"zero_one": r["zero_one"], "logloss": r["logloss"],
-                                      "error": r["error"]} for (alg, kind), r in untuned.items()},
-        "paper": PAPER,
-        "invariance": inv,
-        "vw": {"7.4/raw": vw[("7.4", "raw")], "7.4/norm": vw[("7.4", "norm")],
-               "grid_squared/raw": {feta(e): v for e, v in vw[("grid", "raw")].items()},
-               "grid_squared/norm": {feta(e): v for e, v in vw[("grid", "norm")].items()},
-               "grid_logistic/raw": {feta(e): v for e, v in vw[("grid_logistic", "raw")].items()},
-               "grid_logistic/norm": {feta(e): v for e, v in vw[("grid_logistic", "norm")].items()},
-               "quadratic": vw_quad},
-        "order": {"runs_observed": obs_runs, "runs_expected_random": exp_runs,
-                  "runs_sd_random": sd_runs, "class1_share_by_tenth": tenths,
-                  "spearman_position_feature": rho, "spearman_position_label": label_rho,
-                  "shuffled": {k: ({feta(e): x for e, x in v.items()} if isinstance(v, dict) else v)
-                               for k, v in shuffled.items()},
-                  "nag_best_eta_on_shuffles": nag_shuf_star, "class_sorted": sorted_runs},
-        "capacity": {"hindsight_linear_oaa_logistic_train_error": hindsight_linear,
-                     "hindsight_quadratic_oaa_logistic_train_error": hindsight_quad,
-                     "nag_quadratic_features": {feta(e): v for e, v in quad_nag.items()}},
-    })
-    name = "shuttle_quick" if args.quick else "shuttle"
-    write_results(name, "Shuttle: Ross et al. Table 2 (NAG vs AdaGrad, raw vs max-normalized) and VW",
-                  h, started, body, out)
+
+    def by_eta(d):
+        return {feta(e): v for e, v in d.items()}
+
+    vw = {"7.4/raw": S.vw[("7.4", "raw")], "7.4/norm": S.vw[("7.4", "norm")],
+          **{f"{g}/{kind}": by_eta(S.vw[(key, kind)]) for kind in KINDS
+             for g, key in (("grid_squared", "grid"), ("grid_logistic", "grid_logistic"))},
+          "quadratic": S.vw_quad}
+    order = dict(S.order, nag_best_eta_on_shuffles=S.nag_shuf_star, class_sorted=S.sorted_runs,
+                 shuffled={k: by_eta(v) if isinstance(v, dict) else v
+                           for k, v in S.shuffled.items()})
+    return {"setup": S.setup,
+            "ours": {f"{alg}/{kind}": strip(res) for (alg, kind), res in S.ours.items()},
+            "best": {f"{alg}/{kind}": dict(zip(("eta", "zero_one"), best_of(res)))
+                     for (alg, kind), res in S.ours.items()},
+            "untuned": {f"{alg}/{kind}": {k: r[k] for k in ("zero_one", "logloss", "error")}
+                        for (alg, kind), r in S.untuned.items()},
+            "paper": PAPER, "invariance": S.inv, "vw": vw, "order": order,
+            "capacity": {"hindsight_linear_oaa_logistic_train_error": S.hindsight_linear,
+                         "hindsight_quadratic_oaa_logistic_train_error": S.hindsight_quad,
+                         "nag_quadratic_features": by_eta(S.quad_nag)}}
+
+
+def main():
+    args = parse_args(__doc__, shuffles=(int, None), seed=(int, 2013))
+    h = header()
+    X, y = load_shuttle()
+    scale = np.abs(X).max(axis=0)
+    S = SimpleNamespace(X=X, y=y, scale=scale, data={"raw": X, "norm": X / scale},
+                        etas=grid(args.quick), n_shuffles=args.shuffles or (2 if args.quick else 10),
+                        rng=np.random.default_rng(args.seed))
+    S.setup = {"rows": len(y), "features": X.shape[1], "classes": K, "etas": S.etas,
+               "max_abs_per_feature": scale.tolist(), "shuffles": S.n_shuffles, "seed": args.seed,
+               "class_counts": np.bincount(y.astype(int))[1:].tolist()}
+    for step in (file_order, invariance, vw_file_order, order_tests, reorderings, capacity):
+        step(S)
+    body = "".join(part(S) for part in (setup_md, table2_md, invariance_md, order_md,
+                                        capacity_md, conclusion_md))
+    write_results(result_name("shuttle", args.quick),
+                  "Shuttle: Ross et al. Table 2 (NAG vs AdaGrad, raw vs max-normalized) and VW",
+                  h, body, to_json(S))
 
 
 if __name__ == "__main__":

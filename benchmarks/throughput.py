@@ -18,17 +18,16 @@ timed: VW's text path), then passes that read only the cache are timed, with VW'
 
     .venv/bin/python benchmarks/throughput.py [--quick] [--n N] [--repeats R]
 """
-import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (TMP, OtherLoad, artificial_data, artificial_weights, header,  # noqa: E402
-                     table, wait_until_idle, write_results, write_vw)
+from _common import (TMP, IdleBudget, parse_args, artificial_stream, header, measure,  # noqa: E402
+                     progress, result_name, table, write_results)
+from _vw import run_vw_in_child, vw_stride, write_vw  # noqa: E402
 
 from unitless.learner import learn, make_batch, new_state  # noqa: E402
 from unitless.learner.kernel import run_batch  # noqa: E402
@@ -38,12 +37,7 @@ BITS = 18
 VW_CONSTANT = 11650396 & ((1 << BITS) - 1)  # where VW puts its constant feature with -b 18
 NNZ = 40
 ALGORITHMS = ("nag", "scinol2")
-
-
-def dense_data(n, rng):
-    w = artificial_weights(rng)
-    X, y = artificial_data(rng, n, w)
-    return X, y
+DIMS = {"dense": 22, "sparse": 1 << BITS}
 
 
 def sparse_data(n, rng):
@@ -69,102 +63,59 @@ def csr_with_bias(idx, val, bias_index):
     return indptr, indices, values
 
 
-WAIT = {"max_wait": 0.0, "waits": []}
-PER_RUN_WAIT = 30.0
+def time_kernel(algorithm, dim, slices):
+    """examples/s of the compiled kernel alone: no validation, no label mapping, preallocated
+    outputs."""
+    state = new_state(algorithm, dim, "logistic")
+    hp, code = state.hp_array(), LOSS_CODES["logistic"]
+    outs = [(np.empty((len(b), 1)), np.empty(len(b))) for b in slices]
 
-
-def settle():
-    """Before each timed run: wait (≤ 30 s, and ≤ what is left of the --wait-idle budget) for
-    other processes to go quiet."""
-    left = WAIT["max_wait"] - sum(w for _, w in WAIT["waits"])
-    if left > 0:
-        load, waited = wait_until_idle(min(PER_RUN_WAIT, left))
-        WAIT["waits"].append((round(load, 2), waited))
-
-
-def time_ours(algorithm, batch, dim, batch_size, repeats):
-    """Median/min/max examples/s of learn() over the whole stream, fresh state each repeat."""
-    warm = new_state(algorithm, dim, "logistic")
-    learn(warm, batch.slice(0, min(1000, len(batch))))  # compile (or load the numba cache)
-    n = len(batch)
-    slices = [batch.slice(a, min(a + batch_size, n)) for a in range(0, n, batch_size)]
-    rates, kernel_rates, cpu, others = [], [], [], []
-    for _ in range(repeats):
-        state = new_state(algorithm, dim, "logistic")
-        settle()
-        with OtherLoad() as m:
-            t, c = time.perf_counter(), time.process_time()
-            for b in slices:
-                learn(state, b)
-            rates.append(n / (time.perf_counter() - t))
-            cpu.append(time.process_time() - c)
-        others.append(m.cores)
-        # the compiled kernel alone: no validation, no label mapping, preallocated outputs
-        state = new_state(algorithm, dim, "logistic")
-        hp, code = state.hp_array(), LOSS_CODES["logistic"]
-        outs = [(np.empty((len(b), 1)), np.empty(len(b))) for b in slices]
-        t = time.perf_counter()
+    def kernel():
         for b, (scores, losses) in zip(slices, outs):
             run_batch(state.spec.code, state.V, state.M, state.S, hp, code, 0.5,
                       b.indptr, b.indices, b.values, b.labels, b.weights, scores, losses)
-        kernel_rates.append(n / (time.perf_counter() - t))
+    return sum(len(b) for b in slices) / measure(kernel).wall, state
+
+
+def time_ours(algorithm, batch, dim, batch_size, repeats, idle):
+    """Median/min/max examples/s of learn() over the whole stream, fresh state each repeat."""
+    learn(new_state(algorithm, dim, "logistic"), batch.slice(0, min(1000, len(batch))))  # compile
+    n = len(batch)
+    slices = [batch.slice(a, min(a + batch_size, n)) for a in range(0, n, batch_size)]
+    runs, kernel_rates = [], []
+    for _ in range(repeats):
+        state = new_state(algorithm, dim, "logistic")
+        runs.append(measure(lambda: [learn(state, b) for b in slices], idle))
+        rate, state = time_kernel(algorithm, dim, slices)
+        kernel_rates.append(rate)
+    rates = [n / r.wall for r in runs]
     state_bytes = state.V.nbytes + state.M.nbytes + state.S.nbytes
     return {"examples_per_s": float(np.median(rates)), "min": float(min(rates)),
             "max": float(max(rates)), "kernel_examples_per_s": float(np.median(kernel_rates)),
-            "cpu_seconds": float(np.median(cpu)), "repeats": repeats,
-            "other_load_cores": float(np.median(others)), "all_rates": rates,
+            "cpu_seconds": float(np.median([r.cpu for r in runs])), "repeats": repeats,
+            "other_load_cores": float(np.median([r.other for r in runs])), "all_rates": rates,
             "state_bytes": int(state_bytes), "state_bytes_per_feature": state_bytes / dim,
             "state_vectors": list(state.spec.vectors)}
 
 
-_VW_CHILD = """
-import json, resource, sys, time
-from vowpalwabbit import Workspace
-r0 = resource.getrusage(resource.RUSAGE_SELF)
-t = time.perf_counter()
-ws = Workspace(sys.argv[1], enable_logging=True)
-ws.finish()
-wall = time.perf_counter() - t
-r1 = resource.getrusage(resource.RUSAGE_SELF)
-log = "\\n".join(ws.get_log())
-print(json.dumps({"wall": wall, "cpu": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, "log": log}))
-"""
-
-
-def vw_in_child(args):
-    """One VW run in a fresh Python process (as the `vw` command would run): (wall s, CPU s of
-    all its threads, log). Wall covers Workspace(...) + finish() only."""
-    import json
-    import subprocess
-    r = subprocess.run([sys.executable, "-c", _VW_CHILD, args], capture_output=True, text=True,
-                       check=True)
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    return out["wall"], out["cpu"], out["log"]
-
-
-def time_vw(text_path, n, repeats):
+def time_vw(text_path, n, repeats, idle):
+    """VW: the cache made from the text file (timed: VW's text path), then timed cache passes,
+    each in a fresh process; and the start-up + teardown of a Workspace with no data."""
     cache = Path(str(text_path) + ".cache")
-    if cache.exists():
-        cache.unlink()
+    cache.unlink(missing_ok=True)
     common = f"--loss_function logistic -b {BITS} --quiet"
-    text_seconds, text_cpu, _ = vw_in_child(f"-d {text_path} --cache_file {cache} {common}")
+    text_seconds, text_cpu, _ = run_vw_in_child(f"-d {text_path} --cache_file {cache} {common}")
     os.sync()
-    rates, cpu, others = [], [], []
-    for _ in range(repeats):
-        settle()
-        with OtherLoad() as m:
-            seconds, c, _ = vw_in_child(f"--cache_file {cache} --passes 1 {common}")
-        # m also counts the child's Python start-up as "own"; it is this script's, not others'
-        cpu.append(c)
-        rates.append(n / seconds)
-        others.append(m.cores)
-    # startup + teardown cost of a Workspace with this model size, no examples
+    # measure() also counts the child's Python start-up as "own": it is this script's, not others'
+    runs = [measure(lambda: run_vw_in_child(f"--cache_file {cache} --passes 1 {common}"), idle)
+            for _ in range(repeats)]
+    rates = [n / r.value[0] for r in runs]  # the child's own wall time of Workspace + finish
     empty = TMP / "empty.vw"
     empty.write_text("")
-    startup, _, _ = vw_in_child(f"-d {empty} {common}")
+    startup, _, _ = run_vw_in_child(f"-d {empty} {common}")
     return {"examples_per_s": float(np.median(rates)), "min": float(min(rates)),
-            "max": float(max(rates)), "cpu_seconds": float(np.median(cpu)),
-            "other_load_cores": float(np.median(others)), "all_rates": rates,
+            "max": float(max(rates)), "cpu_seconds": float(np.median([r.value[1] for r in runs])),
+            "other_load_cores": float(np.median([r.other for r in runs])), "all_rates": rates,
             "text_pass_examples_per_s": n / text_seconds, "text_pass_cpu_seconds": text_cpu,
             "startup_seconds": startup, "cache_bytes": cache.stat().st_size,
             "text_bytes": Path(text_path).stat().st_size, "repeats": repeats,
@@ -174,172 +125,153 @@ def time_vw(text_path, n, repeats):
                 "2^b weight slots × stride 4 float32 (w, adaptive Σg², normalizer max abs x, 4th slot) × 4 bytes"}
 
 
-def vw_stride():
-    """Stride (floats per weight slot) of VW's default update, read from the bindings."""
-    try:
-        from vowpalwabbit import Workspace
-        ws = Workspace(f"--quiet -b {BITS} --loss_function logistic")
-        ex = ws.parse("1 | 0:1")
-        stride = ex.stride
-        ws.finish_example(ex)
-        ws.finish()
-        return int(stride)
-    except Exception:
-        return None
+def rate(n, fn):
+    """examples/s of fn() over n examples."""
+    return n / measure(fn).wall
 
 
-def time_input_paths(X, y, idx, val, ys, dense_vw, sparse_vw, sample):
-    """Our input paths (examples/s): numpy → Batch, and text → Batch."""
-    from unitless.learner import dense_batch
-    out = {}
-    t = time.perf_counter()
-    dense_batch(X, y)
-    out[f"dense_batch (numpy {len(y):,}×21 → Batch)"] = len(y) / (time.perf_counter() - t)
-    t = time.perf_counter()
-    indptr, indices, values = csr_with_bias(idx, val, VW_CONSTANT)
-    make_batch(indptr, indices, values, ys)
-    out["make_batch (pre-hashed CSR arrays → Batch, incl. adding the bias column)"] = \
-        len(ys) / (time.perf_counter() - t)
-    from unitless.learner import check_batch
-    for name, batch, dim in (("dense", dense_batch(X, y), 22), ("sparse", make_batch(
-            indptr, indices, values, ys), 1 << BITS)):
-        state = new_state("nag", dim, "logistic")
-        t = time.perf_counter()
-        for a in range(0, len(batch), 65_536):
+def time_batch_paths(D):
+    """Our numpy → Batch paths and check_batch (the validation inside learn()), examples/s."""
+    from unitless.learner import check_batch, dense_batch
+    X, y, ys = D["X"], D["y"], D["ys"]
+    csr = csr_with_bias(D["idx"], D["val"], VW_CONSTANT)
+    out = {f"dense_batch (numpy {len(y):,}×21 → Batch)": rate(len(y), lambda: dense_batch(X, y)),
+           "make_batch (pre-hashed CSR arrays → Batch, incl. adding the bias column)": rate(
+               len(ys), lambda: make_batch(*csr_with_bias(D["idx"], D["val"], VW_CONSTANT), ys))}
+    for name, batch in (("dense", dense_batch(X, y)), ("sparse", make_batch(*csr, ys))):
+        state = new_state("nag", DIMS[name], "logistic")
+        out[f"check_batch alone ({name}; the validation inside learn())"] = rate(len(batch), lambda: [
             check_batch(state, batch.slice(a, min(a + 65_536, len(batch))))
-        out[f"check_batch alone ({name}; the validation inside learn())"] = \
-            len(batch) / (time.perf_counter() - t)
-    try:
-        from unitless.connectors.formats import RecordSpec, parse_csv, parse_vw
-    except Exception as e:  # the connectors are not part of the learner library
-        out["text parsers"] = f"not timed: {type(e).__name__}: {e}"
-        return out
-    for name, path in (("dense", dense_vw), ("sparse", sparse_vw)):
-        with open(path) as f:
-            lines = [next(f).rstrip("\n") for _ in range(sample)]
-        t = time.perf_counter()
-        block, dead = parse_vw(RecordSpec(bits=BITS), str(path), list(enumerate(lines)))
-        rate = sample / (time.perf_counter() - t)
-        assert not dead and len(block) == sample
-        out[f"parse_vw (VW text → block, {name}, {sample:,} lines, names hashed)"] = rate
-    cols = [f"x{j}" for j in range(X.shape[1])] + ["label"]
-    lines = [",".join(repr(v) for v in row) + f",{lab:g}" for row, lab in zip(X[:sample], y[:sample])]
-    t = time.perf_counter()
-    block, dead = parse_csv(RecordSpec(bits=BITS, columns=cols), "csv", list(enumerate(lines)))
-    out[f"parse_csv (CSV text → block, dense, {sample:,} lines, Arrow fast path)"] = \
-        sample / (time.perf_counter() - t)
+            for a in range(0, len(batch), 65_536)])
     return out
+
+
+def time_parsers(D, sample):
+    """The pipeline's text parsers (VW text, CSV) on the first `sample` lines, examples/s."""
+    from unitless.connectors.formats import RecordSpec, parse_csv, parse_vw
+    out = {}
+    for name in ("dense", "sparse"):
+        path = D[f"{name}_vw"]
+        with open(path) as f:
+            lines = list(enumerate(next(f).rstrip("\n") for _ in range(sample)))
+        parsed = measure(lambda: parse_vw(RecordSpec(bits=BITS), str(path), lines))
+        assert not parsed.value[1] and len(parsed.value[0]) == sample
+        out[f"parse_vw (VW text → block, {name}, {sample:,} lines, names hashed)"] = sample / parsed.wall
+    X, y = D["X"][:sample], D["y"][:sample]
+    cols = [f"x{j}" for j in range(X.shape[1])] + ["label"]
+    lines = list(enumerate(",".join(repr(v) for v in row) + f",{lab:g}" for row, lab in zip(X, y)))
+    out[f"parse_csv (CSV text → block, dense, {sample:,} lines, Arrow fast path)"] = rate(
+        sample, lambda: parse_csv(RecordSpec(bits=BITS, columns=cols), "csv", lines))
+    return out
+
+
+def make_data(n):
+    """Both streams as our batches and as VW text files (same indices and values)."""
+    rng = np.random.default_rng(42)
+    X, y, _ = artificial_stream(n, rng)
+    Xb = np.hstack([X, np.ones((n, 1))])
+    idx, val, ys = sparse_data(n, rng)
+    D = {"X": X, "y": y, "idx": idx, "val": val, "ys": ys,
+         "dense": make_batch(np.arange(0, n * 22 + 1, 22), np.tile(np.arange(22), n),
+                             Xb.reshape(-1), y),
+         "dense_vw": write_vw(TMP / "throughput_dense.vw", np.arange(0, n * 21 + 1, 21),
+                              np.tile(np.arange(21), n), X.reshape(-1), y),
+         "sparse": make_batch(*csr_with_bias(idx, val, VW_CONSTANT), ys),
+         "sparse_vw": write_vw(TMP / "throughput_sparse.vw", np.arange(0, n * NNZ + 1, NNZ),
+                               idx.reshape(-1), val.reshape(-1), ys)}
+    os.sync()  # let the written files reach the disk before anything is timed
+    progress("data ready")
+    return D
+
+
+def measure_all(D, n, batch, repeats, idle):
+    res = {"dense": {}, "sparse": {}}
+    for kind in res:
+        for alg in ALGORITHMS:
+            res[kind][alg] = time_ours(alg, D[kind], DIMS[kind], batch, repeats, idle)
+        res[kind]["vw"] = time_vw(D[f"{kind}_vw"], n, repeats, idle)
+        progress(f"{kind} timed")
+    return res
 
 
 def _size(nbytes):
     return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes:,} bytes"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--n", type=int, default=None)
-    ap.add_argument("--batch", type=int, default=65_536)
-    ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--wait-idle", type=float, default=None,
-                    help="total seconds the script may spend waiting, before timed runs (≤ 30 s "
-                         "each), for other processes to use < 0.25 cores (default 180; 0 with --quick)")
-    args = ap.parse_args()
-    WAIT["max_wait"] = args.wait_idle if args.wait_idle is not None else (0.0 if args.quick else 180.0)
-    started = time.time()
-    h = header()
-    n = args.n or (100_000 if args.quick else 1_000_000)
-    repeats = args.repeats or (1 if args.quick else 5)
-    rng = np.random.default_rng(42)
-    TMP.mkdir(parents=True, exist_ok=True)
-
-    # ---- data, in both forms
-    X, y = dense_data(n, rng)
-    Xb = np.hstack([X, np.ones((n, 1))])
-    dense = make_batch(np.arange(0, n * 22 + 1, 22), np.tile(np.arange(22), n), Xb.reshape(-1), y)
-    dense_vw = write_vw(TMP / "throughput_dense.vw", np.arange(0, n * 21 + 1, 21),
-                        np.tile(np.arange(21), n), X.reshape(-1), y)
-    idx, val, ys = sparse_data(n, rng)
-    sparse = make_batch(*csr_with_bias(idx, val, VW_CONSTANT), ys)
-    indptr = np.arange(0, n * NNZ + 1, NNZ)
-    sparse_vw = write_vw(TMP / "throughput_sparse.vw", indptr, idx.reshape(-1), val.reshape(-1), ys)
-    os.sync()  # let the written files reach the disk before anything is timed
-    print(f"data ready ({time.time() - started:.0f} s)", flush=True)
-
-    # ---- measurements
-    res = {"dense": {}, "sparse": {}}
-    for kind, batch, dim, path in (("dense", dense, 22, dense_vw),
-                                   ("sparse", sparse, 1 << BITS, sparse_vw)):
-        for alg in ALGORITHMS:
-            res[kind][alg] = time_ours(alg, batch, dim, args.batch, repeats)
-        res[kind]["vw"] = time_vw(path, n, repeats)
-        print(f"{kind} timed ({time.time() - started:.0f} s)", flush=True)
-    stride = vw_stride()
-    inputs = time_input_paths(X, y, idx, val, ys, dense_vw, sparse_vw,
-                              sample=20_000 if args.quick else 50_000)
-
-    # ---- report
+def rate_table(res, n, repeats):
     rows = []
     for kind, label in (("dense", f"(a) dense, 21 features + bias, {n:,} examples"),
                         ("sparse", f"(b) sparse, {NNZ} of 2^{BITS} + bias, {n:,} examples")):
         v = res[kind]["vw"]
         for alg in ALGORITHMS:
             o = res[kind][alg]
-            ratio = o["examples_per_s"] / v["examples_per_s"]
+            o["ratio_vs_vw"] = ratio = o["examples_per_s"] / v["examples_per_s"]
             rows.append([label, f"ours {alg} learn()", f"{o['examples_per_s']:,.0f}",
                          f"{o['min']:,.0f} – {o['max']:,.0f}", f"{o['kernel_examples_per_s']:,.0f}",
                          f"{v['examples_per_s']:,.0f}", f"**{ratio:.2f}**",
                          "yes" if ratio >= 1.0 else "NO", f"{o['other_load_cores']:.2f}"])
-            o["ratio_vs_vw"] = ratio
         rows.append([label, "VW cache pass", f"{v['examples_per_s']:,.0f}",
                      f"{v['min']:,.0f} – {v['max']:,.0f}", "—", "—", "—", "",
                      f"{v['other_load_cores']:.2f}"])
-    main_md = table(["data", "learner", "examples/s (median)", f"range over {repeats} runs",
-                     "kernel only (run_batch)", "VW from cache", "ratio ours/VW", "≥ 1.0?",
-                     "cores used by other processes while timed (median)"], rows)
-    state_rows = []
-    for kind, dim in (("dense", 22), ("sparse", 1 << BITS)):
+    return table(["data", "learner", "examples/s (median)", f"range over {repeats} runs",
+                  "kernel only (run_batch)", "VW from cache", "ratio ours/VW", "≥ 1.0?",
+                  "cores used by other processes while timed (median)"], rows)
+
+
+def state_table(res, stride):
+    rows = []
+    for kind, dim in DIMS.items():
         for alg in ALGORITHMS:
             o = res[kind][alg]
-            state_rows.append([kind, f"ours {alg}", f"{o['state_bytes_per_feature']:.1f}",
-                               f"{len(o['state_vectors'])} float64 vectors "
-                               f"({', '.join(o['state_vectors'])}) × K=1",
-                               f"{_size(o['state_bytes'])} for dim {dim:,}"])
-        state_rows.append([kind, "VW default", f"{4 * (stride or 4)}",
-                           f"stride {stride} float32 (w, Σg², max abs x, 4th slot)",
-                           f"{_size((1 << BITS) * 4 * (stride or 4))} for 2^{BITS} slots"])
-    state_md = table(["data", "learner", "bytes per feature", "layout", "total"], state_rows)
-    vw_rows = [[kind, f"{res[kind]['vw']['text_pass_examples_per_s']:,.0f}",
-                f"{res[kind]['vw']['examples_per_s']:,.0f}",
-                f"{res[kind]['vw']['cpu_seconds']:.2f} s CPU for "
-                f"{n / res[kind]['vw']['examples_per_s']:.2f} s wall",
-                f"{res[kind]['vw']['startup_seconds'] * 1000:.0f} ms",
-                f"{res[kind]['vw']['text_bytes'] / 2**20:.0f} MiB / {res[kind]['vw']['cache_bytes'] / 2**20:.0f} MiB"]
-               for kind in ("dense", "sparse")]
-    vw_md = table(["data", "VW text pass (parse + cache write + learn), ex/s",
-                   "VW cache pass, ex/s", "VW CPU time (all threads) in a cache pass",
-                   "VW startup+teardown, no data", "text / cache size"], vw_rows)
-    cpu_rows = [[kind, alg, f"{res[kind][alg]['cpu_seconds']:.2f} s CPU for "
-                 f"{n / res[kind][alg]['examples_per_s']:.2f} s wall"]
-                for kind in ("dense", "sparse") for alg in ALGORITHMS]
-    cpu_md = table(["data", "ours", "CPU time of the learn() calls"], cpu_rows)
-    input_md = table(["input path (ours)", "examples/s"],
-                     [[k, f"{v:,.0f}" if isinstance(v, float) else v] for k, v in inputs.items()])
-    body = f"""
+            rows.append([kind, f"ours {alg}", f"{o['state_bytes_per_feature']:.1f}",
+                         f"{len(o['state_vectors'])} float64 vectors "
+                         f"({', '.join(o['state_vectors'])}) × K=1",
+                         f"{_size(o['state_bytes'])} for dim {dim:,}"])
+        rows.append([kind, "VW default", f"{4 * (stride or 4)}",
+                     f"stride {stride} float32 (w, Σg², max abs x, 4th slot)",
+                     f"{_size((1 << BITS) * 4 * (stride or 4))} for 2^{BITS} slots"])
+    return table(["data", "learner", "bytes per feature", "layout", "total"], rows)
+
+
+def vw_table(res, n):
+    rows = []
+    for kind in DIMS:
+        v = res[kind]["vw"]
+        rows.append([kind, f"{v['text_pass_examples_per_s']:,.0f}", f"{v['examples_per_s']:,.0f}",
+                     f"{v['cpu_seconds']:.2f} s CPU for {n / v['examples_per_s']:.2f} s wall",
+                     f"{v['startup_seconds'] * 1000:.0f} ms",
+                     f"{v['text_bytes'] / 2**20:.0f} MiB / {v['cache_bytes'] / 2**20:.0f} MiB"])
+    return table(["data", "VW text pass (parse + cache write + learn), ex/s",
+                  "VW cache pass, ex/s", "VW CPU time (all threads) in a cache pass",
+                  "VW startup+teardown, no data", "text / cache size"], rows)
+
+
+def cpu_table(res, n):
+    return table(["data", "ours", "CPU time of the learn() calls"],
+                 [[kind, alg, f"{res[kind][alg]['cpu_seconds']:.2f} s CPU for "
+                   f"{n / res[kind][alg]['examples_per_s']:.2f} s wall"]
+                  for kind in DIMS for alg in ALGORITHMS])
+
+
+def report(res, inputs, n, args, repeats, stride, idle):
+    main_md = rate_table(res, n, repeats)
+    v = res["dense"]["vw"]
+    return f"""
 Ours: `learn(state, batch)` over consecutive batches of {args.batch:,} examples (one thread),
 fresh state per run, numba compilation excluded by a warm-up call; "kernel only" calls the
 compiled `run_batch` on the same batches without `learn()`'s validation (`check_batch`), label
-mapping and output allocation. VW: VW's C++ driver via the Python bindings (the wheel ships no
-`vw` binary; `Workspace` with `--cache_file`/`--passes` runs `run_parser`, the same parser
-thread + learner as the command), each run in a fresh Python process like a command: cache made first (`{res['dense']['vw']['args_cache_creation']}`),
-then timed passes reading only the cache (`{res['dense']['vw']['args_cache_pass']}`; VW's default
-update = adaptive + normalized + invariant), wall time of the whole `Workspace(...)` + `finish()`.
-Both learn the same examples: VW text files use integer feature names in the default namespace,
-which VW maps to those indices unhashed, and our sparse batches put the bias at VW's constant
-slot ({VW_CONSTANT}) for -b {BITS}. Median of {repeats} runs; before each timed run the script
-waited for other processes to go quiet (≤ {PER_RUN_WAIT:.0f} s per run, {sum(w for _, w in WAIT['waits']):.0f} s
-of a {WAIT['max_wait']:.0f} s budget used), and the last column says
-how busy they kept the machine while it was timed (VW needs both cores: parser + learner).
+mapping and output allocation. VW: VW's C++ driver via the Python bindings (`Workspace` with
+`--cache_file`/`--passes` runs `run_parser`, the same parser thread + learner as the command),
+each run in a fresh Python process like a command: cache made first
+(`{v['args_cache_creation']}`), then timed passes reading only the cache
+(`{v['args_cache_pass']}`; VW's default update = adaptive + normalized + invariant), wall time
+of the whole `Workspace(...)` + `finish()`. Both learn the same examples: VW text files use
+integer feature names in the default namespace, which VW maps to those indices unhashed, and our
+sparse batches put the bias at VW's constant slot ({VW_CONSTANT}) for -b {BITS}. Median of
+{repeats} runs; before each timed run the script waited for other processes to go quiet
+(≤ {idle.per_run:.0f} s per run, {idle.used:.0f} s of a {idle.max_wait:.0f} s budget used), and
+the last column says how busy they kept the machine while it was timed (VW needs both cores:
+parser + learner).
 
 ## Examples per second
 
@@ -347,34 +279,49 @@ how busy they kept the machine while it was timed (VW needs both cores: parser +
 
 ## Learner state per feature
 
-{state_md}
+{state_table(res, stride)}
 
 ## VW detail
 
-{vw_md}
+{vw_table(res, n)}
 
 VW's driver runs its parser in a second thread (this machine has {os.cpu_count()} cores), so its
 CPU time can exceed its wall time; ours is one thread:
 
-{cpu_md}
+{cpu_table(res, n)}
 
 ## Our input paths
 
-{input_md}
+{table(["input path (ours)", "examples/s"],
+       [[k, f"{v:,.0f}" if isinstance(v, float) else v] for k, v in inputs.items()])}
 
 The text parsers are the pipeline's (`unitless.connectors.formats`), pure Python per record, and
 are not part of the learner call timed above; VW's corresponding figure is its text pass.
 """
+
+
+def main():
+    args = parse_args(__doc__, n=(int, None), batch=(int, 65_536), repeats=(int, None), wait_idle=(
+        float, None, "total seconds the script may spend waiting, before timed runs (≤ 30 s each), "
+        "for other processes to use < 0.25 cores (default 180; 0 with --quick)"))
+    idle = IdleBudget(args.wait_idle if args.wait_idle is not None else (0.0 if args.quick else 180.0))
+    h = header()
+    n = args.n or (100_000 if args.quick else 1_000_000)
+    repeats = args.repeats or (1 if args.quick else 5)
+    D = make_data(n)
+    res = measure_all(D, n, args.batch, repeats, idle)
+    stride = vw_stride(BITS)
+    inputs = {**time_batch_paths(D), **time_parsers(D, 20_000 if args.quick else 50_000)}
+    body = report(res, inputs, n, args, repeats, stride, idle)
     out = {"setup": {"n": n, "batch": args.batch, "repeats": repeats, "bits": BITS, "nnz": NNZ,
                      "vw_constant_slot": VW_CONSTANT, "vw_stride": stride,
-                     "wait_idle_max_s": WAIT["max_wait"], "waits": WAIT["waits"]},
+                     "wait_idle_max_s": idle.max_wait, "waits": idle.waits},
            "results": res, "input_paths": inputs}
-    name = "throughput_quick" if args.quick else "throughput"
-    write_results(name, "Throughput: our learn() vs VW from its binary cache", h, started, body, out)
-    for p in (dense_vw, sparse_vw):  # large scratch files
-        for q in (p, Path(str(p) + ".cache")):
-            if q.exists():
-                q.unlink()
+    write_results(result_name("throughput", args.quick),
+                  "Throughput: our learn() vs VW from its binary cache", h, body, out)
+    for p in (D["dense_vw"], D["sparse_vw"]):  # large scratch files
+        p.unlink(missing_ok=True)
+        Path(str(p) + ".cache").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
