@@ -8,6 +8,9 @@ cd "$root"
 # The streaming tests run on Beam's Prism runner, built from its Go module (cached).
 UNITLESS_PRISM="$("$root/deploy/prism/build_prism.sh")"
 export UNITLESS_PRISM
+# The Flink tests run on Beam's Flink job server, built from Maven Central jars (cached).
+UNITLESS_FLINK_JOB_SERVER_JAR="$("$root/deploy/flink/build_job_server.sh")"
+export UNITLESS_FLINK_JOB_SERVER_JAR
 set +e
 "$root/.venv/bin/python" -m pytest "$@"
 status=$?

@@ -68,6 +68,20 @@ def _input_args(p):
                         "(repeatable)")
 
 
+def _hyperparameter_help(name):
+    """What --NAME means for each learner that takes it, with its default, from the registry."""
+    from .learner.registry import meaning
+    if name == "quantile_tau":
+        return "τ of the quantile loss (--loss quantile; default 0.5)"
+    parts = {}
+    for a in ALGORITHMS.values():
+        if name in a.hyperparameters:
+            default = a.hyperparameters[name]
+            parts.setdefault(meaning(a, name), []).append(
+                f"{a.name} {'the loss' + chr(39) + 's' if default is None else f'{default:g}'}")
+    return "; ".join(f"{text} (default: {', '.join(who)})" for text, who in parts.items())
+
+
 def parser():
     top = argparse.ArgumentParser(prog="unitless", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -96,7 +110,8 @@ def parser():
                             "read is refused to the dead letters (default 0.5); a run that "
                             "learns nothing always fails")
     for name in HYPERPARAMETERS:
-        train.add_argument("--" + name.replace("_", "-"), type=float)
+        train.add_argument("--" + name.replace("_", "-"), type=float,
+                           help=_hyperparameter_help(name))
     score = sub.add_parser("score", help="apply checkpointed models to examples (no learning)")
     _input_args(score)
     score.add_argument("--model-dir", required=True,
@@ -187,7 +202,43 @@ def _beam_options(beam_args):
         # Prism splits a slow bundle of the stateful Learn stage and frees the split-off keys,
         # so a second bundle of the same key would run at once on the same (stale) model state
         options.view_as(DebugOptions).add_experiment("prism_disable_sdf_split")
+    if "flink" in (options.view_as(StandardOptions).runner or "").lower():
+        _flink_defaults(options, beam_args)
     return options
+
+
+def _flink_defaults(options, beam_args):
+    """--runner FlinkRunner without a job server jar: the project's (Beam's Flink 1.19 runner,
+    built and cached by deploy/flink/build_job_server.sh, or $UNITLESS_FLINK_JOB_SERVER_JAR;
+    Beam's own download is not reachable everywhere), an embedded local Flink cluster and
+    LOOPBACK workers, unless the command line says otherwise."""
+    import subprocess
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PortableOptions
+    given = {a.split("=")[0] for a in beam_args}
+    flink = options.view_as(FlinkRunnerOptions)
+    if "--flink_job_server_jar" in given or flink.flink_submit_uber_jar:
+        return
+    jar = os.environ.get("UNITLESS_FLINK_JOB_SERVER_JAR")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "deploy", "flink", "build_job_server.sh")
+    if not jar and os.path.isfile(script):
+        built = subprocess.run(["bash", script], stdout=subprocess.PIPE, text=True)
+        jar = (built.stdout.split() or [None])[-1] if built.returncode == 0 else None
+    if not jar:  # installed without the repository: where the script caches it
+        jar = os.path.join(os.environ.get("UNITLESS_CACHE_DIR") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "unitless"),
+            "flink", "beam-2.70.0-flink-1.19", "beam-flink-job-server.jar")
+    if not jar or not os.path.isfile(jar):
+        raise ValueError("--runner FlinkRunner needs --flink_job_server_jar (or "
+                         "$UNITLESS_FLINK_JOB_SERVER_JAR): deploy/flink/build_job_server.sh "
+                         "builds one")
+    flink.flink_job_server_jar = jar
+    if "--flink_version" not in given:
+        flink.flink_version = "1.19"
+    if "--flink_master" not in given:
+        flink.flink_master = "[local]"
+    if "--environment_type" not in given and flink.flink_master in ("[local]", "[auto]"):
+        options.view_as(PortableOptions).environment_type = "LOOPBACK"
 
 
 def _pipeline(beam_args):

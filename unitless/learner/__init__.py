@@ -7,6 +7,9 @@
     >>> result = learn(state, dense_batch(X, [1, -1, 1]))
     >>> result.scores.shape, state.examples_seen
     ((3, 1), 3)
+
+``unitless.learner.checks`` holds the check suite every registered learner passes
+(``for check in yield_checks("nag"): check()``); ``registry.py`` says how to add a learner.
 """
 from .examples import Batch, bias_index, dense_batch, dense_dim, hash_feature, hashed_batch, make_batch
 from .losses import LOSS_CODES, loss_values

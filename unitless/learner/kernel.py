@@ -1,49 +1,39 @@
 """The one compiled loop: exact predict-then-update over a batch, in order."""
-from numba import njit
+import hashlib
+import os
+import sys
+import warnings
 
-from .baselines import adagrad_step, adam_step, cocob_step, sgd_step
-from .kotlowski import kotlowski1_step, kotlowski2_step
-from .mirror_descent import omd_diagonal_step, omd_pnorm_step
-from .normalized import nag_step, ng_step, snag_step
-from .scinol import scinol1_step, scinol2_step
+from numba import literal_unroll, njit
+from numba.core.dispatcher import Dispatcher
+from numba.core.errors import NumbaExperimentalFeatureWarning
 
-# A learner's kernel code is its step's index here; ``step`` below branches in the same order.
-# (Branching on a code rather than taking the step function as an argument lets numba cache the
-# compiled loop on disk, so a new process starts without compiling.)
-STEPS = (ng_step, nag_step, snag_step, omd_diagonal_step, omd_pnorm_step, kotlowski1_step,
-         kotlowski2_step, scinol1_step, scinol2_step, sgd_step, adagrad_step, adam_step,
-         cocob_step)
+from .registry import ALGORITHMS
+
+# A learner's kernel code is its position in the registry (``Algorithm.code``), and ``step``
+# dispatches to the step function at that position. (Branching on a code rather than taking the
+# step function as an argument lets numba cache the compiled loop on disk, so a new process
+# starts without compiling.)
+STEPS = tuple(a.step for a in ALGORITHMS.values())
+
+# Unrolling over a tuple of step functions types them as first-class functions, which numba
+# flags as experimental when it compiles ``step``; the loop only calls them, which is supported.
+# Silenced for this file only (numba reports it against the source file, as module "…/kernel").
+warnings.filterwarnings("ignore", message="First-class function type feature is experimental",
+                        category=NumbaExperimentalFeatureWarning,
+                        module=r".*unitless[\\/]learner[\\/]kernel")
 
 
 @njit(cache=True)
 def step(code, V, M, S, k, idx, val, y, weight, loss, tau, hp):
     """STEPS[code](...): one learner's predict-then-update on one example."""
-    args = (V, M, S, k, idx, val, y, weight, loss, tau, hp)
-    if code == 0:
-        return ng_step(*args)
-    if code == 1:
-        return nag_step(*args)
-    if code == 2:
-        return snag_step(*args)
-    if code == 3:
-        return omd_diagonal_step(*args)
-    if code == 4:
-        return omd_pnorm_step(*args)
-    if code == 5:
-        return kotlowski1_step(*args)
-    if code == 6:
-        return kotlowski2_step(*args)
-    if code == 7:
-        return scinol1_step(*args)
-    if code == 8:
-        return scinol2_step(*args)
-    if code == 9:
-        return sgd_step(*args)
-    if code == 10:
-        return adagrad_step(*args)
-    if code == 11:
-        return adam_step(*args)
-    return cocob_step(*args)
+    y_hat, ell = 0.0, 0.0
+    i = 0
+    for f in literal_unroll(STEPS):
+        if i == code:
+            y_hat, ell = f(V, M, S, k, idx, val, y, weight, loss, tau, hp)
+        i += 1
+    return y_hat, ell
 
 
 @njit(cache=True)
@@ -68,3 +58,35 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
             scores[n, k] = y_hat
             total += ell
         losses[n] = total
+
+
+def _stamp_caches_with_their_sources():
+    """Key the on-disk cache of every compiled function of the package on all the sources the
+    compiled code is built from.
+
+    numba keys a function's cache on its own file's contents, but compiled code holds the code of
+    the functions it calls: ``run_batch`` holds every step function (and the registry's order of
+    them), a step function the losses it inlines. An edit to a step module, the registry or
+    the losses would otherwise leave the old compiled code running. Here every cached function
+    of the package gets one stamp, the SHA-256 of the registry and of every module defining a
+    compiled function, so any edit to them recompiles on next use (once, then cached again).
+    """
+    package = __name__.rpartition(".")[0]
+    modules = [m for name, m in sorted(sys.modules.items())
+               if name.startswith(package + ".") and getattr(m, "__file__", None)]
+    dispatchers = [(m, d) for m in modules for d in vars(m).values()
+                   if isinstance(d, Dispatcher) and d.py_func.__module__ == m.__name__]
+    sources = sorted({m.__file__ for m, _ in dispatchers}
+                     | {sys.modules[package + ".registry"].__file__})
+    digest = hashlib.sha256()
+    for path in sources:
+        with open(path, "rb") as f:
+            digest.update(os.path.basename(path).encode() + b"\0" + f.read() + b"\0")
+    stamp = digest.digest()
+    for _, d in dispatchers:
+        cache_file = getattr(getattr(d, "_cache", None), "_cache_file", None)
+        if cache_file is not None and hasattr(cache_file, "_source_stamp"):
+            cache_file._source_stamp = stamp  # (numba internals: without them, numba's own key)
+
+
+_stamp_caches_with_their_sources()

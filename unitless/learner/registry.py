@@ -2,11 +2,24 @@
 
 The order of ``vectors``/``matrices``/``scalars``/``hyperparameters`` is the index order the step
 function uses (V[0] is always the weight vector w).
+
+Adding a learner means two things and nothing else:
+
+1. write its ``xxx_step(V, M, S, k, idx, val, y, weight, loss, tau, hp)`` as an
+   ``@njit(cache=True)`` function in a step module (see ``normalized.py`` for the signature),
+   indexing V, M, S and hp positionally in the order of 2.;
+2. add an ``Algorithm(...)`` entry to ``ALGORITHMS`` below naming that step, its state arrays,
+   hyperparameters with defaults, and its ``invariance`` ("diagonal", "linear" or "none").
+
+The compiled loop (``kernel.py``) dispatches on the position in ``ALGORITHMS`` (``code``) and
+recompiles by itself when a step module or this file changes; the check suite
+(``checks.py``, run by ``tests/test_learner_checks.py``) checks every entry, the invariance its
+entry claims included. Codes are positions, valid within one version of this file: checkpoints
+record the algorithm's name.
 """
 from dataclasses import dataclass, field
 
 from .baselines import adagrad_step, adam_step, cocob_step, sgd_step
-from .kernel import STEPS
 from .kotlowski import kotlowski1_step, kotlowski2_step
 from .mirror_descent import omd_diagonal_step, omd_pnorm_step
 from .normalized import nag_step, ng_step, snag_step
@@ -25,14 +38,29 @@ class Algorithm:
     invariance: str = "none"  # "diagonal": any per-feature rescaling; "linear": any invertible map
     reference: str = ""
     scale: str = None  # the vector holding each feature's scale as the learner sees it
+    about: dict = field(default_factory=dict)  # hyperparameter -> what it means for this learner
 
     @property
     def code(self):
-        """The learner's code for the compiled loop (``kernel.run_batch``)."""
-        return STEPS.index(self.step)
+        """The learner's code for the compiled loop (``kernel.run_batch``): its position in
+        ALGORITHMS."""
+        return list(ALGORITHMS).index(self.name)
 
 
 _LR = {"learning_rate": 0.5}
+# What a hyperparameter means where all learners that take it agree; ``Algorithm.about`` says it
+# where they do not (ε is ScInOL's prior scale but Adam's numerical guard; α is Kotłowski's
+# potential but COCOB's cap). ``RANGES``: the open interval (low, high) of each one's values.
+MEANING = {"learning_rate": "η, the step size",
+           "lipschitz": "L, the loss's Lipschitz constant",
+           "beta1": "β₁, decay of the gradient's running mean",
+           "beta2": "β₂, decay of the squared gradient's running mean",
+           "quantile_tau": "τ of the quantile loss"}
+RANGES = {"learning_rate": (0.0, None), "lipschitz": (0.0, None), "alpha": (0.0, None),
+          "epsilon": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0),
+          "quantile_tau": (0.0, 1.0)}
+_KOTLOWSKI_ALPHA = {"alpha": "α, the scale of the potential's exponent (α > 1 in the analysis)"}
+_SCINOL_EPSILON = {"epsilon": "ε, the initial wealth: how far the first weights may move"}
 ALGORITHMS = {a.name: a for a in [
     Algorithm("ng", ng_step, ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
               scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 1"),
@@ -46,14 +74,16 @@ ALGORITHMS = {a.name: a for a in [
     Algorithm("omd_pnorm", omd_pnorm_step, ("w", "theta", "b"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("m", "B"), invariance="diagonal",
               scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
-    Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"),
+    Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"), about=_KOTLOWSKI_ALPHA,
               invariance="diagonal", reference="Kotłowski 2017, Alg. 1"),
-    Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",),
+    Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",), about=_KOTLOWSKI_ALPHA,
               matrices=("S_pinv", "P", "S"), invariance="linear", scale="D", reference="Kotłowski 2017, Alg. 2"),
     Algorithm("scinol1", scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
-              scalars=("t",), initial={"beta": "epsilon"}, invariance="diagonal",
+              scalars=("t",), about=_SCINOL_EPSILON, initial={"beta": "epsilon"},
+              invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL1"),
     Algorithm("scinol2", scinol2_step, ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
+              about=_SCINOL_EPSILON,
               initial={"eta": "epsilon"}, invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL2"),
     Algorithm("sgd", sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
@@ -62,13 +92,32 @@ ALGORITHMS = {a.name: a for a in [
               reference="Duchi, Hazan, Singer 2011"),
     Algorithm("adam", adam_step, ("w", "m", "v"),
               {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-              scalars=("t",), reference="Kingma, Ba 2015"),
+              scalars=("t",), reference="Kingma, Ba 2015",
+              about={"epsilon": "ε added to √v̂, a numerical guard (not ScInOL's ε)"}),
     Algorithm("cocob", cocob_step, ("w", "L", "G", "reward", "theta"), {"alpha": 100.0},
+              about={"alpha": "α, the cap on the betting fraction in early rounds"},
               initial={"L": 1e-8}, reference="Orabona, Tommasi 2017, COCOB-Backprop"),
 ]}
 
 # The dense d×d state of Kotłowski Alg. 2 must stay small.
 MAX_MATRIX_DIM = 4096
+
+
+def meaning(algorithm, name):
+    """What hyperparameter ``name`` means for ``algorithm`` (one line)."""
+    return algorithm.about.get(name) or MEANING.get(name, name)
+
+
+def check_hyperparameter(name, value):
+    """``value`` as a float, or ValueError when it is not a finite number in the range
+    ``name`` may take (RANGES)."""
+    value = float(value)
+    low, high = RANGES.get(name, (None, None))
+    if not (value == value and abs(value) != float("inf")) or (
+            low is not None and not value > low) or (high is not None and not value < high):
+        bounds = f"> {low:g}" if high is None else f"in ({low:g}, {high:g})"
+        raise ValueError(f"--{name.replace('_', '-')} is {value:g}; it must be {bounds}")
+    return value
 
 
 def get_algorithm(name):

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from .losses import LOSS_CODES, LIPSCHITZ
-from .registry import MAX_MATRIX_DIM, get_algorithm
+from .registry import MAX_MATRIX_DIM, check_hyperparameter, get_algorithm
 
 SCHEMA_VERSION = 2
 METADATA_KEY = b"unitless"
@@ -104,9 +104,10 @@ def new_state(algorithm, dim, loss="logistic", n_classes=1, bias_index=-1, **hyp
         value = hyperparameters.get(name)
         if value is None:
             value = LIPSCHITZ[loss] if default is None else default
-        hp[name] = float(value)
+        hp[name] = check_hyperparameter(name, value)
     if loss == "quantile":
-        hp["quantile_tau"] = float(hyperparameters.get("quantile_tau") or 0.5)
+        hp["quantile_tau"] = check_hyperparameter("quantile_tau",
+                                                  hyperparameters.get("quantile_tau") or 0.5)
     if spec.matrices and dim > MAX_MATRIX_DIM:
         raise ValueError(f"{algorithm} keeps d×d matrices; dim {dim} exceeds {MAX_MATRIX_DIM}")
     K = max(int(n_classes), 1)

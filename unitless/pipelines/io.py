@@ -191,6 +191,9 @@ class ReadPartition(beam.DoFn):
                                     max_records=self.cfg.max_records).get(tp, [])
             if not records:
                 if restriction.stop == UNBOUNDED:
+                    # an idle partition must not hold back the watermark (and with it every
+                    # model's learning, see LearnDoFn): its next block will be stamped later
+                    _advance(watermark, Timestamp.now())
                     tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
                     return
                 continue
@@ -214,15 +217,21 @@ class ReadPartition(beam.DoFn):
         if table is not None:
             yield beam.pvalue.TaggedOutput(DEAD, table)
         if len(block):
-            # each block of a partition gets a later timestamp than the one before (the latest
-            # record time, made strictly increasing): a runner that orders a key's pending
-            # elements by timestamp then keeps the partition's order across reader bundles
-            stamp = Timestamp.of(float(block.event_times.max()))
-            previous = watermark.current_watermark()
-            if previous is not None and stamp <= previous:
-                stamp = previous + Duration(micros=1)
-            watermark.set_watermark(stamp)
-            yield TimestampedValue(block, stamp)
+            # each block of a partition is stamped later than the one before (the time it was
+            # read, made strictly increasing) and the watermark follows: the Learn step orders a
+            # key's blocks by these stamps. Not the messages' own timestamps: a producer's clock
+            # far ahead would hold every model's learning back until that time.
+            yield TimestampedValue(block, _advance(watermark, Timestamp.now()))
+
+
+def _advance(watermark, stamp):
+    """Set the watermark to ``stamp``, or 1 µs past where it is when that is not later; the
+    stamp set."""
+    previous = watermark.current_watermark()
+    if previous is not None and stamp <= previous:
+        stamp = previous + Duration(micros=1)
+    watermark.set_watermark(stamp)
+    return stamp
 
 
 class ReadPartitionForever(ReadPartition):

@@ -49,12 +49,14 @@ class KeyedModel:
     checkpoint_id: str = None
     token: str = None
     errors: float = 0.0  # classification: examples whose predicted class was wrong (weighted 1)
+    unlearned: dict = field(default_factory=dict)  # source -> start position, nothing learned yet
 
     def to_table(self):
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
-            "token": self.token, "time": time.time(), "errors": self.errors})
+            "token": self.token, "time": time.time(), "errors": self.errors,
+            "unlearned_sources": self.unlearned})
 
     def to_bytes(self):
         """Token (32 ASCII bytes) + Arrow IPC file: the form kept in Beam state."""
@@ -71,7 +73,8 @@ class KeyedModel:
         return cls(meta.get("model_key", ""), from_arrow(table),
                    {k: int(v) for k, v in (meta.get("input_positions") or {}).items()},
                    int(meta.get("checkpoint_examples", -1)), time.time(),
-                   meta.get("checkpoint_id"), meta.get("token"), float(meta.get("errors", 0.0)))
+                   meta.get("checkpoint_id"), meta.get("token"), float(meta.get("errors", 0.0)),
+                   {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()})
 
     @classmethod
     def from_bytes(cls, data):
@@ -80,14 +83,19 @@ class KeyedModel:
         return model
 
     def enter_source(self, block):
-        """True when the block comes from a source this model has no position for: it is then
-        given the position just before the block's first example, which the caller checkpoints
-        before learning, so a restarted source never starts after an example this model still
-        needs. A block without a source (the user's own records, ``source`` None) has no
-        positions to record."""
-        if block.source is None or block.source in self.positions or not len(block):
+        """True when the block tells where this model starts in a source, which the caller
+        then checkpoints before anything is learned (so a restarted source never starts after
+        an example this model still needs): a source the model has no position for, or one it
+        has learned nothing from yet when this block starts earlier (blocks may arrive out of
+        order). The position is the one just before the block's first example. A block without a
+        source (the user's own records, ``source`` None) has no positions to record."""
+        if block.source is None or not len(block):
             return False
-        self.positions[block.source] = int(block.positions.min()) - 1
+        start = int(block.positions.min()) - 1
+        if block.source in self.positions and not (block.source in self.unlearned
+                                                   and start < self.positions[block.source]):
+            return False
+        self.positions[block.source] = self.unlearned[block.source] = start
         return True
 
     def learn_block(self, block):
@@ -107,6 +115,7 @@ class KeyedModel:
             if not len(block):
                 return None, [], skipped
             self.positions[block.source] = int(block.positions.max())
+            self.unlearned.pop(block.source, None)
         start = self.state.examples_seen
         _, result, refused = learn_or_refuse(self.state, block.batch())
         # refused: what a resumed model's settings refuse beyond the source's checks, and

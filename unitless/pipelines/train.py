@@ -7,11 +7,13 @@ import time
 import typing
 
 import apache_beam as beam
-from apache_beam.coders import BytesCoder
+from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
+                                              on_timer)
 from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
 
 from ..connectors.durable import remove_leftovers
 from ..connectors.kafka import is_kafka
@@ -48,7 +50,17 @@ def new_keyed_model(cfg, key):
 
 class LearnDoFn(beam.DoFn):
     """(model key, ExampleBlock) -> predictions and dead letters, written to their sinks and
-    also output as PCollections; one state read and write per block.
+    also output as PCollections.
+
+    Order, by construction: Beam promises no order between a key's elements after the shuffle
+    (Flink's batch mode, Dataflow and retries do reorder them), so a block is not learned when
+    it arrives. It waits in the key's state until the watermark passes its timestamp; then every
+    waiting block the watermark has passed is learned, in (timestamp, source, position) order.
+    Sources give a source's blocks strictly increasing timestamps (a Kafka partition's reader
+    advances its watermark with them) or all one timestamp (files, whose blocks then wait for
+    the end of the input and are learned in file and line order). So a model learns each
+    source's examples in input order on every runner, and the replay check (examples at or
+    before the position a model learned) drops only examples it learned before a restart.
 
     Delivery: a checkpoint records the input positions its model learned up to, and a resumed
     run starts after them. So before any checkpoint is written, everything this DoFn wrote to
@@ -60,6 +72,9 @@ class LearnDoFn(beam.DoFn):
     starts from the state of the last committed one and repeats the same deterministic work.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
+    WAITING = BagStateSpec("waiting", PickleCoder())  # (timestamp µs, source, position, block)
+    EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
 
@@ -103,13 +118,69 @@ class LearnDoFn(beam.DoFn):
         self.models[key] = model
         return model
 
-    def process(self, element, stored=beam.DoFn.StateParam(MODEL),
-                end=beam.DoFn.TimerParam(END)):
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING), earliest=beam.DoFn.StateParam(EARLIEST),
+                release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
         key, block = element
         end.set(GlobalWindow().max_timestamp())
+        if not len(block):
+            return
         model = self._model(key, stored)
-        if model.enter_source(block):
+        if model.enter_source(block):  # where this model starts in the source: before learning
             self._checkpoint(model)
+            stored.write(model.to_bytes())
+        # the user's own records have no source and no positions: they keep arrival order
+        # (the sort is stable), which is all the order they have
+        position = int(block.positions[0]) if block.source is not None else -1
+        waiting.add((timestamp.micros, block.source or "", position, block))
+        first = earliest.read()
+        if first is None or timestamp.micros < first:
+            earliest.write(timestamp.micros)
+            release.set(timestamp)
+
+    @on_timer(RELEASE)
+    def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                        stored=beam.DoFn.StateParam(MODEL),
+                        waiting=beam.DoFn.StateParam(WAITING),
+                        earliest=beam.DoFn.StateParam(EARLIEST),
+                        release=beam.DoFn.TimerParam(RELEASE)):
+        """The watermark passed ``fired``: learn the blocks waiting up to it, in order."""
+        yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest, release)
+
+    @on_timer(END)
+    def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
+                     waiting=beam.DoFn.StateParam(WAITING),
+                     earliest=beam.DoFn.StateParam(EARLIEST),
+                     release=beam.DoFn.TimerParam(RELEASE)):
+        yield from self._learn_waiting(key, None, stored, waiting, earliest, release)
+        model = self._model(key, stored)
+        if model.checkpoint_examples != model.state.examples_seen:
+            self._checkpoint(model)
+            stored.write(model.to_bytes())
+
+    def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
+        """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
+        source, position) order; the others wait on, the timer set for the earliest of them."""
+        blocks = list(waiting.read())
+        ready = sorted((b for b in blocks if upto is None or b[0] <= upto),
+                       key=lambda b: b[:3])
+        later = [b for b in blocks if upto is not None and b[0] > upto]
+        waiting.clear()
+        earliest.clear()
+        for b in later:
+            waiting.add(b)
+        if later:
+            first = min(b[0] for b in later)
+            earliest.write(first)
+            release.set(Timestamp(micros=first))
+        if not ready:
+            return
+        model = self._model(key, stored)
+        for _, _, _, block in ready:
+            yield from self._learn(model, block)
+        stored.write(model.to_bytes())
+
+    def _learn(self, model, block):
         predictions, dead, skipped = model.learn_block(block)
         predictions_sink, dead_sink = self.sinks
         if skipped:
@@ -128,14 +199,6 @@ class LearnDoFn(beam.DoFn):
             self._checkpoint(model)
         elif predictions_sink.rows >= self.FLUSH_ROWS:
             self._flush()
-        stored.write(model.to_bytes())
-
-    @on_timer(END)
-    def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL)):
-        model = self._model(key, stored)
-        if model.checkpoint_examples != model.state.examples_seen:
-            self._checkpoint(model)
-            stored.write(model.to_bytes())
 
     def _flush(self):
         for sink in self.sinks:

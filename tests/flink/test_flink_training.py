@@ -1,0 +1,167 @@
+"""The training pipeline on Apache Flink (Beam's portable Flink runner, an embedded local Flink
+1.19 cluster, 2 parallel subtasks) gives the FnApiRunner's predictions and checkpoints, bit for
+bit: files in Flink's batch and streaming modes, a bounded Kafka topic, and `unitless train
+--runner FlinkRunner` with no other Flink option."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from unitless.cli import main  # noqa: E402
+from unitless.connectors.files import read_output  # noqa: E402
+from unitless.pipelines.checkpoints import checkpoint_files, key_dir, read_checkpoint  # noqa: E402
+
+# 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
+# two files (so that a key's blocks come from both of Flink's reading subtasks)
+KEYS = [f"key-{i}" for i in range(9)]
+N = 3000
+CHUNK = "8"
+CHECKPOINT_EVERY = "120"
+# what a checkpoint's metadata may differ in between two runs: when and by which run
+RUN_FIELDS = {"time", "token", "checksum"}
+
+
+def examples(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
+    y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
+    p = np.arange(1, len(KEYS) + 1, dtype=float)
+    keys = rng.choice(len(KEYS), size=n, p=p / p.sum())
+    return [{"id": f"{seed}-{i}", "segment": KEYS[keys[i]], "label": int(y[i]),
+             "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("flink-data")
+    rows = examples(N, seed=7)
+    half = N // 2
+    for name, part in (("a.jsonl", rows[:half]), ("b.jsonl", rows[half:])):
+        (d / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    return d, rows
+
+
+def train(out, inputs, *beam_args, extra=()):
+    code = main(["train", "--input", *inputs, "--format", "jsonl", "--id-column", "id",
+                 "--model-key-column", "segment", "--chunk-size", CHUNK,
+                 "--checkpoint-every", CHECKPOINT_EVERY,
+                 "--model-dir", str(out / "models"), "--dead-letter", str(out / "dead"),
+                 *extra, *beam_args])
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """The same run on Beam's in-process FnApiRunner (unitless's default)."""
+    d, _ = data
+    out = tmp_path_factory.mktemp("fnapi")
+    return train(out, [str(d / "a.jsonl"), str(d / "b.jsonl")],
+                 extra=["--predictions", str(out / "pred")])
+
+
+def prediction_rows(rows):
+    return sorted((r["model_key"], r["examples_seen"], r["prediction"], r["loss"], r["id"])
+                  for r in rows)
+
+
+def file_predictions(out):
+    return read_output(str(out / "pred")).to_pylist()
+
+
+def assert_same_predictions(got, want, rows):
+    ids = [r["id"] for r in got]
+    assert len(ids) == len(set(ids)), "an example was predicted more than once"
+    assert set(ids) == {r["id"] for r in rows}, "an example was not predicted"
+    # bit for bit: == on floats (NaN would fail, and there is none)
+    assert prediction_rows(got) == prediction_rows(want)
+
+
+def checkpoint(path):
+    table = read_checkpoint(path)
+    meta = json.loads(table.schema.metadata[b"unitless"])
+    columns = {name: (table.column(name).to_numpy(zero_copy_only=False).tobytes()
+                      if table.schema.field(name).type != "string"
+                      else table.column(name).to_pylist())
+               for name in table.column_names}
+    return {k: v for k, v in meta.items() if k not in RUN_FIELDS}, columns
+
+
+def assert_same_checkpoints(got_dir, want_dir, rows):
+    for key in sorted({r["segment"] for r in rows}):
+        got, want = key_dir(str(got_dir), key), key_dir(str(want_dir), key)
+        names = checkpoint_files(want)
+        assert checkpoint_files(got) == names, key
+        for name in names:
+            assert checkpoint(os.path.join(got, name)) == checkpoint(os.path.join(want, name)), \
+                f"{key}/{name}"
+        meta, _ = checkpoint(got)  # the newest: every example of the key learned
+        assert meta["examples_seen"] == sum(r["segment"] == key for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["batch", "streaming"])
+def test_files_on_flink_equal_the_fnapi_runner(mode, data, reference, flink_args, tmp_path):
+    """Flink batch translates the stateful Learn stage into a groupBy that may deliver a key's
+    blocks in any order; streaming keeps each subtask's order. Both must learn every block of
+    every key in input order."""
+    d, rows = data
+    out = train(tmp_path, [str(d / "a.jsonl"), str(d / "b.jsonl")], *flink_args,
+                *(["--streaming"] if mode == "streaming" else []),
+                extra=["--predictions", str(tmp_path / "pred")])
+    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
+    assert_same_checkpoints(out / "models", reference / "models", rows)
+
+
+def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
+        data, reference, flink_jar, tmp_path, monkeypatch):
+    """`unitless train --runner FlinkRunner` as a user types it: the project's job server jar
+    (Beam's own download of the job server is not reachable everywhere), Flink 1.19, an
+    embedded cluster, LOOPBACK workers."""
+    from unitless.cli import _beam_options
+    monkeypatch.setenv("UNITLESS_FLINK_JOB_SERVER_JAR", str(flink_jar))
+    opts = _beam_options(["--runner", "FlinkRunner"]).get_all_options()
+    assert (opts["flink_job_server_jar"], opts["flink_version"], opts["flink_master"],
+            opts["environment_type"]) == (str(flink_jar), "1.19", "[local]", "LOOPBACK")
+    # what the user gives stays
+    opts = _beam_options(["--runner", "FlinkRunner", "--flink_master", "host:8081",
+                          "--environment_type", "DOCKER"]).get_all_options()
+    assert (opts["flink_job_server_jar"], opts["flink_master"], opts["environment_type"]) == (
+        str(flink_jar), "host:8081", "DOCKER")
+    opts = _beam_options(["--runner", "FlinkRunner", "--flink_job_server_jar", "/x.jar",
+                          "--flink_version", "1.20"]).get_all_options()
+    assert (opts["flink_job_server_jar"], opts["flink_version"]) == ("/x.jar", "1.20")
+
+    monkeypatch.delenv("UNITLESS_FLINK_JOB_SERVER_JAR")  # found by deploy/flink's script
+    d, rows = data
+    out = train(tmp_path, [str(d / "a.jsonl"), str(d / "b.jsonl")], "--runner", "FlinkRunner",
+                "--parallelism", "2", extra=["--predictions", str(tmp_path / "pred")])
+    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
+    assert_same_checkpoints(out / "models", reference / "models", rows)
+
+
+def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args, tmp_path):
+    """A topic of 2 partitions read up to its end offsets (bounded: Flink's batch mode), each
+    partition an offset-range restriction of the splittable Kafka reader."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    bootstrap, topic = broker.bootstrap_servers, "flink-examples"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.close()
+    rows = examples(2000, seed=11)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for row in rows:
+        producer.send(topic, key=row["segment"].encode(), value=json.dumps(row).encode())
+    producer.flush()
+    producer.close()
+
+    source = [f"kafka://{bootstrap}/{topic}"]
+    want = train(tmp_path / "fnapi", source, extra=["--predictions", str(tmp_path / "fnapi/pred")])
+    got = train(tmp_path / "flink", source, *flink_args,
+                extra=["--predictions", str(tmp_path / "flink/pred")])
+    assert_same_predictions(file_predictions(got), file_predictions(want), rows)
+    assert_same_checkpoints(got / "models", want / "models", rows)
