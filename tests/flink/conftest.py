@@ -1,5 +1,5 @@
 """One Flink job server per pytest session (deploy/flink/job_server.py), built from the jars
-deploy/flink/build_job_server.sh fetches and caches; a Kafka broker per test module."""
+deploy/flink/build_job_server.sh fetches and caches (the Kafka broker fixture: tests/conftest.py)."""
 import sys
 from pathlib import Path
 
@@ -7,7 +7,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
-from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 
 PARALLELISM = 2
 
@@ -39,13 +38,3 @@ def flink_args(flink_job_server):
            "--environment_type", "LOOPBACK", "--parallelism", str(PARALLELISM)]
     if flink_job_server.proc is None or flink_job_server.proc.poll() is not None:
         pytest.fail(f"the Flink job server died; its log:\n{flink_job_server.log_tail()}")
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
-    k.start()
-    try:
-        yield k
-    finally:
-        k.close()

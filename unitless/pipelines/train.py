@@ -66,9 +66,11 @@ class LearnDoFn(beam.DoFn):
     run starts after them. So before any checkpoint is written, everything this DoFn wrote to
     its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
     belong to examples after the last checkpoint, which a resumed run learns and predicts again
-    (at least once; a duplicate has the same model key and examples_seen). And before a model
-    learns from a source it has no position for, a checkpoint records where it starts there: a
-    restarted source then starts no later than that (see ``resume_offsets``). A retried bundle
+    (at least once; a duplicate has the same model key and examples_seen). And as soon as a
+    block of a source the model has not learned from arrives, before anything waits to be
+    learned, a checkpoint records where the model starts there (lowered if an earlier block
+    arrives later): a restarted source then starts no later than that, even when other models
+    have checkpointed far past it (see ``resume_positions``). A retried bundle
     starts from the state of the last committed one and repeats the same deterministic work.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
