@@ -78,14 +78,8 @@ class ReadFiles(beam.DoFn):
 
     def process(self, path):
         for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
-            block, refused = block.screen(self.check(block) if self.check else [])
             self.blank.inc(block.blank_lines)
-            table = self.dead.write(path, dead + refused)
-            if table is not None:
-                yield beam.pvalue.TaggedOutput(DEAD, table)
-            if len(block):
-                block.raw = None
-                yield block
+            yield from _hand_on(block, dead, self.check, self.dead, path)
 
 
 class ParseRecords(beam.DoFn):
@@ -105,13 +99,19 @@ class ParseRecords(beam.DoFn):
 
     def process(self, records):
         block, dead = parse_records(self.spec, None, list(enumerate(records)))
-        block, refused = block.screen(self.check(block) if self.check else [])
-        table = self.dead.write(None, dead + refused)
-        if table is not None:
-            yield beam.pvalue.TaggedOutput(DEAD, table)
-        if len(block):
-            block.raw = None
-            yield block
+        yield from _hand_on(block, dead, self.check, self.dead, None)
+
+
+def _hand_on(block, dead, check, dead_letters, source):
+    """A parsed block's outputs: the rows ``check`` refuses join its dead letters, which are
+    written (durably) and output first; then the rest of the block, without its raw records."""
+    block, refused = block.screen(check(block) if check else [])
+    table = dead_letters.write(source, dead + refused)
+    if table is not None:
+        yield beam.pvalue.TaggedOutput(DEAD, table)
+    if len(block):
+        block.raw = None
+        yield block
 
 
 class _PartitionTracker(OffsetRestrictionTracker):

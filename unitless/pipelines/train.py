@@ -257,8 +257,9 @@ class Learn(beam.PTransform):
     a PCollection of predictions (Arrow tables, one row per example, made before the model
     learned it; ``Rows()`` turns them into dicts).
 
-    One model per model key, held in Beam state, learning every example exactly once in the
-    order it arrives; checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
+    One model per model key, held in Beam state, learning every example exactly once and each
+    source's examples in input order, however the runner delivers them (see ``LearnDoFn``;
+    the user's own records, which have no positions, in the order they arrive); checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
     ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
     keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
     ``learning_rate=None`` for the algorithm's own, ...; see ``config.configure``). The
