@@ -11,6 +11,9 @@ export UNITLESS_PRISM
 # The Flink tests run on Beam's Flink job server, built from Maven Central jars (cached).
 UNITLESS_FLINK_JOB_SERVER_JAR="$("$root/deploy/flink/build_job_server.sh")"
 export UNITLESS_FLINK_JOB_SERVER_JAR
+# The object-store tests run s3:// paths against MinIO, built from its Go module (cached).
+UNITLESS_MINIO="$("$root/deploy/s3/build_minio.sh")"
+export UNITLESS_MINIO
 set +e
 "$root/.venv/bin/python" -m pytest "$@"
 status=$?

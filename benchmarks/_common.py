@@ -269,6 +269,28 @@ def artificial_stream(n, rng):
     return X, y, w_star
 
 
+def write_csv(path, X, y, keys=None, chunk=250_000):
+    """A CSV file ``id[,key],label,x1..xd`` of dense rows (ids 0..n-1, labels as integers when
+    they are), every number as the shortest text that reads back as the same float64; ``keys``:
+    a string per row (e.g. model keys). Written with Arrow in chunks; returns the path."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    n, d = X.shape
+    names = ["id", *(["key"] if keys is not None else []), "label",
+             *(f"x{j + 1}" for j in range(d))]
+    y = y.astype(np.int64) if np.array_equal(y, np.round(y)) else y
+    with open(path, "w") as f:
+        f.write(",".join(names) + "\n")
+        for a in range(0, n, chunk):  # chunks keep each Arrow string array far below 2 GiB
+            b = min(a + chunk, n)
+            cols = [pc.cast(pa.array(np.arange(a, b)), pa.string())]
+            cols += [pa.array(keys[a:b], pa.string())] if keys is not None else []
+            cols += [pc.cast(pa.array(v), pa.string()) for v in (y[a:b], *X[a:b].T)]
+            lines = pc.binary_join_element_wise(*cols, ",").to_pylist()
+            f.write("\n".join(lines) + "\n")
+    return path
+
+
 # ---------------------------------------------------------------------------- command line, log
 
 def parse_args(doc, quick_help="small smoke run", **options):
@@ -431,3 +453,72 @@ def unitless_command(args):
     exe = Path(sys.executable).parent / "unitless"
     return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "unitless.cli", *args]
 
+
+
+def _proc_tree(root):
+    """pid ``root`` and its descendants alive now (from /proc/*/stat)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def _rss_cpu(pid):
+    """(resident MiB, CPU s of the process and its reaped children) of one pid; None if gone."""
+    try:
+        rss = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status")
+                   if line.startswith("VmRSS"))
+        fields = open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()
+    except (OSError, StopIteration, IndexError):
+        return None
+    return rss / 1024, sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class TreeWatch:
+    """Peak RSS (MiB, summed over the tree, sampled every ``interval`` s) and CPU seconds of the
+    process trees rooted at ``roots`` ({name: pid}, e.g. servers a timed command talks to) while
+    a block runs: ``with TreeWatch({"jvm": pid}) as w: ...``, then ``w.result()``."""
+
+    def __init__(self, roots, interval=0.5):
+        import threading
+        self.roots, self.interval, self.stop = dict(roots), interval, threading.Event()
+        self.peak = {name: 0.0 for name in self.roots}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self):
+        out = {}
+        for name, root in self.roots.items():
+            vals = [v for v in map(_rss_cpu, _proc_tree(root)) if v is not None]
+            out[name] = (sum(r for r, _ in vals), sum(c for _, c in vals))
+            self.peak[name] = max(self.peak[name], out[name][0])
+        return out
+
+    def _run(self):
+        while not self.stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        self.start = self._sample()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.end = self._sample()
+        return False
+
+    def result(self):
+        """{name: {"max_rss_mib", "cpu_s"}} (CPU of processes that exited unreaped is missed)."""
+        return {name: {"max_rss_mib": round(self.peak[name], 1),
+                       "cpu_s": round(self.end[name][1] - self.start[name][1], 2)}
+                for name in self.roots}

@@ -1,3 +1,4 @@
+import os
 import pathlib
 import sys
 
@@ -25,3 +26,28 @@ def broker(tmp_path_factory):
         yield k
     finally:
         k.close()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3-compatible object store (MinIO, deploy/s3/local_s3.py) for the session, with the process
+    environment pointing boto3 and Beam's S3 file system at it (so do subprocesses)."""
+    from deploy.s3.local_s3 import LocalS3
+    server = LocalS3(tmp_path_factory.mktemp("s3"))
+    saved = dict(os.environ)
+    server.start()
+    os.environ.update(server.environment())
+    try:
+        yield server
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket's s3:// URL."""
+    import re
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    return s3.create_bucket(f"t-{name}-{os.getpid() % 10000}-{id(request) % 10000}")

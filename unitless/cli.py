@@ -18,6 +18,7 @@ configure_logging()  # before Beam is imported: its import logs warnings not mea
 from .connectors.files import OUTPUT_FORMATS  # noqa: E402
 from .connectors.formats import FORMATS  # noqa: E402
 from .connectors.kafka import is_kafka  # noqa: E402
+from .connectors.storage import is_dir, where  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
 from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
                                READ_OPTIONS, configure)
@@ -190,10 +191,6 @@ def _not_beam_options(rest):
     return parsers[0].parse_known_args(rest)[1]
 
 
-def _where(target):
-    return target if is_kafka(target) else os.path.abspath(target)
-
-
 def _beam_options(beam_args):
     from apache_beam.options.pipeline_options import (DebugOptions, PipelineOptions,
                                                       StandardOptions)
@@ -253,18 +250,18 @@ def _pipeline(beam_args):
 def train(args, beam_args):
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training
+    pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
     cfg = _config(args)
     started = time.time()
-    pipeline = _pipeline(beam_args)
     build_training(pipeline, cfg, streaming="--streaming" in beam_args)
     result = pipeline.run()
     result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
                        time.time() - started, _counter(result, "replayed_examples_skipped"))
     print(render(model_lines(cfg.model_dir), counts))
-    print(f"predictions: {_where(cfg.predictions)}")
-    print(f"models:      {_where(cfg.model_dir)}")
-    print(f"dead letters: {_where(cfg.dead_letter)}")
+    print(f"predictions: {where(cfg.predictions)}")
+    print(f"models:      {where(cfg.model_dir)}")
+    print(f"dead letters: {where(cfg.dead_letter)}")
     problem = refusal_problem(counts, args.max_dead_fraction,
                               None if is_kafka(cfg.dead_letter) else cfg.dead_letter, started,
                               cfg.resume)
@@ -282,10 +279,11 @@ def _counter(result, name):
 
 def score(args, beam_args):
     from .pipelines.score import build_scoring
+    pipeline = _pipeline(beam_args)
     cfg = _config(args, require_label=False)
-    with _pipeline(beam_args) as p:
+    with pipeline as p:
         build_scoring(p, cfg, args.model_dir, streaming="--streaming" in beam_args)
-    print(f"predictions: {_where(cfg.predictions)}")
+    print(f"predictions: {where(cfg.predictions)}")
 
 
 def inspect(args):
@@ -293,7 +291,7 @@ def inspect(args):
     from .pipelines.inspect import summary, render
     from .pipelines.summary import model_lines, render_models
     path = args.checkpoint
-    if os.path.isdir(path) and not checkpoint_files(path) and model_keys(path):
+    if is_dir(path) and not checkpoint_files(path) and model_keys(path):
         lines = model_lines(path)  # a whole model directory: one line per model key
         print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
               else render_models(lines, args.top))

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
+from unitless.connectors.storage import atomic_write  # noqa: E402
 from unitless.pipelines.checkpoints import checkpoint_files, key_dir, read_checkpoint  # noqa: E402
 
 # 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
@@ -49,7 +50,7 @@ def train(out, inputs, *beam_args, extra=()):
     code = main(["train", "--input", *inputs, "--format", "jsonl", "--id-column", "id",
                  "--model-key-column", "segment", "--chunk-size", CHUNK,
                  "--checkpoint-every", CHECKPOINT_EVERY,
-                 "--model-dir", str(out / "models"), "--dead-letter", str(out / "dead"),
+                 "--model-dir", f"{out}/models", "--dead-letter", f"{out}/dead",
                  *extra, *beam_args])
     assert code == 0
     return out
@@ -70,7 +71,7 @@ def prediction_rows(rows):
 
 
 def file_predictions(out):
-    return read_output(str(out / "pred")).to_pylist()
+    return read_output(f"{out}/pred").to_pylist()
 
 
 def assert_same_predictions(got, want, rows):
@@ -88,6 +89,9 @@ def checkpoint(path):
                       if table.schema.field(name).type != "string"
                       else table.column(name).to_pylist())
                for name in table.column_names}
+    for field in ("input_positions", "unlearned_sources"):  # by file name: the same file anywhere
+        meta[field] = {source.rsplit("/", 1)[-1]: position
+                       for source, position in (meta.get(field) or {}).items()}
     return {k: v for k, v in meta.items() if k not in RUN_FIELDS}, columns
 
 
@@ -165,3 +169,17 @@ def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args
                 extra=["--predictions", str(tmp_path / "flink/pred")])
     assert_same_predictions(file_predictions(got), file_predictions(want), rows)
     assert_same_checkpoints(got / "models", want / "models", rows)
+
+
+def test_inputs_and_outputs_on_s3_on_flink_equal_the_fnapi_runner(data, reference, flink_args,
+                                                                  bucket):
+    """Every file the job reads and writes on s3:// (a real S3 API server, tests/conftest.py):
+    the Flink workers read the inputs and write the checkpoints, predictions and dead letters
+    through Beam's S3 file system, as a cluster's workers would without a shared disk."""
+    d, rows = data
+    for name in ("a.jsonl", "b.jsonl"):
+        atomic_write(f"{bucket}/in/{name}", (d / name).read_bytes())
+    out = train(f"{bucket}/out", [f"{bucket}/in/*.jsonl"], *flink_args, "--streaming",
+                extra=["--predictions", f"{bucket}/out/pred"])
+    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
+    assert_same_checkpoints(f"{out}/models", reference / "models", rows)

@@ -1,10 +1,7 @@
-"""File sources (local paths and globs, gzip) and the per-bundle file sinks."""
+"""File sources (paths and globs on any file system, gzip) and the per-bundle file sinks."""
 import base64
-import glob
-import gzip
 import json
 import logging
-import os
 import uuid
 from dataclasses import replace
 
@@ -13,7 +10,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .durable import atomic_write
+from .storage import atomic_write, join, list_dir, makedirs, match, open_input, open_read
 from .formats import (BOM, PARSERS, _csv_fields, block_from_table, count_byte, csv_table,
                       empty_block, parse_table)
 from .records import TextLines
@@ -26,16 +23,11 @@ def expand_inputs(patterns):
     """Sorted files matching each pattern; a pattern matching nothing is an error."""
     files = []
     for pattern in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(pattern))) or (
-            [pattern] if os.path.isfile(pattern) else [])
+        matches = match(pattern)
         if not matches:
             raise FileNotFoundError(f"input not found: {pattern}")
-        files.extend(m for m in matches if os.path.isfile(m))
+        files.extend(matches)
     return files
-
-
-def _open(path):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
 def _buffers(f, size, rest=b""):
@@ -163,14 +155,15 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     """
     if fmt == "parquet":
         first = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-            table = pa.Table.from_batches([batch])
-            yield parse_table(spec, path, table, first)
-            first += table.num_rows
+        with open_read(path) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=chunk_size):
+                table = pa.Table.from_batches([batch])
+                yield parse_table(spec, path, table, first)
+                first += table.num_rows
         return
     parse = PARSERS[fmt]
     blank_lines = 0
-    with _open(path) as f:
+    with open_input(path) as f:
         number, rest = 1, b""  # line number of the buffer's first line
         if fmt == "csv":
             spec, rest, number = _csv_header(f, path, spec)
@@ -192,9 +185,9 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
 
 
 def write_table(directory, table, fmt):
-    """Write one part file atomically and durably (``durable.atomic_write``); returns its path."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"part-{uuid.uuid4().hex}.{fmt}")
+    """Write one part file whole or not at all (``storage.atomic_write``); returns its path."""
+    makedirs(directory)
+    path = join(directory, f"part-{uuid.uuid4().hex}.{fmt}")
     atomic_write(path, table_bytes(table, fmt))
     return path
 
@@ -243,14 +236,16 @@ def _utf8_or_none(data):
 def read_output(directory):
     """All part files of an output directory as one Arrow table (for tests and users)."""
     tables = []
-    for path in sorted(glob.glob(os.path.join(directory, "part-*"))):
-        if path.endswith(".parquet"):
-            tables.append(pq.read_table(path))
-        elif path.endswith(".csv"):
-            tables.append(pacsv.read_csv(path))
-        elif path.endswith(".jsonl"):
-            with open(path, encoding="utf-8") as f:
+    for name in list_dir(directory)[0]:
+        if not name.startswith("part-"):
+            continue
+        with open_read(join(directory, name)) as f:
+            if name.endswith(".parquet"):
+                tables.append(pq.read_table(f))
+            elif name.endswith(".csv"):
+                tables.append(pacsv.read_csv(f))
+            elif name.endswith(".jsonl"):
                 rows = [json.loads(line) for line in f]
-            if rows:
-                tables.append(pa.Table.from_pylist(rows))
+                if rows:
+                    tables.append(pa.Table.from_pylist(rows))
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

@@ -1,22 +1,22 @@
 """Where predictions and dead letters go: part files in a directory, or a Kafka topic.
 
-Free of Beam. A sink buffers what it is given (``write``) and makes it durable on ``flush``:
-a part file written, fsynced and renamed, or every message acknowledged by the broker (a failed
-send raises). The training pipeline flushes its sinks before it writes a checkpoint, so a
+Free of Beam's transforms. A sink buffers what it is given (``write``) and makes it durable on
+``flush``: a part file written whole (``storage.atomic_write``: locally fsynced and renamed; on
+an object store one upload), or every message acknowledged by the broker (a failed send raises). The training pipeline flushes its sinks before it writes a checkpoint, so a
 checkpoint never claims an input position whose predictions and dead letters are not durable.
 """
 import json
-import os
 import uuid
 
 import pyarrow as pa
 
 from .files import write_table
 from .kafka import PREDICTION_SCHEMA_ID, KafkaTopic, is_kafka
+from .storage import atomic_write, join, makedirs, remove
 
 
 class FileSink:
-    """Arrow tables -> one part file per flush in ``directory`` (atomic: temp name, rename)."""
+    """Arrow tables -> one part file per flush in ``directory``, each written whole."""
 
     def __init__(self, directory, fmt):
         self.directory, self.fmt = directory, fmt
@@ -140,11 +140,10 @@ def check_target(target, kafka_settings=None, timeout_s=10.0):
     if target is None:
         return
     if not is_kafka(target):
-        os.makedirs(target, exist_ok=True)
-        probe = os.path.join(target, f".probe-{uuid.uuid4().hex}")
-        with open(probe, "wb") as f:
-            f.write(b"unitless")
-        os.remove(probe)
+        makedirs(target)
+        probe = join(target, f".probe-{uuid.uuid4().hex}")
+        atomic_write(probe, b"unitless")
+        remove(probe)
         return
     from kafka import KafkaProducer
     from kafka.errors import KafkaError

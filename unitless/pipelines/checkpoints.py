@@ -2,8 +2,11 @@
 whenever it is read.
 
 Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
-MODEL_DIR/<key directory>/latest holding the name of the newest file. Files are written to a
-temporary name, fsynced and renamed, so a crash never leaves a half-written checkpoint or pointer.
+MODEL_DIR/<key directory>/latest holding the name of the newest file. MODEL_DIR may be local or
+any file system Beam knows (gs://, s3://, hdfs://); files are written whole or not at all
+(``storage.atomic_write``: locally to a temporary name, fsynced and renamed; on an object store
+as one upload), so a crash never leaves a half-written checkpoint or pointer. `latest` is the
+manifest naming a complete file; readers fall back to the files themselves, each checked.
 
 Key directories (``key_dir_name``) are built so that no key, however hostile, can name a path
 outside MODEL_DIR, share a directory with another key (also on case-insensitive file systems),
@@ -24,13 +27,13 @@ invalid one is skipped with a warning naming it and why.
 import hashlib
 import json
 import logging
-import os
 import re
 
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.durable import atomic_write
+from ..connectors.storage import (atomic_write, is_dir, join, list_dir, makedirs, open_read,
+                                  read_bytes, read_start, remove)
 from ..learner import from_arrow, read_metadata
 from ..learner.state import METADATA_KEY
 
@@ -62,7 +65,7 @@ def key_dir_name(key):
 
 def key_dir(model_dir, key):
     """The directory under model_dir holding the key's checkpoints."""
-    return os.path.join(model_dir, key_dir_name(key))
+    return join(model_dir, key_dir_name(key))
 
 
 def checkpoint_name(examples_seen):
@@ -173,9 +176,8 @@ def _read_valid(path):
     """The table of the checkpoint file at path; ValueError (the reason) unless it is valid;
     FileNotFoundError if there is no such file."""
     try:
-        with open(path, "rb") as f:  # read whole, not mapped: a file changed later cannot
-            data = f.read()          # change (or, truncated, crash) a table already read
-        table = table_from_bytes(data)
+        data = read_bytes(path)  # whole, not mapped: a file changed later cannot change
+        table = table_from_bytes(data)  # (or, truncated, crash) a table already read
         table.validate(full=True)
     except FileNotFoundError:
         raise
@@ -196,25 +198,18 @@ def _one_line(err):
 
 def checkpoint_files(directory):
     """Names of the checkpoint files in directory (ckpt-<12 digits>.arrow only), oldest first."""
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(n for n in names if CHECKPOINT_NAME.fullmatch(n))
+    return [n for n in list_dir(directory)[0] if CHECKPOINT_NAME.fullmatch(n)]
 
 
 def _pointer(directory, files, warn=True):
     """The checkpoint file `latest` names, if it names one of ``files`` (the directory's); else
     None, with a warning when `latest` exists but names anything else. `latest` must hold
     exactly a name ckpt-<12 digits>.arrow (a final newline is allowed): never a path."""
-    path = os.path.join(directory, LATEST)
-    if not os.path.lexists(path):
-        return None
+    path = join(directory, LATEST)
     try:
-        if not os.path.isfile(path):
-            raise ValueError("it is not a regular file")
-        with open(path, "rb") as f:
-            content = f.read(64)
+        content = read_start(path, 64)
+        if content is None:
+            return None
         name = content.decode("ascii").removesuffix("\n")
         if not CHECKPOINT_NAME.fullmatch(name):
             raise ValueError(f"{content[:40]!r} is not a name ckpt-<12 digits>.arrow")
@@ -242,7 +237,7 @@ def load_newest(directory, key=None):
     then the files newest first), or None. Each invalid file is skipped with a warning naming
     it and why; given ``key``, so is a checkpoint of another model key."""
     for name in _candidates(directory):
-        path = os.path.join(directory, name)
+        path = join(directory, name)
         try:
             table = _read_valid(path)
             held = read_metadata(table).get("model_key")
@@ -273,7 +268,7 @@ def load_checkpoint(path):
     file and why, FileNotFoundError if absent), or of a model key's directory, whose newest
     valid checkpoint is taken (FileNotFoundError if it has none). The directory is read as it
     is: no model key is decoded from its name."""
-    if os.path.isdir(path):
+    if is_dir(path):
         found = load_newest(path)
         if found is None:
             raise FileNotFoundError(f"{path} holds no valid checkpoint")
@@ -294,21 +289,17 @@ def model_keys(model_dir):
     metadata (only the Arrow schema is read). A directory counts only when its name is
     ``key_dir_name`` of the key its checkpoints hold; anything else is ignored. Whether the key
     has a valid checkpoint is only known once it is read (``load_latest``)."""
-    try:
-        entries = sorted(os.scandir(model_dir), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
     keys = []
-    for entry in entries:
-        if not (entry.name.startswith((SHORT_PREFIX, HASHED_PREFIX))
-                and entry.is_dir(follow_symlinks=False)):
+    for name in list_dir(model_dir)[1]:
+        if not name.startswith((SHORT_PREFIX, HASHED_PREFIX)):
             continue
-        key = _directory_key(entry.path)
+        directory = join(model_dir, name)
+        key = _directory_key(directory)
         if key is None:
             continue
-        if key_dir_name(key) != entry.name:
+        if key_dir_name(key) != name:
             log.warning("ignoring %s: its checkpoints are of model key %r, whose directory is %s",
-                        entry.path, key, key_dir_name(key))
+                        directory, key, key_dir_name(key))
             continue
         keys.append(key)
     return sorted(keys)
@@ -318,7 +309,7 @@ def _directory_key(directory):
     """The model key in the schema of the directory's newest checkpoint with a readable one."""
     for name in _candidates(directory, warn=False):
         try:
-            with pa.OSFile(os.path.join(directory, name)) as source:
+            with open_read(join(directory, name)) as source:
                 meta = read_metadata(pa.ipc.open_file(source).schema)
         except (OSError, ValueError, pa.ArrowException):
             continue
@@ -340,20 +331,17 @@ def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
     """
     name = checkpoint_name(examples_seen)
     directory = key_dir(model_dir, key)
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name)
+    makedirs(directory)
+    path = join(directory, name)
     atomic_write(path, table_to_bytes(seal(table, key)))
     files = checkpoint_files(directory)
     current = _pointer(directory, files) or (files[-1] if files else None)
     if current is None or current <= name:
-        atomic_write(os.path.join(directory, LATEST), name.encode())
+        atomic_write(join(directory, LATEST), name.encode())
         current = name
     for stale in files[:-keep] if keep > 0 else []:
         if stale not in (name, current):
-            try:
-                os.remove(os.path.join(directory, stale))
-            except FileNotFoundError:  # another writer pruned it first
-                pass
+            remove(join(directory, stale))  # gone already: another writer pruned it
     return path
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..connectors.files import OUTPUT_FORMATS, expand_inputs
 from ..connectors.formats import FORMATS, LabelMap, RecordSpec
 from ..connectors.kafka import is_kafka
+from ..connectors.storage import resolve
 from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
 
 # How examples are read (files, Kafka messages, or the user's own records).
@@ -137,7 +138,7 @@ def resolve_inputs(inputs, fmt=None):
         if len(inputs) > 1:
             raise ValueError("read one Kafka topic per run, or files, not both")
         return list(inputs), fmt or "jsonl"
-    files = [os.path.realpath(f) for f in expand_inputs(inputs)]
+    files = [resolve(f) for f in expand_inputs(inputs)]
     if fmt is None:
         formats = {}
         for path in files:

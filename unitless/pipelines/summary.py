@@ -1,14 +1,13 @@
 """What a finished training run tells its user: a line per model key (examples, progressive
 loss, error rate, checkpoint), the run's totals, and whether it refused too much of its input
-to count as a success. Free of Beam: it reads the checkpoints and the dead letters on disk."""
-import glob
+to count as a success. Free of Beam: it reads the checkpoints and the dead letters where they were written."""
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 
 from ..connectors.records import clip
+from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
 from .checkpoints import load_latest, model_keys
 
@@ -102,10 +101,11 @@ def commonest_refusal(directory, since=None):
     """The commonest reason among the dead letters written to ``directory`` since ``since``
     (reasons alike but for the values they quote count as one), with one record that had it."""
     rows = []
-    for path in glob.glob(os.path.join(directory, "part-*.jsonl")):
-        if since is None or os.path.getmtime(path) >= since:
-            with open(path, encoding="utf-8") as f:
-                rows.extend(json.loads(line) for line in f)
+    for name in list_dir(directory)[0]:
+        path = join(directory, name)
+        if (name.startswith("part-") and name.endswith(".jsonl")
+                and (since is None or modified(path) >= since)):
+            rows.extend(json.loads(line) for line in read_text(path).split("\n") if line)
     if not rows:
         return None
     kinds = Counter(_VALUES.sub("…", r["reason"]) for r in rows)

@@ -2,7 +2,6 @@
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
 import logging
 import math
-import os
 import time
 import typing
 
@@ -15,7 +14,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
-from ..connectors.durable import remove_leftovers
+from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import dead_letter_table
 from ..connectors.sinks import check_target, open_sink
@@ -240,7 +239,7 @@ def check_before_start(cfg):
             remove_leftovers(directory)
     if cfg.resume:
         keys = model_keys(cfg.model_dir)
-        if not keys and os.listdir(cfg.model_dir):
+        if not keys and any(list_dir(cfg.model_dir)):
             log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
                         cfg.model_dir)
         for key in keys:

@@ -1,0 +1,290 @@
+"""The same `unitless train` job on Beam's FnApiRunner and on Flink with parallelism 1 and 2.
+
+Data: the ScInOL slides' artificial stream (21 features, σ_i = 2⁻¹⁰ … 2¹⁰, y = ±1), N examples
+(default 1,000,000) in one CSV file with a ``key`` column, 8 model keys round-robin (example i
+has key ``k{i mod 8}``). Every run: ``unitless train --streaming`` on that file, NAG, logistic
+loss, η = 0.5, ``--model-key-column key``, parquet predictions; one process timed from outside
+under ``/usr/bin/time -v`` (wall, CPU, peak RSS of the client):
+
+* ``fnapi``: no ``--runner`` (``unitless train``'s default, Beam's in-process FnApiRunner);
+* ``flink_p1``, ``flink_p2``: ``--runner PortableRunner --job_endpoint HOST:PORT
+  --environment_type LOOPBACK --parallelism P`` on a persistent job server
+  (deploy/flink/job_server.FlinkJobServer, an embedded Flink 1.19, started once per parallelism
+  and warmed up with one small job before the timed runs), as README.md advises for many runs.
+  The job server JVM's peak RSS and CPU seconds are sampled during each run.
+
+Checked in the run: every run predicts each example exactly once with no dead letter, and the
+8 keys' final checkpoints (weights, every state column, metadata but the time, run token and
+checksum) are bit-equal across all runs. Runs are interleaved (``--repeat R`` rounds); the best
+(least disturbed) wall time of each is reported with the median.
+
+    .venv/bin/python benchmarks/flink.py                    # full run: 1M examples
+    .venv/bin/python benchmarks/flink.py --quick            # smoke run (20k examples)
+    .venv/bin/python benchmarks/flink.py --examples 50000 --repeat 2
+
+Needs Java 17 and the job server jar (``deploy/flink/build_job_server.sh`` builds and caches
+it; ``UNITLESS_FLINK_JOB_SERVER_JAR`` names one). Writes benchmarks/results/flink{.md,.json}
+(``--quick``, or fewer than 1,000,000 examples: results/tmp/flink_quick.*).
+"""
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import (ROOT, artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
+                     result_name, run_timed, table, train_args, TreeWatch, unitless_command,
+                     write_csv, write_results)
+from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
+
+KEYS = 8
+ETA = 0.5
+PARALLELISMS = (1, 2)
+WARMUP_ROWS = 2_000
+RUN_FIELDS = {"time", "token", "checksum"}  # checkpoint metadata that names when / which run
+
+
+def fmt(x, digits=2):
+    return fnum(x, digits, sci=False)
+
+
+# ------------------------------------------------------------------------------------- running
+
+def make_data(work, n, seed):
+    """The keyed CSV of n examples and a small one for warming up a job server."""
+    progress(f"generating {n:,} examples, {KEYS} keys round-robin")
+    X, y, _ = artificial_stream(n, seed)
+    keys = np.char.add("k", (np.arange(n) % KEYS).astype(str))
+    path = write_csv(work / "data.csv", X, y, keys)
+    m = min(WARMUP_ROWS, n)
+    warm = write_csv(work / "warmup.csv", X[:m], y[:m], keys[:m])
+    progress(f"data: {path.stat().st_size / 2**20:.0f} MiB")
+    return path, warm
+
+
+def command(inp, out, beam_args):
+    extra = ["--label-column", "label", "--id-column", "id", "--model-key-column", "key",
+             "--streaming", *beam_args]
+    return unitless_command(train_args(inp, out / "predictions", out / "models", out / "dead",
+                                       *extra, eta=ETA))
+
+
+def flink_args(server, p):
+    return ["--runner", "PortableRunner", "--job_endpoint", server.endpoint,
+            "--environment_type", "LOOPBACK", "--parallelism", str(p)]
+
+
+def start_servers(work, warm):
+    """One warm job server per parallelism: {p: (server, warm-up run)}."""
+    jar, servers = job_server_jar(), {}
+    for p in PARALLELISMS:
+        server = FlinkJobServer(jar=jar, parallelism=p, workdir=work / f"js{p}").start()
+        servers[p] = server
+        progress(f"job server p={p} at {server.endpoint} ({server.startup_seconds:.1f} s)")
+        r = run_timed(command(warm, work / f"warmup{p}", flink_args(server, p)))
+        server.warmup = {"startup_s": round(server.startup_seconds, 2),
+                         "first_job_wall_s": round(r["wall_s"], 2), "rows": WARMUP_ROWS}
+    return servers
+
+
+def run_one(name, inp, out, n, beam_args, watch):
+    """One timed run; its predictions and dead letters checked, its final checkpoints'
+    fingerprints kept."""
+    shutil.rmtree(out, ignore_errors=True)
+    with TreeWatch(watch) as w:
+        r = run_timed(command(inp, out, beam_args))
+    r.update(servers=w.result(), examples=check_outputs(name, out, n),
+             checkpoints=final_checkpoints(out / "models"))
+    shutil.rmtree(out, ignore_errors=True)
+    return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
+
+
+def check_outputs(name, out, n):
+    """Every example predicted exactly once, no dead letters; returns n."""
+    from unitless.connectors.files import read_output
+    preds, dead = read_output(str(out / "predictions")), read_output(str(out / "dead"))
+    if preds is None:
+        raise RuntimeError(f"{name}: no predictions")
+    ids = np.sort(preds.column("id").to_numpy(zero_copy_only=False).astype(np.int64))
+    if preds.num_rows != n or dead is not None and dead.num_rows:
+        raise RuntimeError(f"{name}: {preds.num_rows} predictions, "
+                           f"{0 if dead is None else dead.num_rows} dead letters for {n} examples")
+    if not np.array_equal(ids, np.arange(n)):
+        raise RuntimeError(f"{name}: prediction ids are not 0..{n - 1}")
+    return n
+
+
+def final_checkpoints(model_dir):
+    """{model key: (examples seen, SHA-256 of the newest checkpoint's columns and metadata but
+    the run fields)}: equal fingerprints = bit-equal models."""
+    from unitless.pipelines.checkpoints import load_latest, model_keys
+    out = {}
+    for key in model_keys(str(model_dir)):
+        _, t = load_latest(str(model_dir), key)
+        meta = json.loads(t.schema.metadata[b"unitless"])
+        h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k not in RUN_FIELDS},
+                                      sort_keys=True).encode())
+        for col in t.column_names:
+            h.update(col.encode() + repr(t.column(col).to_pylist()).encode())
+        out[key] = (meta["examples_seen"], h.hexdigest())
+    return out
+
+
+def interleaved(jobs, repeat):
+    """Every job `repeat` times, interleaved, so load from other processes hits all alike."""
+    tries = {name: [] for name, _ in jobs}
+    for rep in range(repeat):
+        for name, job in jobs:
+            r = job()
+            tries[name].append(r)
+            s = r["servers"].get("jvm")
+            progress(f"[{rep + 1}/{repeat}] {name}: wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f}"
+                     f" s, client RSS {r['max_rss_mib']:.0f} MiB"
+                     + (f", JVM RSS {s['max_rss_mib']:.0f} MiB, JVM cpu {s['cpu_s']:.1f} s"
+                        if s else "") + f", load {r['load_1min']}")
+    return tries
+
+
+def summarize(tries, n):
+    walls = [t["wall_s"] for t in tries]
+    best = tries[int(np.argmin(walls))]
+    jvm = [t["servers"]["jvm"] for t in tries if "jvm" in t["servers"]]
+    return {"wall_s": min(walls), "wall_median_s": float(np.median(walls)),
+            "examples_per_s": n / min(walls), "cpu_s": best["cpu_s"],
+            "max_rss_mib": max(t["max_rss_mib"] for t in tries),
+            "jvm_max_rss_mib": max((j["max_rss_mib"] for j in jvm), default=None),
+            "jvm_cpu_s": best["servers"].get("jvm", {}).get("cpu_s"),
+            "command": best["command"], "tries": tries}
+
+
+def check_equal(runs, n):
+    """The final checkpoints of every try of every run are the same 8 models, bit for bit."""
+    ref = runs["fnapi"]["tries"][0]["checkpoints"]
+    if len(ref) != KEYS or sum(e for e, _ in ref.values()) != n:
+        raise RuntimeError(f"FnApiRunner: {len(ref)} keys, {sum(e for e, _ in ref.values())} "
+                           f"examples in the final checkpoints, want {KEYS} and {n}")
+    for name, r in runs.items():
+        for i, t in enumerate(r["tries"]):
+            if t["checkpoints"] != ref:
+                raise RuntimeError(f"{name} try {i + 1}: final checkpoints differ from fnapi's")
+    return {"keys": len(ref), "examples": n, "fingerprints": ref}
+
+
+def run_all(args, n, work):
+    inp, warm = make_data(work, n, args.seed)
+    servers = start_servers(work, warm)
+    try:
+        jobs = [("fnapi", lambda: run_one("fnapi", inp, work / "fnapi", n, [], {}))]
+        jobs += [(f"flink_p{p}", lambda p=p, s=s: run_one(
+            f"flink_p{p}", inp, work / f"flink_p{p}", n, flink_args(s, p), {"jvm": s.proc.pid}))
+            for p, s in servers.items()]
+        tries = interleaved(jobs, args.repeat)
+    finally:
+        for s in servers.values():
+            s.stop()
+    runs = {name: summarize(t, n) for name, t in tries.items()}
+    return {"examples": n, "keys": KEYS, "features": 21, "seed": args.seed, "eta": ETA,
+            "repeat": args.repeat, "input_bytes": inp.stat().st_size,
+            "job_servers": {f"p{p}": s.warmup for p, s in servers.items()},
+            "runs": runs, "equal_checkpoints": check_equal(runs, n),
+            "ratios": {"flink_p1_over_fnapi": runs["flink_p1"]["examples_per_s"]
+                       / runs["fnapi"]["examples_per_s"],
+                       "scaling_p2_over_p1": runs["flink_p2"]["examples_per_s"]
+                       / runs["flink_p1"]["examples_per_s"]}}
+
+
+# --------------------------------------------------------------------------------------- report
+
+LABELS = {"fnapi": "FnApiRunner (default)", "flink_p1": "Flink, parallelism 1",
+          "flink_p2": "Flink, parallelism 2"}
+
+
+def results_table(data):
+    rows = [[LABELS[k], fmt(r["wall_s"]), fmt(r["wall_median_s"]), f"{r['examples_per_s']:,.0f}",
+             fmt(r["cpu_s"]), fmt(r["max_rss_mib"], 0), fmt(r["jvm_max_rss_mib"], 0),
+             fmt(r["jvm_cpu_s"], 1)] for k, r in data["runs"].items()]
+    q = data["ratios"]
+    return table(["run", f"wall s (best of {data['repeat']})", "wall s (median)",
+                  "examples/s (best wall)", "client CPU s (user+sys)", "client peak RSS MiB",
+                  "job server JVM peak RSS MiB", "JVM CPU s"], rows) + f"""
+
+* **Flink p1 / FnApiRunner** (examples/s): **{q['flink_p1_over_fnapi']:.2f}**
+* **scaling p2 / p1** (examples/s): **{q['scaling_p2_over_p1']:.2f}**"""
+
+
+def render(data):
+    R, js, eq = data["runs"], data["job_servers"], data["equal_checkpoints"]
+    cmds = "\n".join(f"* {k}: `{_rel(r['command'])}`" for k, r in R.items())
+    warm = "; ".join(f"{p}: started in {w['startup_s']} s, warm-up job ({w['rows']:,} rows) "
+                     f"{w['first_job_wall_s']} s" for p, w in js.items())
+    return f"""* data: the artificial stream (21 features, σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), \
+{data['examples']:,} examples in one CSV file ({data['input_bytes'] / 2**20:.0f} MiB) with a \
+`key` column, {data['keys']} model keys round-robin; NAG, logistic loss, η = {data['eta']}, \
+`--streaming` on every runner; each run one process timed under `/usr/bin/time -v`
+
+## Results
+
+{results_table(data)}
+
+Client: the `unitless train` process (with LOOPBACK, Flink's Python SDK workers run inside it, so
+its CPU and RSS include all the Python work). Job server JVM: the embedded Flink cluster (job
+manager and task slots), sampled every 0.5 s during the run; its CPU seconds are those it used
+during the run. Runs interleaved {data['repeat']} time(s); every try is in the JSON file.
+
+Correctness (checked in the run, or the script fails): each run predicted all
+{eq['examples']:,} examples exactly once with no dead letter, and the {eq['keys']} keys' final
+checkpoints (every column, metadata but time, run token and checksum) are bit-equal across all
+runs and tries.
+
+## Why a persistent job server with LOOPBACK workers
+
+A user with many jobs or one long job keeps one Flink job server (or cluster) running and submits
+to it (`python -m deploy.flink.job_server start`, then `--runner PortableRunner --job_endpoint`,
+as README.md advises), instead of `--runner FlinkRunner`, which starts a new job server JVM for
+every run. The measured jobs therefore exclude the JVM's start-up and its first, slower job
+(class loading, JIT): one server per parallelism, warmed up by a small job first ({warm}).
+LOOPBACK is the project's local default: the SDK workers are threads of the submitting process,
+so all Python work (parsing, learning) shares one interpreter and its GIL whatever the Flink
+parallelism; the p2/p1 ratio measures what Flink's parallelism buys on one machine this way. On a
+cluster, `EXTERNAL` worker pools or `PROCESS` workers give each TaskManager its own Python
+processes (deploy/README.md).
+
+## Commands
+
+{cmds}
+"""
+
+
+def _rel(cmd):
+    return cmd.replace(str(ROOT) + "/", "").replace(tempfile.gettempdir() + "/", "$TMP/")
+
+
+# ----------------------------------------------------------------------------------------- main
+
+def main():
+    args = parse_args(
+        __doc__, quick_help="smoke run: 20,000 examples, results in results/tmp/",
+        examples=(int, None, "examples (default 1,000,000; --quick: 20,000)"),
+        repeat=(int, 1, "interleaved rounds of the three runs; best and median wall reported"),
+        seed=(int, 1), workdir=(str, None, "scratch directory (default: a temp dir, removed)"))
+    n = args.examples or (20_000 if args.quick else 1_000_000)
+    h = header()
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-flink-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        data = run_all(args, n, work)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    name = result_name("flink", args.quick or n < 1_000_000)
+    write_results(name, f"`unitless train --streaming`: FnApiRunner vs Flink p1 and p2, "
+                  f"{n:,} examples, {KEYS} keys", h, render(data), data)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Where unitless reads and writes files: the one module that touches a file system.
+
+Paths without a scheme are local files, handled with ``os``; a path with a scheme (gs://,
+s3://, hdfs://, azfs://, ...) goes through Beam's ``FileSystems``, which needs that file
+system's extra installed (``apache-beam[gcp]``, ``apache-beam[aws]``, ...) and its options
+(credentials, endpoint) in the pipeline options or the environment.
+
+``atomic_write`` writes a file whole or not at all, so a reader sees the old file or the new
+one, never part of one:
+
+* local: to a temporary name in the same directory, fsynced, renamed over the final name,
+  and the directory fsynced, so the new file also survives a machine crash once the call
+  returns. A process killed mid-write can leave a temporary file behind (nothing can remove
+  it at SIGKILL); ``remove_leftovers`` deletes those when the next run starts.
+* object stores (gs, s3, azfs): straight to the final name. An object appears only when its
+  upload completes, whole, and its rename would be a copy and a delete, not atomic. The data
+  is in memory before the upload starts, so a failed upload leaves the old object or none.
+* other file systems (hdfs): to a temporary name, then renamed, which is atomic there.
+
+Object stores have no directories: a "directory" is a prefix, ``makedirs`` does nothing, and
+a directory exists while some object lies under it.
+"""
+import gzip
+import logging
+import os
+import re
+import uuid
+
+log = logging.getLogger("unitless")
+TEMP_MARK = ".tmp-"
+OBJECT_STORES = frozenset({"gs", "s3", "azfs"})
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def scheme(path):
+    """The path's scheme ("s3", "gs", ...), or None for a local path."""
+    found = _SCHEME.match(path)
+    return found.group(1).lower() if found else None
+
+
+_file_systems = {}  # (scheme, options) -> Beam FileSystem: each makes a client (boto3: 0.2 s)
+
+
+def _fs(path):
+    """Beam's FileSystem for the path's scheme, made once per scheme and pipeline options.
+    Outside a pipeline (`unitless inspect`) with the default options and the environment's
+    settings (credentials, endpoint)."""
+    from apache_beam.io.filesystems import FileSystems
+    if FileSystems._pipeline_options is None:
+        from apache_beam.options.pipeline_options import PipelineOptions
+        FileSystems.set_options(PipelineOptions([]))
+    key = (scheme(path), id(FileSystems._pipeline_options))
+    if key not in _file_systems:
+        _file_systems[key] = FileSystems.get_filesystem(path)
+    return _file_systems[key]
+
+
+def join(directory, *names):
+    if scheme(directory) is None:
+        return os.path.join(directory, *names)
+    return "/".join([directory.rstrip("/"), *names])
+
+
+def resolve(path):
+    """The canonical name of a path: a local one absolute with symlinks resolved, a URL as is."""
+    return os.path.realpath(os.path.expanduser(path)) if scheme(path) is None else path
+
+
+def where(path):
+    """A local path made absolute (for messages), a URL as is."""
+    return os.path.abspath(path) if scheme(path) is None else path
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def open_read(path):
+    """A binary, seekable file object of the file at path (FileNotFoundError if absent)."""
+    if scheme(path) is None:
+        return open(path, "rb")
+    if not _fs(path).exists(path):  # else Beam logs an error before it raises
+        raise FileNotFoundError(f"no such file: {path}")
+    return _open_remote(path)
+
+
+def _open_remote(path):
+    from apache_beam.io.filesystem import CompressionTypes
+    return _fs(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)  # .gz as is
+
+
+def open_input(path):
+    """open_read, decompressed when the name ends in .gz."""
+    raw = open_read(path)
+    if not path.endswith(".gz"):
+        return raw
+    unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
+    unzipped.myfileobj = raw  # closed with it, as when GzipFile opens the file itself
+    return unzipped
+
+
+def read_bytes(path, limit=-1):
+    with open_read(path) as f:
+        return f.read(limit)
+
+
+def read_start(path, limit):
+    """The first ``limit`` bytes of the file at path; None when nothing is there; ValueError
+    when something other than a regular file is (a directory, a FIFO: never opened)."""
+    if scheme(path) is None:
+        if not os.path.lexists(path):
+            return None
+        if not os.path.isfile(path):
+            raise ValueError("it is not a regular file")
+        return read_bytes(path, limit)
+    if not _fs(path).exists(path):
+        return None
+    with _open_remote(path) as f:
+        return f.read(limit)
+
+
+def read_text(path):
+    return read_bytes(path).decode("utf-8")
+
+
+def match(pattern):
+    """The files a path or glob names, sorted (a directory is not a match)."""
+    if scheme(pattern) is None:
+        import glob
+        pattern = os.path.expanduser(pattern)
+        found = glob.glob(pattern) or ([pattern] if os.path.exists(pattern) else [])
+        return sorted(p for p in found if os.path.isfile(p))
+    results = _fs(pattern).match([pattern])
+    return sorted(m.path for r in results for m in r.metadata_list
+                  if not m.path.endswith("/"))
+
+
+def list_dir(directory):
+    """(file names, subdirectory names) directly in directory, each sorted; both empty when it
+    does not exist."""
+    if scheme(directory) is None:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        return (sorted(e.name for e in entries if e.is_file()),  # a link to a file counts
+                sorted(e.name for e in entries if e.is_dir(follow_symlinks=False)))
+    prefix = directory.rstrip("/") + "/"
+    files, dirs = set(), set()
+    for path in match(prefix + "**"):
+        head, slash, _ = path[len(prefix):].partition("/")
+        (dirs if slash else files).add(head)
+    return sorted(files), sorted(dirs)
+
+
+def is_dir(path):
+    if scheme(path) is None:
+        return os.path.isdir(path)
+    return any(list_dir(path))
+
+
+def modified(path):
+    """The file's last modification, in seconds since the epoch."""
+    return os.path.getmtime(path) if scheme(path) is None else _fs(path).last_updated(path)
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+def makedirs(directory):
+    if scheme(directory) is None:
+        os.makedirs(directory, exist_ok=True)
+    elif scheme(directory) not in OBJECT_STORES and not _fs(directory).exists(directory):
+        _fs(directory).mkdirs(directory)
+
+
+def atomic_write(path, data):
+    """Write ``data`` (bytes) to ``path`` whole or not at all (see the module docstring)."""
+    kind = scheme(path)
+    if kind in OBJECT_STORES:
+        _upload(path, data)
+        return
+    directory, name = path.rsplit("/", 1) if kind else os.path.split(path)
+    temp = join(directory, f".{name}{TEMP_MARK}{uuid.uuid4().hex}")  # unique: bundles run
+    try:                                                              # in parallel
+        if kind is None:
+            with open(temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, path)
+        else:
+            _upload(temp, data)
+            if _fs(path).exists(path):
+                _fs(path).delete([path])
+            _fs(temp).rename([temp], [path])
+    except BaseException:
+        remove(temp)
+        raise
+    if kind is None:
+        sync_directory(directory)
+
+
+def _upload(path, data):
+    from apache_beam.io.filesystem import CompressionTypes
+    f = _fs(path).create(path, mime_type="application/octet-stream",
+                         compression_type=CompressionTypes.UNCOMPRESSED)  # a .gz name too
+    f.write(data)
+    f.close()
+
+
+def remove(path):
+    """Remove a file; one already gone is fine."""
+    if scheme(path) is None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return
+    from apache_beam.io.filesystem import BeamIOError
+    try:
+        _fs(path).delete([path])
+    except BeamIOError as err:
+        if not all(isinstance(e, FileNotFoundError) or "not found" in str(e).lower()
+                   for e in err.exception_details.values()):
+            raise
+
+
+def sync_directory(directory):
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_temporary(name):
+    return name.startswith(".") and TEMP_MARK in name
+
+
+def remove_leftovers(directory, depth=1):
+    """Remove the temporary files that killed runs left in ``directory`` and, to ``depth``
+    levels, its subdirectories. Only call this when no other run writes there."""
+    if scheme(directory) in OBJECT_STORES:
+        return  # uploads leave nothing behind
+    files, dirs = list_dir(directory)
+    for name in files:
+        if is_temporary(name):
+            log.info("removing %s, left by an interrupted run", join(directory, name))
+            remove(join(directory, name))
+    for name in dirs if depth > 0 else []:
+        remove_leftovers(join(directory, name), depth - 1)
