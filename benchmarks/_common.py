@@ -269,8 +269,8 @@ def artificial_stream(n, rng):
     return X, y, w_star
 
 
-def write_csv(path, X, y, keys=None, chunk=250_000):
-    """A CSV file ``id[,key],label,x1..xd`` of dense rows (ids 0..n-1, labels as integers when
+def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0):
+    """A CSV file ``id[,key],label,x1..xd`` of dense rows (ids first_id.., labels as integers when
     they are), every number as the shortest text that reads back as the same float64; ``keys``:
     a string per row (e.g. model keys). Written with Arrow in chunks; returns the path."""
     import pyarrow as pa
@@ -283,7 +283,7 @@ def write_csv(path, X, y, keys=None, chunk=250_000):
         f.write(",".join(names) + "\n")
         for a in range(0, n, chunk):  # chunks keep each Arrow string array far below 2 GiB
             b = min(a + chunk, n)
-            cols = [pc.cast(pa.array(np.arange(a, b)), pa.string())]
+            cols = [pc.cast(pa.array(np.arange(a, b) + first_id), pa.string())]
             cols += [pa.array(keys[a:b], pa.string())] if keys is not None else []
             cols += [pc.cast(pa.array(v), pa.string()) for v in (y[a:b], *X[a:b].T)]
             lines = pc.binary_join_element_wise(*cols, ",").to_pylist()

@@ -1,17 +1,21 @@
 """The same `unitless train` job on Beam's FnApiRunner and on Flink with parallelism 1 and 2.
 
 Data: the ScInOL slides' artificial stream (21 features, σ_i = 2⁻¹⁰ … 2¹⁰, y = ±1), N examples
-(default 1,000,000) in one CSV file with a ``key`` column, 8 model keys round-robin (example i
-has key ``k{i mod 8}``). Every run: ``unitless train --streaming`` on that file, NAG, logistic
+(default 1,000,000) in ``--files`` CSV files (default 4; one file is read by one reader) with a
+``key`` column, 8 model keys round-robin (example i
+has key ``k{i mod 8}``). Every run: ``unitless train --streaming`` on those files, NAG, logistic
 loss, η = 0.5, ``--model-key-column key``, parquet predictions; one process timed from outside
 under ``/usr/bin/time -v`` (wall, CPU, peak RSS of the client):
 
 * ``fnapi``: no ``--runner`` (``unitless train``'s default, Beam's in-process FnApiRunner);
 * ``flink_p1``, ``flink_p2``: ``--runner PortableRunner --job_endpoint HOST:PORT
-  --environment_type LOOPBACK --parallelism P`` on a persistent job server
-  (deploy/flink/job_server.FlinkJobServer, an embedded Flink 1.19, started once per parallelism
-  and warmed up with one small job before the timed runs), as README.md advises for many runs.
-  The job server JVM's peak RSS and CPU seconds are sampled during each run.
+  --environment_type EXTERNAL --environment_config HOST:PORT --parallelism P
+  --sdk_worker_parallelism P`` on a persistent job server (deploy/flink/job_server.FlinkJobServer,
+  an embedded Flink 1.19, started once per parallelism and warmed up with one small job before
+  the timed runs) and a Beam worker pool (``apache_beam.runners.worker.worker_pool_main``, the
+  venv first on PATH), which starts P Python SDK worker processes for the job: the layout of a
+  cluster (deploy/README.md), where each TaskManager has its own Python workers. The job server
+  JVM's and the worker pool's peak RSS and CPU seconds are sampled during each run.
 
 Checked in the run: every run predicts each example exactly once with no dead letter, and the
 8 keys' final checkpoints (weights, every state column, metadata but the time, run token and
@@ -28,6 +32,7 @@ it; ``UNITLESS_FLINK_JOB_SERVER_JAR`` names one). Writes benchmarks/results/flin
 """
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -55,16 +60,19 @@ def fmt(x, digits=2):
 
 # ------------------------------------------------------------------------------------- running
 
-def make_data(work, n, seed):
-    """The keyed CSV of n examples and a small one for warming up a job server."""
-    progress(f"generating {n:,} examples, {KEYS} keys round-robin")
+def make_data(work, n, seed, files):
+    """n keyed examples in ``files`` CSV files of consecutive rows (their glob, their bytes),
+    and a small file for warming up a job server."""
+    progress(f"generating {n:,} examples, {KEYS} keys round-robin, {files} files")
     X, y, _ = artificial_stream(n, seed)
     keys = np.char.add("k", (np.arange(n) % KEYS).astype(str))
-    path = write_csv(work / "data.csv", X, y, keys)
+    cuts = np.linspace(0, n, files + 1).astype(int)
+    size = sum(write_csv(work / f"data-{i}.csv", X[a:b], y[a:b], keys[a:b], first_id=a).stat().st_size
+               for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
     m = min(WARMUP_ROWS, n)
     warm = write_csv(work / "warmup.csv", X[:m], y[:m], keys[:m])
-    progress(f"data: {path.stat().st_size / 2**20:.0f} MiB")
-    return path, warm
+    progress(f"data: {size / 2**20:.0f} MiB")
+    return str(work / "data-*.csv"), size, warm
 
 
 def command(inp, out, beam_args):
@@ -74,19 +82,42 @@ def command(inp, out, beam_args):
                                        *extra, eta=ETA))
 
 
-def flink_args(server, p):
+def flink_args(server, p, pool):
     return ["--runner", "PortableRunner", "--job_endpoint", server.endpoint,
-            "--environment_type", "LOOPBACK", "--parallelism", str(p)]
+            "--environment_type", "EXTERNAL", "--environment_config", pool.endpoint,
+            "--parallelism", str(p), "--sdk_worker_parallelism", str(p)]
 
 
-def start_servers(work, warm):
-    """One warm job server per parallelism: {p: (server, warm-up run)}."""
+class WorkerPool:
+    """Beam's Python SDK worker pool on a free port: it starts the SDK worker processes a job
+    asks for with `python`, so the venv's bin comes first on its PATH."""
+
+    def __init__(self, work):
+        import os
+        import subprocess
+        from deploy.flink.job_server import free_port
+        self.endpoint = f"127.0.0.1:{free_port()}"
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        self.log = open(work / "worker_pool.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+             f"--service_port={self.endpoint.rsplit(':', 1)[1]}"], env=env,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+def start_servers(work, warm, pool):
+    """One warm job server per parallelism: {p: server}."""
     jar, servers = job_server_jar(), {}
     for p in PARALLELISMS:
         server = FlinkJobServer(jar=jar, parallelism=p, workdir=work / f"js{p}").start()
         servers[p] = server
         progress(f"job server p={p} at {server.endpoint} ({server.startup_seconds:.1f} s)")
-        r = run_timed(command(warm, work / f"warmup{p}", flink_args(server, p)))
+        r = run_timed(command(warm, work / f"warmup{p}", flink_args(server, p, pool)))
         server.warmup = {"startup_s": round(server.startup_seconds, 2),
                          "first_job_wall_s": round(r["wall_s"], 2), "rows": WARMUP_ROWS}
     return servers
@@ -142,10 +173,11 @@ def interleaved(jobs, repeat):
         for name, job in jobs:
             r = job()
             tries[name].append(r)
-            s = r["servers"].get("jvm")
+            s, w = r["servers"].get("jvm"), r["servers"].get("workers")
             progress(f"[{rep + 1}/{repeat}] {name}: wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f}"
                      f" s, client RSS {r['max_rss_mib']:.0f} MiB"
-                     + (f", JVM RSS {s['max_rss_mib']:.0f} MiB, JVM cpu {s['cpu_s']:.1f} s"
+                     + (f", JVM RSS {s['max_rss_mib']:.0f} MiB, JVM cpu {s['cpu_s']:.1f} s, "
+                        f"workers RSS {w['max_rss_mib']:.0f} MiB, workers cpu {w['cpu_s']:.1f} s"
                         if s else "") + f", load {r['load_1min']}")
     return tries
 
@@ -154,11 +186,14 @@ def summarize(tries, n):
     walls = [t["wall_s"] for t in tries]
     best = tries[int(np.argmin(walls))]
     jvm = [t["servers"]["jvm"] for t in tries if "jvm" in t["servers"]]
+    workers = [t["servers"]["workers"] for t in tries if "workers" in t["servers"]]
     return {"wall_s": min(walls), "wall_median_s": float(np.median(walls)),
             "examples_per_s": n / min(walls), "cpu_s": best["cpu_s"],
             "max_rss_mib": max(t["max_rss_mib"] for t in tries),
             "jvm_max_rss_mib": max((j["max_rss_mib"] for j in jvm), default=None),
             "jvm_cpu_s": best["servers"].get("jvm", {}).get("cpu_s"),
+            "workers_max_rss_mib": max((w["max_rss_mib"] for w in workers), default=None),
+            "workers_cpu_s": best["servers"].get("workers", {}).get("cpu_s"),
             "command": best["command"], "tries": tries}
 
 
@@ -176,20 +211,23 @@ def check_equal(runs, n):
 
 
 def run_all(args, n, work):
-    inp, warm = make_data(work, n, args.seed)
-    servers = start_servers(work, warm)
+    inp, size, warm = make_data(work, n, args.seed, args.files)
+    pool = WorkerPool(work)
+    servers = {}
     try:
+        servers = start_servers(work, warm, pool)
         jobs = [("fnapi", lambda: run_one("fnapi", inp, work / "fnapi", n, [], {}))]
         jobs += [(f"flink_p{p}", lambda p=p, s=s: run_one(
-            f"flink_p{p}", inp, work / f"flink_p{p}", n, flink_args(s, p), {"jvm": s.proc.pid}))
-            for p, s in servers.items()]
+            f"flink_p{p}", inp, work / f"flink_p{p}", n, flink_args(s, p, pool),
+            {"jvm": s.proc.pid, "workers": pool.proc.pid})) for p, s in servers.items()]
         tries = interleaved(jobs, args.repeat)
     finally:
         for s in servers.values():
             s.stop()
+        pool.stop()
     runs = {name: summarize(t, n) for name, t in tries.items()}
     return {"examples": n, "keys": KEYS, "features": 21, "seed": args.seed, "eta": ETA,
-            "repeat": args.repeat, "input_bytes": inp.stat().st_size,
+            "repeat": args.repeat, "input_bytes": size, "files": args.files,
             "job_servers": {f"p{p}": s.warmup for p, s in servers.items()},
             "runs": runs, "equal_checkpoints": check_equal(runs, n),
             "ratios": {"flink_p1_over_fnapi": runs["flink_p1"]["examples_per_s"]
@@ -207,14 +245,25 @@ LABELS = {"fnapi": "FnApiRunner (default)", "flink_p1": "Flink, parallelism 1",
 def results_table(data):
     rows = [[LABELS[k], fmt(r["wall_s"]), fmt(r["wall_median_s"]), f"{r['examples_per_s']:,.0f}",
              fmt(r["cpu_s"]), fmt(r["max_rss_mib"], 0), fmt(r["jvm_max_rss_mib"], 0),
-             fmt(r["jvm_cpu_s"], 1)] for k, r in data["runs"].items()]
+             fmt(r["jvm_cpu_s"], 1), fmt(r["workers_max_rss_mib"], 0), fmt(r["workers_cpu_s"], 1)]
+            for k, r in data["runs"].items()]
     q = data["ratios"]
+    busy = {k: (r["cpu_s"] + (r["jvm_cpu_s"] or 0) + (r["workers_cpu_s"] or 0)) / r["wall_s"]
+            for k, r in data["runs"].items()}
     return table(["run", f"wall s (best of {data['repeat']})", "wall s (median)",
                   "examples/s (best wall)", "client CPU s (user+sys)", "client peak RSS MiB",
-                  "job server JVM peak RSS MiB", "JVM CPU s"], rows) + f"""
+                  "job server JVM peak RSS MiB", "JVM CPU s", "SDK workers peak RSS MiB",
+                  "SDK workers CPU s"], rows) + f"""
 
 * **Flink p1 / FnApiRunner** (examples/s): **{q['flink_p1_over_fnapi']:.2f}**
-* **scaling p2 / p1** (examples/s): **{q['scaling_p2_over_p1']:.2f}**"""
+* **scaling p2 / p1** (examples/s): **{q['scaling_p2_over_p1']:.2f}**
+
+Cores kept busy (client, JVM and SDK workers' CPU seconds over the best wall time):
+{", ".join(f"{LABELS[k]} {v:.2f}" for k, v in busy.items())}, of the machine's
+{os.cpu_count()}. Flink's own work (the JVM: moving every block through the data plane into
+keyed state and out again) costs about as much CPU as the Python parsing and learning, so on a
+two-core machine parallelism 2 has little idle CPU to use; the ratio measures that machine, not
+Flink's scaling on a cluster with cores to spare."""
 
 
 def render(data):
@@ -223,7 +272,8 @@ def render(data):
     warm = "; ".join(f"{p}: started in {w['startup_s']} s, warm-up job ({w['rows']:,} rows) "
                      f"{w['first_job_wall_s']} s" for p, w in js.items())
     return f"""* data: the artificial stream (21 features, σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), \
-{data['examples']:,} examples in one CSV file ({data['input_bytes'] / 2**20:.0f} MiB) with a \
+{data['examples']:,} examples in {data['files']} CSV files of consecutive rows \
+({data['input_bytes'] / 2**20:.0f} MiB, read in parallel, a file per reader) with a \
 `key` column, {data['keys']} model keys round-robin; NAG, logistic loss, η = {data['eta']}, \
 `--streaming` on every runner; each run one process timed under `/usr/bin/time -v`
 
@@ -231,28 +281,29 @@ def render(data):
 
 {results_table(data)}
 
-Client: the `unitless train` process (with LOOPBACK, Flink's Python SDK workers run inside it, so
-its CPU and RSS include all the Python work). Job server JVM: the embedded Flink cluster (job
-manager and task slots), sampled every 0.5 s during the run; its CPU seconds are those it used
-during the run. Runs interleaved {data['repeat']} time(s); every try is in the JSON file.
+Client: the `unitless train` process (on the FnApiRunner it does all the work; on Flink it
+submits the job and waits). Job server JVM: the embedded Flink cluster (job manager and task
+slots). SDK workers: the worker pool and the Python worker processes it starts for the job (the
+parsing and the learning on Flink). Both sampled every 0.5 s during the run; CPU seconds are
+those used during the run. Runs interleaved {data['repeat']} time(s); every try is in the JSON file.
 
 Correctness (checked in the run, or the script fails): each run predicted all
 {eq['examples']:,} examples exactly once with no dead letter, and the {eq['keys']} keys' final
 checkpoints (every column, metadata but time, run token and checksum) are bit-equal across all
 runs and tries.
 
-## Why a persistent job server with LOOPBACK workers
+## Why a persistent job server and a worker pool
 
 A user with many jobs or one long job keeps one Flink job server (or cluster) running and submits
 to it (`python -m deploy.flink.job_server start`, then `--runner PortableRunner --job_endpoint`,
 as README.md advises), instead of `--runner FlinkRunner`, which starts a new job server JVM for
 every run. The measured jobs therefore exclude the JVM's start-up and its first, slower job
 (class loading, JIT): one server per parallelism, warmed up by a small job first ({warm}).
-LOOPBACK is the project's local default: the SDK workers are threads of the submitting process,
-so all Python work (parsing, learning) shares one interpreter and its GIL whatever the Flink
-parallelism; the p2/p1 ratio measures what Flink's parallelism buys on one machine this way. On a
-cluster, `EXTERNAL` worker pools or `PROCESS` workers give each TaskManager its own Python
-processes (deploy/README.md).
+The Python SDK workers come from a worker pool (`EXTERNAL`), P processes for parallelism P, as
+on a cluster where a worker pool runs beside every TaskManager (deploy/README.md). With the local
+default, LOOPBACK, every subtask's Python work runs in the one submitting process and its GIL,
+so parallelism could not buy anything; measured by an earlier version of this script at 300k
+examples: p2/p1 0.71.
 
 ## Commands
 
@@ -271,7 +322,8 @@ def main():
         __doc__, quick_help="smoke run: 20,000 examples, results in results/tmp/",
         examples=(int, None, "examples (default 1,000,000; --quick: 20,000)"),
         repeat=(int, 1, "interleaved rounds of the three runs; best and median wall reported"),
-        seed=(int, 1), workdir=(str, None, "scratch directory (default: a temp dir, removed)"))
+        seed=(int, 1), files=(int, 4, "CSV files the examples are split into (default 4)"),
+        workdir=(str, None, "scratch directory (default: a temp dir, removed)"))
     n = args.examples or (20_000 if args.quick else 1_000_000)
     h = header()
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-flink-"))

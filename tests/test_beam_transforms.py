@@ -130,3 +130,40 @@ def test_options_are_checked_when_the_transform_is_made(tmp_path):
         Learn(algorithm="nag", alpha=2.0)
     with pytest.raises(ValueError, match="ReadExamples needs inputs"):
         ReadExamples()
+
+
+def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
+    """12 model keys, blocks of 8 examples, 2 decoded models kept: the evicted ones are decoded
+    from Beam state again, and every prediction and model is the same as with all kept."""
+    from apache_beam.metrics.metric import MetricsFilter
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(records(600))]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = {}
+    for kept in (2, 64):
+        out = tmp_path / str(kept)
+        opts = dict(inputs=[str(path)], model_key_column="region", id_column="id",
+                    chunk_size=8, model_dir=str(out / "models"), predictions=str(out / "pred"),
+                    dead_letter=None, models_in_memory=kept)
+        p = beam.Pipeline(runner=FnApiRunner())
+        _ = p | ReadExamples(**opts) | Learn(**opts)
+        result = p.run()
+        result.wait_until_finish()
+        decoded = result.metrics().query(MetricsFilter().with_name("models_decoded"))
+        predictions = sorted((r["model_key"], r["examples_seen"], r["id"], r["prediction"])
+                             for r in read_output(str(out / "pred")).to_pylist())
+        runs[kept] = (sum(c.committed or 0 for c in decoded["counters"]), predictions,
+                      {k: _state(read_checkpoint(latest_checkpoint(str(out / "models"), k)))
+                       for k in {r["region"] for r in rows}})
+    (few, *results_few), (many, *results_many) = runs[2], runs[64]
+    assert few > many  # the bound evicted models, which were decoded again
+    assert len(results_few[0]) == len(rows)
+    assert results_few == results_many  # bit for bit
+
+
+def _state(table):
+    """A checkpoint's metadata (but when and by which run it was written) and columns."""
+    meta = json.loads(table.schema.metadata[b"unitless"])
+    return ({k: v for k, v in meta.items() if k not in {"time", "token", "checksum"}},
+            {c: table.column(c).to_pylist() for c in table.column_names})

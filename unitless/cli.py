@@ -105,6 +105,10 @@ def parser():
     train.add_argument("--allow-hyperparameter-change", action="store_true",
                        help="with --resume: continue with the hyperparameters given now "
                             "(algorithm, loss, bits, bias and classes can never change)")
+    train.add_argument("--models-in-memory", type=int,
+                       default=LEARN_OPTIONS["models_in_memory"],
+                       help="decoded models a worker keeps between blocks, least recently used "
+                            "dropped first; the others are decoded from Beam state again")
     train.add_argument("--log-every", type=float, default=LEARN_OPTIONS["log_every"], help="seconds between progress logs")
     train.add_argument("--max-dead-fraction", type=float, default=0.5,
                        help="fail the run (exit 2) when more than this fraction of the records "

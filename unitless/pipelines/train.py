@@ -4,6 +4,7 @@ import logging
 import math
 import time
 import typing
+from collections import OrderedDict
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, PickleCoder
@@ -86,9 +87,11 @@ class LearnDoFn(beam.DoFn):
         self.replayed = Metrics.counter("unitless", "replayed_examples_skipped")
         self.loss = Metrics.distribution("unitless", "loss_micros")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
+        self.decoded = Metrics.counter("unitless", "models_decoded")
 
     def setup(self):
-        self.models = {}  # key -> KeyedModel last written to state (skips decoding)
+        self.models = OrderedDict()  # key -> KeyedModel last written to state (skips decoding),
+        # least recently used first, at most cfg.models_in_memory
         self.started = self.last_log = time.time()
         self.seen = 0
         cfg = self.cfg
@@ -116,7 +119,11 @@ class LearnDoFn(beam.DoFn):
             model = cached
         else:
             model = KeyedModel.from_bytes(data)
+            self.decoded.inc()
         self.models[key] = model
+        self.models.move_to_end(key)
+        while len(self.models) > self.cfg.models_in_memory:
+            self.models.popitem(last=False)
         return model
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
