@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -446,6 +447,20 @@ def train_args(inp, predictions, model_dir, dead_letter, *extra, eta=0.5):
     return ["train", "--input", str(inp), "--algorithm", "nag", "--loss", "logistic",
             "--learning-rate", str(eta), "--predictions", str(predictions),
             "--model-dir", str(model_dir), "--dead-letter", str(dead_letter), *map(str, extra)]
+
+
+@contextmanager
+def scratch(workdir, prefix):
+    """The directory ``workdir`` (kept), or a new temporary one removed afterwards."""
+    import shutil
+    import tempfile
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if not workdir:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def unitless_command(args):

@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (ROOT, artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     result_name, run_timed, table, train_args, TreeWatch, unitless_command,
+                     result_name, run_timed, scratch, table, train_args, TreeWatch, unitless_command,
                      write_csv, write_results)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 
@@ -326,13 +326,8 @@ def main():
         workdir=(str, None, "scratch directory (default: a temp dir, removed)"))
     n = args.examples or (20_000 if args.quick else 1_000_000)
     h = header()
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-flink-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch(args.workdir, "unitless-flink-") as work:
         data = run_all(args, n, work)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
     name = result_name("flink", args.quick or n < 1_000_000)
     write_results(name, f"`unitless train --streaming`: FnApiRunner vs Flink p1 and p2, "
                   f"{n:,} examples, {KEYS} keys", h, render(data), data)

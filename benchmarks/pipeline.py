@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, parse_args, artificial_stream, fnum, header,  # noqa: E402
-                     mean_logistic, progress, result_name, run_timed, table, train_args,
+                     mean_logistic, progress, result_name, run_timed, scratch, table, train_args,
                      unitless_command, write_results)
 from _vw import vw_average_loss, vw_command, vw_examples, vw_tagged_scores  # noqa: E402
 
@@ -491,13 +491,8 @@ def main():
     n = args.rows or (20_000 if args.quick else 1_000_000)
     args.repeat = args.repeat or (1 if args.quick else 3)
     h = header()
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="unitless-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch(args.workdir, "unitless-bench-") as work:
         data = run_all(args, n, work)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
     write_results(result_name("pipeline", args.quick),
                   f"`unitless train` pipeline vs Vowpal Wabbit, {n:,} examples × {FEATURES} features",
                   h, render(data), data)
