@@ -30,8 +30,9 @@ def broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
-    """A real S3-compatible object store (MinIO, deploy/s3/local_s3.py) for the session, with the process
-    environment pointing boto3 and Beam's S3 file system at it (so do subprocesses)."""
+    """A real S3-compatible object store (MinIO, deploy/s3/local_s3.py) for the session, with
+    the process environment pointing boto3 and Beam's S3 file system at it (and so the
+    subprocesses' environment)."""
     from deploy.s3.local_s3 import LocalS3
     server = LocalS3(tmp_path_factory.mktemp("s3"))
     saved = dict(os.environ)
@@ -49,5 +50,6 @@ def s3(tmp_path_factory):
 def bucket(s3, request):
     """A fresh bucket's s3:// URL."""
     import re
+    import uuid
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
-    return s3.create_bucket(f"t-{name}-{os.getpid() % 10000}-{id(request) % 10000}")
+    return s3.create_bucket(f"t-{name}-{uuid.uuid4().hex[:12]}")

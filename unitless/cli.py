@@ -213,27 +213,16 @@ def _flink_defaults(options, beam_args):
     built and cached by deploy/flink/build_job_server.sh, or $UNITLESS_FLINK_JOB_SERVER_JAR;
     Beam's own download is not reachable everywhere), an embedded local Flink cluster and
     LOOPBACK workers, unless the command line says otherwise."""
-    import subprocess
     from apache_beam.options.pipeline_options import FlinkRunnerOptions, PortableOptions
+    from .flink import job_server_jar
     given = {a.split("=")[0] for a in beam_args}
     flink = options.view_as(FlinkRunnerOptions)
     if "--flink_job_server_jar" in given or flink.flink_submit_uber_jar:
         return
-    jar = os.environ.get("UNITLESS_FLINK_JOB_SERVER_JAR")
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "deploy", "flink", "build_job_server.sh")
-    if not jar and os.path.isfile(script):
-        built = subprocess.run(["bash", script], stdout=subprocess.PIPE, text=True)
-        jar = (built.stdout.split() or [None])[-1] if built.returncode == 0 else None
-    if not jar:  # installed without the repository: where the script caches it
-        jar = os.path.join(os.environ.get("UNITLESS_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "unitless"),
-            "flink", "beam-2.70.0-flink-1.19", "beam-flink-job-server.jar")
-    if not jar or not os.path.isfile(jar):
-        raise ValueError("--runner FlinkRunner needs --flink_job_server_jar (or "
-                         "$UNITLESS_FLINK_JOB_SERVER_JAR): deploy/flink/build_job_server.sh "
-                         "builds one")
-    flink.flink_job_server_jar = jar
+    try:
+        flink.flink_job_server_jar = str(job_server_jar())
+    except (FileNotFoundError, RuntimeError) as err:
+        raise ValueError(f"--runner FlinkRunner: {err}") from None
     if "--flink_version" not in given:
         flink.flink_version = "1.19"
     if "--flink_master" not in given:

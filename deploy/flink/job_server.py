@@ -45,7 +45,8 @@ from typing import List, Optional
 __all__ = ["FlinkJobServer", "FlinkJobServerError", "job_server_jar", "free_port"]
 
 HERE = Path(__file__).resolve().parent
-BUILD_SCRIPT = HERE / "build_job_server.sh"
+sys.path.insert(0, str(HERE.parents[1]))  # run as a script: the repository's unitless
+from unitless.flink import job_server_jar  # noqa: E402  (one home: also the CLI's)
 HOST = "127.0.0.1"
 DEFAULT_STARTUP_TIMEOUT = 120.0
 
@@ -62,26 +63,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
-
-
-def job_server_jar(build: bool = True, timeout: float = 1800.0) -> Path:
-    """The job server jar: ``$UNITLESS_FLINK_JOB_SERVER_JAR``, else the one
-    ``build_job_server.sh`` prints (building it first when it is not cached and ``build``)."""
-    env = os.environ.get("UNITLESS_FLINK_JOB_SERVER_JAR")
-    if env:
-        jar = Path(env).expanduser()
-        if not jar.is_file():
-            raise FlinkJobServerError(f"UNITLESS_FLINK_JOB_SERVER_JAR={jar}: no such file")
-        return jar
-    if not build:
-        raise FlinkJobServerError("no job server jar given")
-    res = subprocess.run(["bash", str(BUILD_SCRIPT)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         timeout=timeout)
-    if res.returncode != 0:
-        raise FlinkJobServerError(f"{BUILD_SCRIPT} failed ({res.returncode}):\n"
-                                  + "\n".join(res.stderr.splitlines()[-40:]))
-    return Path(res.stdout.strip().splitlines()[-1])
 
 
 def _port_open(port: int) -> bool:

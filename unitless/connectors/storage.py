@@ -15,7 +15,9 @@ one, never part of one:
 * object stores (gs, s3, azfs): straight to the final name. An object appears only when its
   upload completes, whole, and its rename would be a copy and a delete, not atomic. The data
   is in memory before the upload starts, so a failed upload leaves the old object or none.
-* other file systems (hdfs): to a temporary name, then renamed, which is atomic there.
+* other file systems (hdfs): to a temporary name, then renamed. HDFS's rename does not
+  replace a file, so an existing one is deleted first: a reader may briefly find none (for a
+  checkpoint's `latest`, readers then fall back to the files themselves), never part of one.
 
 Object stores have no directories: a "directory" is a prefix, ``makedirs`` does nothing, and
 a directory exists while some object lies under it.
