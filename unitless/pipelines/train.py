@@ -76,7 +76,8 @@ class LearnDoFn(beam.DoFn):
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # pickled (timestamp µs, source, position, block): bytes, which Beam's state cache weighs at
-    # once, where it walks the whole object graph of a block (measured: 18% of a 64-key run)
+    # once, where it walks the whole object graph of a block (its sizing, profiled on 64 keys
+    # and 200k examples: 1.20 s of 6.5 s with the blocks as objects, 0.84 s as bytes)
     WAITING = BagStateSpec("waiting", BytesCoder())
     EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
