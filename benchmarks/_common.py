@@ -463,6 +463,12 @@ def scratch(workdir, prefix):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def relative_command(cmd):
+    """A command line for a results file: paths under the repository and the temp dir short."""
+    import tempfile
+    return cmd.replace(str(ROOT) + "/", "").replace(tempfile.gettempdir() + "/", "$TMP/")
+
+
 def unitless_command(args):
     """The ``unitless`` command (the virtualenv's entry point, else ``python -m unitless.cli``)."""
     exe = Path(sys.executable).parent / "unitless"

@@ -35,16 +35,15 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (ROOT, artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     result_name, run_timed, scratch, table, train_args, TreeWatch, unitless_command,
-                     write_csv, write_results)
+from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
+                     relative_command, result_name, run_timed, scratch, table, train_args,
+                     TreeWatch, unitless_command, write_csv, write_results)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 
 KEYS = 8
@@ -268,7 +267,7 @@ Flink's scaling on a cluster with cores to spare."""
 
 def render(data):
     R, js, eq = data["runs"], data["job_servers"], data["equal_checkpoints"]
-    cmds = "\n".join(f"* {k}: `{_rel(r['command'])}`" for k, r in R.items())
+    cmds = "\n".join(f"* {k}: `{relative_command(r['command'])}`" for k, r in R.items())
     warm = "; ".join(f"{p}: started in {w['startup_s']} s, warm-up job ({w['rows']:,} rows) "
                      f"{w['first_job_wall_s']} s" for p, w in js.items())
     return f"""* data: the artificial stream (21 features, σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), \
@@ -309,10 +308,6 @@ examples: p2/p1 0.71.
 
 {cmds}
 """
-
-
-def _rel(cmd):
-    return cmd.replace(str(ROOT) + "/", "").replace(tempfile.gettempdir() + "/", "$TMP/")
 
 
 # ----------------------------------------------------------------------------------------- main

@@ -34,7 +34,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,8 +43,8 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, parse_args, artificial_stream, fnum, header,  # noqa: E402
-                     mean_logistic, progress, result_name, run_timed, scratch, table, train_args,
-                     unitless_command, write_results)
+                     mean_logistic, progress, relative_command, result_name, run_timed, scratch,
+                     table, train_args, unitless_command, write_results)
 from _vw import vw_average_loss, vw_command, vw_examples, vw_tagged_scores  # noqa: E402
 
 ETA = 0.5
@@ -360,7 +359,8 @@ def intro_md(data):
              f"{data['file_bytes']['vw'] / 2**20:.0f} MiB, identical number strings; every run "
              "is one process timed from outside under `/usr/bin/time -v`",
              f"* {data['vw_note']}", "", "## Commands", ""]
-    lines += [f"* {key}: `{_rel(R[key]['command'])}`" for key in ("unitless", "vw", "unitless_keys64")]
+    lines += [f"* {key}: `{relative_command(R[key]['command'])}`"
+              for key in ("unitless", "vw", "unitless_keys64")]
     return "\n".join(lines)
 
 
@@ -448,7 +448,7 @@ def profile_md(label, p):
                  for r in p["by_own"][:25]])
     return f"""## Profile ({label}): `unitless train` under cProfile, {p['rows']:,} rows
 
-`{_rel(p['command'])}`
+`{relative_command(p['command'])}`
 
 Wall {p['wall_s']:.1f} s under the profiler (its overhead inflates Python-heavy parts). The Beam
 FnApiRunner runs the bundles in the calling thread, so the profile sees all of the pipeline's
@@ -472,10 +472,6 @@ def render(data):
     parts = [intro_md(data), single_md(data, os.cpu_count()), keys_md(data)]
     parts += [profile_md(label, p) for label, p in (data.get("profile") or {}).items()]
     return "\n\n".join(parts)
-
-
-def _rel(cmd):
-    return cmd.replace(str(ROOT) + "/", "").replace(tempfile.gettempdir() + "/", "$TMP/")
 
 
 # ----------------------------------------------------------------------------------------- main

@@ -79,13 +79,9 @@ def open_read(path):
     """A binary, seekable file object of the file at path (FileNotFoundError if absent)."""
     if scheme(path) is None:
         return open(path, "rb")
+    from apache_beam.io.filesystem import CompressionTypes
     if not _fs(path).exists(path):  # else Beam logs an error before it raises
         raise FileNotFoundError(f"no such file: {path}")
-    return _open_remote(path)
-
-
-def _open_remote(path):
-    from apache_beam.io.filesystem import CompressionTypes
     return _fs(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)  # .gz as is
 
 
@@ -107,16 +103,12 @@ def read_bytes(path, limit=-1):
 def read_start(path, limit):
     """The first ``limit`` bytes of the file at path; None when nothing is there; ValueError
     when something other than a regular file is (a directory, a FIFO: never opened)."""
-    if scheme(path) is None:
-        if not os.path.lexists(path):
-            return None
-        if not os.path.isfile(path):
-            raise ValueError("it is not a regular file")
+    if scheme(path) is None and os.path.lexists(path) and not os.path.isfile(path):
+        raise ValueError("it is not a regular file")
+    try:
         return read_bytes(path, limit)
-    if not _fs(path).exists(path):
+    except FileNotFoundError:
         return None
-    with _open_remote(path) as f:
-        return f.read(limit)
 
 
 def read_text(path):
