@@ -422,9 +422,10 @@ def run_library(algorithm, X, labels, loss, **hp):
 
 def library_state(state, k=0):
     spec = ALGORITHMS[state.algorithm]
-    named = {name: state.V[j, k] for j, name in enumerate(spec.vectors)}
+    V, M = state.dense_vectors(), state.dense_matrices()
+    named = {name: V[j, k] for j, name in enumerate(spec.vectors)}
     named.update({name: state.S[k, j] for j, name in enumerate(spec.scalars)})
-    named.update({name: state.M[j, k] for j, name in enumerate(spec.matrices)})
+    named.update({name: M[j, k] for j, name in enumerate(spec.matrices)})
     return named
 
 
@@ -542,9 +543,10 @@ def test_nag_two_examples_by_hand():
     assert -R2 / 16 + R2 / (14 * math.sqrt(17)) == pytest.approx(-0.06388854977081718, rel=1e-12)
     assert_close(result.scores[:, 0], [0.0, -0.4419417382415922], "NAG ŷ")
     assert_close(result.losses, [1.0, 1.4419417382415922], "NAG hinge losses")
-    assert_close(state.V[0, 0], [-0.0019624426422066854, -0.06388854977081718], "NAG w")
-    assert_close(state.V[1, 0], [4.0, 4.0], "NAG s")
-    assert_close(state.V[2, 0], [20.0, 17.0], "NAG G")
+    V = state.dense_vectors()
+    assert_close(V[0, 0], [-0.0019624426422066854, -0.06388854977081718], "NAG w")
+    assert_close(V[1, 0], [4.0, 4.0], "NAG s")
+    assert_close(V[2, 0], [20.0, 17.0], "NAG G")
     assert_close(state.S[0], [2.0, 3.0625], "NAG (t, N)")
 
 
@@ -564,11 +566,12 @@ def test_scinol2_two_examples_by_hand():
     #   η = (1 − 4·0.05, 1 − (−1)(−0.0625)) = (0.8, 0.9375)
     assert_close(result.scores[:, 0], [0.0, -0.2625], "ScInOL2 ŷ")
     assert_close(result.losses, [1.0, 1.2625], "ScInOL2 hinge losses")
-    assert_close(state.V[0, 0], [0.05, -0.0625], "ScInOL2 w")
-    assert_close(state.V[1, 0], [20.0, 17.0], "ScInOL2 S²")
-    assert_close(state.V[2, 0], [-2.0, -3.0], "ScInOL2 G")
-    assert_close(state.V[3, 0], [4.0, 4.0], "ScInOL2 M")
-    assert_close(state.V[4, 0], [0.8, 0.9375], "ScInOL2 η")
+    V = state.dense_vectors()
+    assert_close(V[0, 0], [0.05, -0.0625], "ScInOL2 w")
+    assert_close(V[1, 0], [20.0, 17.0], "ScInOL2 S²")
+    assert_close(V[2, 0], [-2.0, -3.0], "ScInOL2 G")
+    assert_close(V[3, 0], [4.0, 4.0], "ScInOL2 M")
+    assert_close(V[4, 0], [0.8, 0.9375], "ScInOL2 η")
 
 
 @pytest.mark.parametrize("name,reference", [("nag", ref_nag), ("scinol2", ref_scinol2)])

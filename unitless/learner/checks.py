@@ -18,7 +18,9 @@ import functools
 import numpy as np
 
 from .examples import dense_batch, make_batch
-from .online import InvalidExampleError, learn, learn_or_refuse
+from .kernel import run_batch
+from .losses import LOSS_CODES
+from .online import InvalidExampleError, learn, learn_or_refuse, learner_labels
 from .registry import get_algorithm
 from .state import from_arrow, new_state, to_arrow
 
@@ -54,7 +56,8 @@ def _same_bits(a, b, what):
 
 
 def _same_state(a, b, what="state"):
-    for name, x, y in (("V", a.V, b.V), ("M", a.M, b.M), ("S", a.S, b.S)):
+    for name, x, y in (("V", a.dense_vectors(), b.dense_vectors()),
+                       ("M", a.dense_matrices(), b.dense_matrices()), ("S", a.S, b.S)):
         _same_bits(x, y, f"{what}: {name}")
 
 
@@ -168,7 +171,7 @@ def check_one_against_all(algorithm):
         scores, binary = run(algorithm, X, np.where(labels == k + 1, 1.0, -1.0))
         _same_bits(result.scores[:, k].copy(), scores, f"class {k + 1}: one-against-all vs "
                                                         f"binary predictions")
-        _same_bits(state.V[:, k].copy(), binary.V[:, 0].copy(),
+        _same_bits(state.dense_vectors()[:, k].copy(), binary.dense_vectors()[:, 0].copy(),
                    f"class {k + 1}: one-against-all vs binary state vectors")
 
 
@@ -205,15 +208,54 @@ def check_arrow_rows(algorithm):
                                 values.reshape(-1), rng.integers(1, 4, size=n).astype(float)))
     table = to_arrow(state)
     init = new_state(algorithm, 300, "logistic", n_classes=3)
-    changed = (state.V != init.V).any(axis=0) | (state.M != init.M).any(axis=(0, 3))
+    changed = ((state.dense_vectors() != init.dense_vectors()).any(axis=0)
+               | (state.dense_matrices() != 0).any(axis=(0, 3)))
     rows = sorted(zip(table.column("class").to_pylist(), table.column("index").to_pylist()))
     assert sorted(zip(*(a.tolist() for a in np.nonzero(changed)))) == rows, \
         "the Arrow rows are not the (class, feature) pairs whose state changed"
     assert set(table.column("index").to_pylist()) <= set(used.tolist()), \
         "an Arrow row for a feature no example carried"
-    restored = from_arrow(table)
-    _same_bits(restored.V, state.V, "V restored from the sparse table")
-    _same_bits(restored.M, state.M, "M restored from the sparse table")
+    _same_state(from_arrow(table), state, "restored from the sparse table")
+
+
+def check_slots_equal_dense_layout(algorithm):
+    """Keeping state only for the features examples carried (slots, in order of first
+    appearance) gives bit for bit the predictions, losses and state of the compiled loop run on
+    state laid out over all ``dim`` features and fed the feature indices themselves: sparse
+    examples over 40 of 512 features that appear over time, in any order within an example,
+    binary and with 3 one-against-all classes, in batches of 1 to 50."""
+    rng = np.random.default_rng(8)
+    dim, n = 512, 400
+    used = rng.choice(dim, size=40, replace=False)
+    scale = 10.0 ** rng.integers(-3, 4, size=40)
+    for n_classes in (1, 3):
+        state = new_state(algorithm, dim, "logistic", n_classes=n_classes)
+        V = np.empty((state.V.shape[0], n_classes, dim))
+        V[...] = state.initial()[:, None, None]
+        M, S = np.zeros(state.M.shape[:2] + (dim, dim)), state.S.copy()
+        start = 0
+        while start < n:
+            size = int(rng.integers(1, 51))
+            rows = [rng.permutation(min(40, 3 + (start + r) // 8))[:rng.integers(1, 7)]
+                    for r in range(size)]  # features 0..k of ``used``, k growing over time
+            cols = np.concatenate(rows)
+            labels = (rng.integers(1, 4, size) if n_classes > 1
+                      else rng.choice([-1.0, 1.0], size)).astype(float)
+            batch = make_batch(np.concatenate([[0], np.cumsum([len(r) for r in rows])]),
+                               used[cols], rng.normal(size=len(cols)) * scale[cols], labels)
+            result = learn(state, batch)
+            scores, losses = np.empty((size, n_classes)), np.empty(size)
+            run_batch(state.spec.code, V, M, S, state.hp_array(), LOSS_CODES["logistic"], 0.5,
+                      batch.indptr, batch.indices, batch.values, learner_labels(state, labels),
+                      batch.weights, scores, losses)
+            _same_bits(result.scores, scores, f"{n_classes} classes: predictions")
+            _same_bits(result.losses, losses, f"{n_classes} classes: losses")
+            start += size
+        _same_bits(state.dense_vectors(), V, f"{n_classes} classes: state vectors")
+        _same_bits(state.dense_matrices(), M, f"{n_classes} classes: state matrices")
+        _same_bits(state.S, S, f"{n_classes} classes: scalars")
+        assert state.n_slots == len(np.unique(used)) and state.capacity < dim, \
+            f"{state.n_slots} slots, room for {state.capacity}: not kept per feature carried"
 
 
 def _set(array, position, value):
@@ -272,9 +314,10 @@ def check_saturated_gradient(algorithm):
     leaves the state finite: an update dividing by Σg² must be skipped, not divide by zero."""
     spec = get_algorithm(algorithm)
     state = new_state(algorithm, 2, "logistic")
-    state.V[0, 0, 0] = 400.0  # w
+    slot = state.map_features([0])[0]
+    state.V[0, 0, slot] = 400.0  # w
     if spec.scale:
-        state.V[spec.vectors.index(spec.scale), 0, 0] = 1.0  # feature 0 seen at scale 1
+        state.V[spec.vectors.index(spec.scale), 0, slot] = 1.0  # feature 0 seen at scale 1
     learn(state, dense_batch([[1.0]], [1]))
     assert all(np.isfinite(a).all() for a in (state.V, state.M, state.S)), \
         "the state is not finite after a saturated example"
@@ -322,7 +365,7 @@ INVARIANCE_CHECKS = {
 }
 
 GENERIC_CHECKS = (
-    check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
+    check_slots_equal_dense_layout, check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
     check_arrow_round_trip, check_arrow_rows, check_bad_examples_refused, check_explicit_zeros,
     check_saturated_gradient, check_non_finite_outcome_refused,
 )

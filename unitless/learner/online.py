@@ -5,7 +5,6 @@ import numpy as np
 
 from .kernel import run_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
-from .state import initial_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
 # of a few such values stay finite in float64 (1e100² = 1e200 < 1.8e308).
@@ -87,19 +86,18 @@ def learn(state, batch):
     problems = check_batch(state, batch)
     if problems:
         raise InvalidExampleError(*problems[0])
-    return _learn_checked(state, batch)
+    return _learn_checked(state, batch, state.map_features(batch.indices))
 
 
-def _learn_checked(state, batch):
-    """``learn`` on a batch already checked."""
+def _learn_checked(state, batch, slots):
+    """``learn`` on a batch already checked whose features are at ``slots``."""
     n = len(batch)
     scores = np.empty((n, state.n_classes))
     losses = np.empty(n)
     run_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
-              batch.indptr, batch.indices, batch.values, learner_labels(state, batch.labels),
+              batch.indptr, slots, batch.values, learner_labels(state, batch.labels),
               batch.weights, scores, losses)
-    state.mark_seen(batch.indices)
     state.examples_seen += n
     # summed one example after the other (not pairwise): the same total however the stream is
     # cut into batches
@@ -136,8 +134,9 @@ def _learn_finite(state, batch, rows, parts, refused):
     the examples responsible (learning the others in order)."""
     if not len(batch):
         return
-    snapshot = _Snapshot(state, batch.indices)
-    result = _learn_checked(state, batch)
+    slots = state.map_features(batch.indices)
+    snapshot = _Snapshot(state, slots)
+    result = _learn_checked(state, batch, slots)
     problem = snapshot.non_finite(state, result)
     if problem is None:
         parts.append((rows, result))
@@ -152,18 +151,20 @@ def _learn_finite(state, batch, rows, parts, refused):
 
 
 class _Snapshot:
-    """The part of a state that learning a batch can change: the coordinates some example has
-    carried (``active``) or this batch carries, the scalars and the counters. Every other
-    coordinate holds its initial value, and gets it back on ``restore``: a non-finite step can
-    reach it (a loop over all d coordinates multiplies NaN by their zero)."""
+    """The part of a state that learning a batch whose features are at ``slots`` can change:
+    those slots (every slot, for a learner with matrices: its step writes across them), the
+    scalars and the counters. Slots not taken hold the initial values and get them back on
+    ``restore``: a non-finite step can reach them (a loop over every coordinate multiplies NaN
+    by their zero). The batch's new features keep their slots, at their initial values, which
+    is the same as having none."""
 
-    def __init__(self, state, indices):
-        self.touched = np.union1d(state.active, indices)
+    def __init__(self, state, slots):
+        n = state.n_slots
+        self.touched = np.arange(n) if state.M.shape[0] else np.unique(slots)
         t = self.touched
         self.V = state.V[:, :, t]
-        self.M = state.M[:, :, t][:, :, :, t] if state.M.size else None
+        self.M = state.M[:, :, t][:, :, :, t] if state.M.shape[0] else None
         self.S = state.S.copy()
-        self.active = state.active
         self.counters = (state.examples_seen, state.cumulative_loss)
 
     def non_finite(self, state, result):
@@ -179,29 +180,25 @@ class _Snapshot:
         return None
 
     def restore(self, state):
-        t = self.touched
-        untouched = np.ones(state.dim, dtype=bool)
-        untouched[t] = False
-        for j, (_, init) in enumerate(initial_values(state.spec, state.hyperparameters)):
-            state.V[j][:, untouched] = init
+        t, n = self.touched, state.n_slots
+        state.V[:, :, n:] = state.initial()[:, None, None]
         state.V[:, :, t] = self.V
         if self.M is not None:
-            state.M[:, :, untouched, :] = 0.0
-            state.M[:, :, :, untouched] = 0.0
+            state.M[:, :, n:, :] = 0.0
+            state.M[:, :, :, n:] = 0.0
             state.M[np.ix_(range(state.M.shape[0]), range(state.M.shape[1]), t, t)] = self.M
         state.S[...] = self.S
-        state.seen[np.setdiff1d(state.active, self.active)] = False
-        state.active = self.active
         state.examples_seen, state.cumulative_loss = self.counters
 
 
 def predict(state, batch):
     """Scores ŷ = wᵀx with the weights as they are, learning nothing: shape [n, K]."""
-    W = state.weights
-    rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
+    slots = state.find_features(batch.indices)
+    known = slots >= 0  # a feature no example carried has weight 0
+    rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))[known]
     scores = np.zeros((len(batch), state.n_classes))
     for k in range(state.n_classes):
-        np.add.at(scores[:, k], rows, W[k, batch.indices] * batch.values)
+        np.add.at(scores[:, k], rows, state.V[0, k, slots[known]] * batch.values[known])
     return scores
 
 

@@ -39,6 +39,9 @@ class Algorithm:
     reference: str = ""
     scale: str = None  # the vector holding each feature's scale as the learner sees it
     about: dict = field(default_factory=dict)  # hyperparameter -> what it means for this learner
+    # True when the step reads every feature's state, not only the example's (a sum or matrix
+    # over all features): its state is kept in feature-index order (``LearnerState.map_features``)
+    scans_all: bool = False
 
     @property
     def code(self):
@@ -73,11 +76,13 @@ ALGORITHMS = {a.name: a for a in [
               scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)"),
     Algorithm("omd_pnorm", omd_pnorm_step, ("w", "theta", "b"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("m", "B"), invariance="diagonal",
-              scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
+              scale="b", scans_all=True,
+              reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
     Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"), about=_KOTLOWSKI_ALPHA,
               invariance="diagonal", reference="Kotłowski 2017, Alg. 1"),
     Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",), about=_KOTLOWSKI_ALPHA,
-              matrices=("S_pinv", "P", "S"), invariance="linear", scale="D", reference="Kotłowski 2017, Alg. 2"),
+              matrices=("S_pinv", "P", "S"), invariance="linear", scale="D",
+              scans_all=True, reference="Kotłowski 2017, Alg. 2"),
     Algorithm("scinol1", scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
               scalars=("t",), about=_SCINOL_EPSILON, initial={"beta": "epsilon"},
               invariance="diagonal",

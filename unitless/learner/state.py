@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from . import slots
 from .losses import LOSS_CODES, LIPSCHITZ
 from .registry import MAX_MATRIX_DIM, check_hyperparameter, get_algorithm
 
@@ -25,52 +26,142 @@ CHANGED_IN_VERSION_2 = {"kotlowski1", "kotlowski2", "omd_diagonal", "snag"}
 
 @dataclass
 class LearnerState:
+    """A learner's state, kept only for the features examples have carried.
+
+    Feature i's state is column ``slot`` of every vector (and row and column ``slot`` of every
+    matrix), where ``slot_index[slot] == i`` (``slots.py``); slots n_slots.. hold the initial
+    values. ``map_features`` gives a batch's features their slots, growing the arrays as it
+    goes; ``dense_vectors``/``dense_matrices`` lay the state out over all ``dim`` features.
+    """
     algorithm: str
     loss: str
     dim: int
     n_classes: int               # 1: binary or regression; K > 1: one-against-all, labels 1..K
     hyperparameters: dict
-    V: np.ndarray                # vectors  [len(vectors), K, dim]
-    M: np.ndarray                # matrices [len(matrices), K, dim, dim]
+    V: np.ndarray                # vectors  [len(vectors), K, capacity], by slot
+    M: np.ndarray                # matrices [len(matrices), K, capacity, capacity], by slot
     S: np.ndarray                # scalars  [K, len(scalars)]
     bias_index: int = -1         # feature index of the constant feature, -1 if none
     examples_seen: int = 0
     cumulative_loss: float = 0.0
     feature_names: dict = field(default_factory=dict)  # index -> name, where known
-    seen: np.ndarray = None      # bool [dim]: features some example has carried
-    active: np.ndarray = None    # int64, sorted: the indices where ``seen`` holds
+    slot_index: np.ndarray = None  # int64 [capacity]: the feature index of each slot
+    n_slots: int = 0               # slots taken: one per feature some example has carried
+    table: np.ndarray = None       # feature index -> slot (slots.py), with its hash shift
+    shift: int = 0
 
     def __post_init__(self):
-        if self.seen is None:
-            self.seen = np.zeros(self.dim, dtype=bool)
-            self.active = np.zeros(0, dtype=np.int64)
-
-    def mark_seen(self, indices):
-        """Record the features of a batch: only they can leave their initial state."""
-        new = indices[~self.seen[indices]]
-        if new.size:  # (new may repeat an index many times: no sort or unique of it)
-            self.seen[new] = True
-            self.active = np.flatnonzero(self.seen)
+        if self.slot_index is None:
+            capacity = self.V.shape[2]
+            self.slot_index = np.zeros(capacity, dtype=np.int64)
+            self.table, self.shift = slots.new_table(capacity)
 
     @property
     def spec(self):
         return get_algorithm(self.algorithm)
 
+    @property
+    def capacity(self):
+        return self.slot_index.shape[0]
+
+    @property
+    def active(self):
+        """The features some example has carried, in index order (only they can differ from
+        the initial state)."""
+        return np.sort(self.slot_index[:self.n_slots])
+
+    def initial(self):
+        """The value every coordinate of each vector starts at: [len(vectors)]."""
+        return np.array([v for _, v in initial_values(self.spec, self.hyperparameters)])
+
+    def map_features(self, indices):
+        """The slots of these feature indices (int64, same shape), giving new features slots.
+
+        Learners whose step reads every feature's state (``Algorithm.scans_all``) keep their
+        slots in index order, so that their sums run in the order they would over all ``dim``
+        features: new features move the others along.
+        """
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        out = np.empty(indices.shape[0], dtype=np.int64)
+        before = self.n_slots
+        done = 0
+        while True:
+            mapped, self.n_slots = slots.assign(self.table, self.shift, self.slot_index,
+                                                self.n_slots, indices[done:], out[done:])
+            done += mapped
+            if done == indices.shape[0]:
+                break
+            self._grow(2 * self.capacity)
+        if self.spec.scans_all and self.n_slots > before:
+            out = self._sort_slots()[out]
+        return out
+
+    def find_features(self, indices):
+        """The slots of these feature indices, -1 for a feature without one; nothing changes."""
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        out = np.empty(indices.shape[0], dtype=np.int64)
+        slots.find(self.table, self.shift, indices, out)
+        return out
+
+    def _grow(self, capacity):
+        """Room for ``capacity`` slots; the new ones hold the initial values."""
+        n_vectors, K, old = self.V.shape
+        V = np.empty((n_vectors, K, capacity))
+        V[:, :, :old] = self.V
+        V[:, :, old:] = self.initial()[:, None, None]
+        M = np.zeros((self.M.shape[0], K, capacity, capacity))
+        M[:, :, :old, :old] = self.M
+        slot_index = np.zeros(capacity, dtype=np.int64)
+        slot_index[:old] = self.slot_index
+        self.V, self.M, self.slot_index = V, M, slot_index
+        self._rebuild_table()
+
+    def _sort_slots(self):
+        """Renumber the slots in index order; returns the new slot of each old one."""
+        n = self.n_slots
+        order = np.argsort(self.slot_index[:n], kind="stable")
+        self.V[:, :, :n] = self.V[:, :, order]
+        if self.M.shape[0]:
+            self.M[:, :, :n, :n] = self.M[:, :, order][:, :, :, order]
+        self.slot_index[:n] = self.slot_index[order]
+        self._rebuild_table()
+        new_slot = np.empty(n, dtype=np.int64)
+        new_slot[order] = np.arange(n)
+        return new_slot
+
+    def _rebuild_table(self):
+        self.table, self.shift = slots.new_table(self.capacity)
+        slots.rebuild(self.table, self.shift, self.slot_index, self.n_slots)
+
     def hp_array(self):
         return np.array([self.hyperparameters[h] for h in self.spec.hyperparameters],
                         dtype=np.float64)
 
+    def dense_vectors(self):
+        """The vectors over all ``dim`` features: [len(vectors), K, dim] (small models: tests)."""
+        out = np.empty(self.V.shape[:2] + (self.dim,))
+        out[...] = self.initial()[:, None, None]
+        out[:, :, self.slot_index[:self.n_slots]] = self.V[:, :, :self.n_slots]
+        return out
+
+    def dense_matrices(self):
+        """The matrices over all ``dim`` features: [len(matrices), K, dim, dim]."""
+        n, on = self.n_slots, self.slot_index[:self.n_slots]
+        out = np.zeros(self.M.shape[:2] + (self.dim, self.dim))
+        out[np.ix_(range(out.shape[0]), range(out.shape[1]), on, on)] = self.M[:, :, :n, :n]
+        return out
+
     @property
     def weights(self):
-        """The weight vector w, shape [K, dim]."""
-        return self.V[0]
+        """The weight vector w over all ``dim`` features, shape [K, dim]."""
+        return self.dense_vectors()[0]
 
     def copy(self):
         return LearnerState(self.algorithm, self.loss, self.dim, self.n_classes,
                             dict(self.hyperparameters), self.V.copy(), self.M.copy(),
                             self.S.copy(), self.bias_index, self.examples_seen,
-                            self.cumulative_loss, dict(self.feature_names), self.seen.copy(),
-                            self.active.copy())
+                            self.cumulative_loss, dict(self.feature_names),
+                            self.slot_index.copy(), self.n_slots, self.table.copy(), self.shift)
 
     def metadata(self):
         return {
@@ -86,6 +177,10 @@ class LearnerState:
             "cumulative_loss": self.cumulative_loss,
             "progressive_loss": self.cumulative_loss / max(self.examples_seen, 1),
         }
+
+
+# Slots a new learner has room for; the arrays double when they fill.
+INITIAL_CAPACITY = 16
 
 
 def new_state(algorithm, dim, loss="logistic", n_classes=1, bias_index=-1, **hyperparameters):
@@ -113,12 +208,11 @@ def new_state(algorithm, dim, loss="logistic", n_classes=1, bias_index=-1, **hyp
     K = max(int(n_classes), 1)
     state = LearnerState(
         algorithm, loss, int(dim), K, hp,
-        V=np.zeros((len(spec.vectors), K, dim)),
-        M=np.zeros((len(spec.matrices), K, dim, dim)),
+        V=np.zeros((len(spec.vectors), K, INITIAL_CAPACITY)),
+        M=np.zeros((len(spec.matrices), K, INITIAL_CAPACITY, INITIAL_CAPACITY)),
         S=np.zeros((K, len(spec.scalars))),
         bias_index=int(bias_index))
-    for j, (name, init) in enumerate(initial_values(spec, hp)):
-        state.V[j] = init
+    state.V[...] = state.initial()[:, None, None]
     return state
 
 
@@ -132,22 +226,24 @@ def initial_values(spec, hp):
 def to_arrow(state, extra_metadata=None):
     """The state as an Arrow table (see module docstring)."""
     spec = state.spec
-    K, dim = state.n_classes, state.dim
-    init = np.array([v for _, v in initial_values(spec, state.hyperparameters)])
-    active = state.active  # only features some example carried can differ from the start
-    changed = (state.V[:, :, active] != init[:, None, None]).any(axis=0)  # [K, active]
+    dim = state.dim
+    order = np.argsort(state.slot_index[:state.n_slots], kind="stable")  # slots by index
+    active = state.slot_index[order]  # only features some example carried can have changed
+    V = state.V[:, :, order]
+    changed = (V != state.initial()[:, None, None]).any(axis=0)  # [K, active]
     if state.M.shape[0]:
-        changed |= (state.M[:, :, active] != 0).any(axis=(0, 3))
+        changed |= (state.M[:, :, order] != 0).any(axis=(0, 3))
     cls, j = np.nonzero(changed)
     idx = active[j]
     names = [state.feature_names.get(int(i)) for i in idx]
     columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx.astype(np.int64)),
                "name": pa.array(names, type=pa.string())}
-    for j, name in enumerate(spec.vectors):
-        columns[name] = pa.array(state.V[j][cls, idx])
-    for j, name in enumerate(spec.matrices):
-        rows = state.M[j][cls, idx].reshape(-1)
-        columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(rows), dim)
+    for v, name in enumerate(spec.vectors):
+        columns[name] = pa.array(V[v][cls, j])
+    for m, name in enumerate(spec.matrices):
+        rows = np.zeros((len(idx), dim))  # each row over all dim features
+        rows[:, active] = state.M[m][cls, order[j]][:, order]
+        columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1)), dim)
     meta = state.metadata()
     if extra_metadata:
         meta.update(extra_metadata)
@@ -199,16 +295,21 @@ def from_arrow(table):
         raise ValueError(f"a {algorithm} model of dimension {dim} with {n_classes} classes is "
                          "too large to load") from None
     state.hyperparameters = hp
+    rows = [flat.reshape(len(idx), dim) for flat in matrices]
+    # every feature with a row, or with a non-zero entry in a matrix row, gets a slot
+    features = np.union1d(idx, np.flatnonzero(np.any([(r != 0).any(axis=0) for r in rows],
+                                                     axis=0)) if rows else idx)
+    feature_slots = state.map_features(features)
+    slot = feature_slots[np.searchsorted(features, idx)]
     for j, values in enumerate(vectors):
-        state.V[j][cls, idx] = values
-    for j, flat in enumerate(matrices):
-        state.M[j][cls, idx] = flat.reshape(len(idx), state.dim)
+        state.V[j][cls, slot] = values
+    for j, matrix_rows in enumerate(rows):
+        state.M[j][cls[:, None], slot[:, None], feature_slots[None, :]] = matrix_rows[:, features]
     for j, values in enumerate(scalars):
         state.S[:, j] = values
     state.examples_seen = examples_seen
     state.cumulative_loss = cumulative_loss
     state.feature_names = {int(i): n for i, n in zip(idx, names) if n is not None}
-    state.mark_seen(idx)
     return state
 
 
