@@ -1,5 +1,6 @@
 """The training pipeline: read examples, key them by model, predict-then-update in a stateful
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
+import itertools
 import logging
 import math
 import pickle
@@ -8,6 +9,7 @@ import typing
 from collections import OrderedDict
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
@@ -15,10 +17,11 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               on_timer)
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
-from ..connectors.records import dead_letter_table
+from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from .checkpoints import load_latest, model_keys, write_checkpoint
 from .config import check_resume, configure, learner_check, new_learner
@@ -28,10 +31,45 @@ from .keyed_model import KeyedModel
 log = logging.getLogger("unitless")
 
 
-def key_by_model():
-    """ExampleBlock -> (model key, block) per key present; str keys (a deterministic coder)."""
-    return beam.FlatMap(lambda block: block.split_by_key()).with_output_types(
-        typing.Tuple[str, typing.Any])
+class KeyByModel(beam.DoFn):
+    """ExampleBlock -> (model key, block): a key's examples of one source, gathered over the
+    bundle's blocks into blocks of up to ``size`` examples, in position order.
+
+    Many keys cut each input block into many small pieces, and each element costs a keyed step
+    the same fixed work (Beam state and timers) whatever its size: gathered, a key pays it per
+    ``size`` examples or per bundle, not per input block. Only pieces with the same timestamp
+    and window are gathered (all of a file's blocks; a Kafka partition stamps each block
+    later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
+    """
+
+    def __init__(self, size):
+        self.size = size
+
+    def start_bundle(self):
+        self.pending = {}  # (key, source, window) -> [pieces, examples, latest timestamp]
+
+    def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        for key, piece in block.split_by_key():
+            if piece.source is None:  # the user's own records: no positions to order by
+                yield key, piece
+                continue
+            group = (key, piece.source, timestamp, window)
+            pieces = self.pending.setdefault(group, [])
+            pieces.append(piece)
+            if sum(map(len, pieces)) >= self.size:
+                del self.pending[group]
+                yield key, ExampleBlock.concat(pieces)
+
+    def finish_bundle(self):
+        for (key, _, timestamp, window), pieces in self.pending.items():
+            yield WindowedValue((key, ExampleBlock.concat(pieces)), timestamp, [window])
+        self.pending = {}
+
+
+def key_by_model(size):
+    """ExampleBlock -> (model key, block), see ``KeyByModel``; str keys (a deterministic
+    coder)."""
+    return beam.ParDo(KeyByModel(size)).with_output_types(typing.Tuple[str, typing.Any])
 
 
 def new_keyed_model(cfg, key):
@@ -47,6 +85,33 @@ def new_keyed_model(cfg, key):
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
             return model
     return KeyedModel(key, new_learner(cfg))
+
+
+def weigh_state_without_scanning_modules():
+    """Make the worker's Beam state cache weigh values without listing every module's globals.
+
+    The Python SDK weighs each value it caches (every state read that misses, every write)
+    with objsize, which first collects the ids of all globals of all loaded modules so as not
+    to count them: about 1.1 ms a call here (some 1,800 modules), 11 calls per model key for a
+    key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
+    are bytes, ints and lists of them, which reach no module globals, so the scan changes
+    nothing for them; for other state in the same worker, a value reaching a module's globals
+    is now counted heavier, which makes the cache evict sooner, never hold more. Applied once
+    per worker process; without the function it replaces (another Beam), nothing changes.
+    """
+    from apache_beam.runners.worker import statecache
+    original = getattr(statecache, "get_deep_size", None)
+    if original is None or getattr(original, "unitless", False):
+        return
+    import objsize
+
+    def get_deep_size(*objs):
+        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
+                                     get_referents_func=statecache._get_referents_func,
+                                     filter_func=statecache._filter_func,
+                                     exclude_modules_globals=False)
+    get_deep_size.unitless = True
+    statecache.get_deep_size = get_deep_size
 
 
 class LearnDoFn(beam.DoFn):
@@ -94,8 +159,9 @@ class LearnDoFn(beam.DoFn):
         self.decoded = Metrics.counter("unitless", "models_decoded")
 
     def setup(self):
-        self.models = OrderedDict()  # key -> KeyedModel last written to state (skips decoding),
-        # least recently used first, at most cfg.models_in_memory
+        weigh_state_without_scanning_modules()
+        self.models, self.model_bytes, self.held = OrderedDict(), {}, 0  # key -> KeyedModel last written to state (skips decoding),
+        # least recently used first, at most cfg.models_in_memory holding cfg.model_memory_mib
         self.started = self.last_log = time.time()
         self.seen = 0
         cfg = self.cfg
@@ -124,11 +190,20 @@ class LearnDoFn(beam.DoFn):
         else:
             model = KeyedModel.from_bytes(data)
             self.decoded.inc()
+        self._keep(key, model)
+        return model
+
+    def _keep(self, key, model):
+        """Keep the key's model decoded (most recently used), dropping the least recently used
+        others past the count or the bytes allowed (bytes as of each model's last use)."""
+        self.held += model.state.nbytes - self.model_bytes.get(key, 0)
+        self.model_bytes[key] = model.state.nbytes
         self.models[key] = model
         self.models.move_to_end(key)
-        while len(self.models) > self.cfg.models_in_memory:
-            self.models.popitem(last=False)
-        return model
+        while len(self.models) > 1 and (len(self.models) > self.cfg.models_in_memory
+                                        or self.held > self.cfg.model_memory_mib << 20):
+            old, _ = self.models.popitem(last=False)
+            self.held -= self.model_bytes.pop(old)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING), earliest=beam.DoFn.StateParam(EARLIEST),
@@ -189,8 +264,18 @@ class LearnDoFn(beam.DoFn):
         if not ready:
             return
         model = self._model(key, stored)
-        for _, _, _, block in ready:
-            yield from self._learn(model, block)
+        # a source's blocks with one timestamp are ready together: learned in position order
+        # (gathered blocks, see KeyByModel, may interleave), ``chunk_size`` examples at a time;
+        # the user's own records (no source) one block after the other, as they came
+        size = self.cfg.chunk_size
+        for (_, source), same in itertools.groupby(ready, key=lambda b: b[:2]):
+            same = [b[3] for b in same]
+            if source != "" and len(same) > 1:
+                whole = ExampleBlock.concat(same)
+                same = [whole.take(np.arange(a, min(a + size, len(whole))))
+                        for a in range(0, len(whole), size)]
+            for block in same:
+                yield from self._learn(model, block)
         stored.write(model.to_bytes())
 
     def _learn(self, model, block):
@@ -293,7 +378,7 @@ class Learn(beam.PTransform):
         check_before_start(cfg)
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
-        learned = (blocks | "Key by model" >> key_by_model()
+        learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
             (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
