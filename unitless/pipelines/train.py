@@ -46,7 +46,7 @@ class KeyByModel(beam.DoFn):
         self.size = size
 
     def start_bundle(self):
-        self.pending = {}  # (key, source, window) -> [pieces, examples, latest timestamp]
+        self.pending = {}  # (key, source, timestamp, window) -> [pieces, examples in them]
 
     def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
         for key, piece in block.split_by_key():
@@ -54,14 +54,15 @@ class KeyByModel(beam.DoFn):
                 yield key, piece
                 continue
             group = (key, piece.source, timestamp, window)
-            pieces = self.pending.setdefault(group, [])
-            pieces.append(piece)
-            if sum(map(len, pieces)) >= self.size:
+            entry = self.pending.setdefault(group, [[], 0])
+            entry[0].append(piece)
+            entry[1] += len(piece)
+            if entry[1] >= self.size:
                 del self.pending[group]
-                yield key, ExampleBlock.concat(pieces)
+                yield key, ExampleBlock.concat(entry[0])
 
     def finish_bundle(self):
-        for (key, _, timestamp, window), pieces in self.pending.items():
+        for (key, _, timestamp, window), (pieces, _) in self.pending.items():
             yield WindowedValue((key, ExampleBlock.concat(pieces)), timestamp, [window])
         self.pending = {}
 
@@ -194,8 +195,9 @@ class LearnDoFn(beam.DoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
-        self.models, self.model_bytes, self.held = OrderedDict(), {}, 0  # key -> KeyedModel last written to state (skips decoding),
-        # least recently used first, at most cfg.models_in_memory holding cfg.model_memory_mib
+        # key -> KeyedModel last written to state (skips decoding), least recently used first,
+        # at most cfg.models_in_memory holding cfg.model_memory_mib; the bytes each held
+        self.models, self.model_bytes, self.held = OrderedDict(), {}, 0
         self.started = self.last_log = time.time()
         self.seen = 0
         cfg = self.cfg
@@ -252,11 +254,11 @@ class LearnDoFn(beam.DoFn):
             stored.write(model.to_bytes())
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
-        position = int(block.positions[0]) if block.source is not None else -1
-        last = int(block.positions[-1]) if block.source is not None else -1
-        waiting.add(waiting_entry((timestamp.micros, block.source or "", position, last), block))
-        first = earliest.read()
-        if first is None or timestamp.micros < first:
+        first, last = ((int(block.positions.min()), int(block.positions.max()))
+                       if block.source is not None else (-1, -1))
+        waiting.add(waiting_entry((timestamp.micros, block.source or "", first, last), block))
+        release_at = earliest.read()
+        if release_at is None or timestamp.micros < release_at:
             earliest.write(timestamp.micros)
             release.set(timestamp)
 
