@@ -10,7 +10,8 @@ Parquet predictions, a checkpoint per key at the end) as a process of its own un
 case (``-b 18`` / ``-b 24``, ``python -m vowpalwabbit``: its C++ driver). Every run must predict
 every example exactly once.
 
-Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key's peak) / keys)
+Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key's peak) / keys;
+"≤ 0" where the run peaked below the single key's, whose input held in Beam state dominates)
 and examples/s relative to the single key at the same bits. Targets (issue #13): 10,000 keys
 within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the single key's
 examples/s; the single model's peak RSS ≤ 4× VW's.
@@ -116,8 +117,9 @@ def render(data):
             key = name.split()[1]
             split = "—" if key == "one" else next(s for s, c in SPLITS.items() if key[0] == c)
             k = 1 if key == "one" else int(key[1:])
-            per_key = "—" if k == 1 else fnum(
-                (r["max_rss_mib"] - one["max_rss_mib"]) * 1024 / k, 3, sci=False)
+            extra = r["max_rss_mib"] - one["max_rss_mib"]
+            per_key = ("—" if k == 1 else "≤ 0" if extra <= 0
+                       else fnum(extra * 1024 / k, 3, sci=False))
             rows.append([bits, split, f"{k:,}", fnum(r["wall_s"], 3, sci=False),
                          f"{n / r['wall_s']:,.0f}", fnum(one["wall_s"] / r["wall_s"], 3),
                          fnum(r["max_rss_mib"], 4, sci=False), per_key])

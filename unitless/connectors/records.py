@@ -49,8 +49,22 @@ class ExampleBlock:
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-        return [(keys[k], self.take(order[bounds[k]:bounds[k + 1]])) for k in range(len(keys))
+        grouped = self.take(order)  # one gather; each key's examples are then a slice of it
+        return [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
                 if bounds[k + 1] > bounds[k]]
+
+    def slice(self, start, stop):
+        """Examples start..stop-1 as a new block (without the raw records): numpy views, and
+        Arrow arrays of their own (a pickled Arrow slice would carry its parent's buffers)."""
+        a, b = self.indptr[start], self.indptr[stop]
+        return ExampleBlock(self.source, self.positions[start:stop],
+                            pa.concat_arrays([self.ids.slice(start, stop - start)]),
+                            pa.concat_arrays([self.keys.slice(start, stop - start)]),
+                            self.labels[start:stop],
+                            self.weights[start:stop], self.indptr[start:stop + 1] - a,
+                            self.indices[a:b], self.values[a:b], self.names, None,
+                            self.event_times[start:stop] if self.event_times is not None
+                            else None)
 
     @staticmethod
     def concat(blocks):
