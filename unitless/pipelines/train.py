@@ -177,10 +177,12 @@ class LearnDoFn(beam.DoFn):
     have checkpointed far past it (see ``resume_positions``). A retried bundle
     starts from the state of the last committed one and repeats the same deterministic work.
 
-    Checkpoints are taken when due and written together before the bundle ends (the sinks
-    flushed first, once): no other model can learn an example of a source past this block's
-    before the bundle holding it ends (the watermark waits for it), so that is early enough,
-    and many keys ending together write one prediction part file, not one each.
+    Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
+    due. Those recording where a model starts in a source, and those at the end of input, are
+    taken then and written together before the bundle ends (the sinks flushed first, once): no
+    other model can learn an example of a source past this block's before the bundle holding
+    it ends (the watermark waits for it), so that is early enough, and many keys starting or
+    ending together write one prediction part file, not one each.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
@@ -341,6 +343,7 @@ class LearnDoFn(beam.DoFn):
             yield predictions
         if model.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds):
             self._checkpoint(model)
+            self._write_checkpoints()  # due now: not when the bundle ends, however long it is
         elif predictions_sink.rows >= self.FLUSH_ROWS:
             self._flush()
 
@@ -350,7 +353,8 @@ class LearnDoFn(beam.DoFn):
 
     def _checkpoint(self, model):
         """Take the model's checkpoint now; it is written with the others of the bundle before
-        the bundle ends (``_write_checkpoints``), or sooner when they grow large."""
+        the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
+        writes them."""
         model.mark_checkpoint()
         table = model.to_table()
         self.pending.append((model.key, table, model.state.examples_seen,
