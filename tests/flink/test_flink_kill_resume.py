@@ -50,12 +50,6 @@ def command(inputs, out, *extra):
             "--dead-letter", str(out / "dead"), *extra]
 
 
-def learned(models):
-    """Examples learned by all keys, as the names of their newest checkpoint files say."""
-    return sum(max((int(n[5:17]) for n in checkpoint_files(key_dir(str(models), k))), default=0)
-               for k in KEYS)
-
-
 def resumable(models):
     """Examples learned by all keys as the checkpoints a resumed run starts from record (a kill
     between a checkpoint file and its `latest` pointer leaves the older one in force)."""
@@ -74,7 +68,9 @@ def kill_when_learning(cmd, models, jobs, log):
     with open(log, "wb") as out:
         run = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 90
-    while run.poll() is None and learned(models) < N // 10 and time.time() < deadline:
+    # (on the examples a resumed run starts from, not on the checkpoint files' names: under
+    # load a file can be written well before its `latest` pointer)
+    while run.poll() is None and resumable(models) < N // 10 and time.time() < deadline:
         time.sleep(0.01)
     assert run.poll() is None, f"the run ended before it was killed:\n{log.read_text()[-3000:]}"
     os.killpg(run.pid, signal.SIGKILL)

@@ -213,14 +213,12 @@ class LearnDoFn(beam.DoFn):
         self.started = self.last_log = time.time()
         self.seen = 0
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
-        self.writers = ThreadPoolExecutor(self.WRITERS)
         cfg = self.cfg
         self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
                                 cfg.kafka_settings),
                       open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
 
     def teardown(self):
-        self.writers.shutdown()
         for sink in self.sinks:
             sink.close()
 
@@ -376,7 +374,11 @@ class LearnDoFn(beam.DoFn):
         def write(key):
             return [write_checkpoint(self.cfg.model_dir, key, table, examples,
                                      self.cfg.keep_checkpoints) for table, examples in by_key[key]]
-        list(self.writers.map(write, by_key))  # (raises the first error)
+        if len(by_key) == 1:
+            write(next(iter(by_key)))
+        else:  # (a pool per call: no thread outlives it, none is left for the process's exit)
+            with ThreadPoolExecutor(self.WRITERS) as writers:
+                list(writers.map(write, by_key))  # (raises the first error)
         for key, _, examples, loss in self.pending:
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
