@@ -7,7 +7,6 @@ import pickle
 import time
 import typing
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import numpy as np
@@ -194,7 +193,6 @@ class LearnDoFn(beam.DoFn):
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
     PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
-    WRITERS = 8  # threads writing checkpoints
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -362,8 +360,8 @@ class LearnDoFn(beam.DoFn):
             self._write_checkpoints()
 
     def _write_checkpoints(self):
-        """Flush every sink, then write the checkpoints taken (see the class docstring): one
-        key's in the order taken, different keys' at once (file systems wait, not compute)."""
+        """Flush every sink, then write the checkpoints taken (see the class docstring), each
+        key's in the order taken."""
         if not self.pending:
             return
         self._flush()
@@ -374,11 +372,8 @@ class LearnDoFn(beam.DoFn):
         def write(key):
             return [write_checkpoint(self.cfg.model_dir, key, table, examples,
                                      self.cfg.keep_checkpoints) for table, examples in by_key[key]]
-        if len(by_key) == 1:
-            write(next(iter(by_key)))
-        else:  # (a pool per call: no thread outlives it, none is left for the process's exit)
-            with ThreadPoolExecutor(self.WRITERS) as writers:
-                list(writers.map(write, by_key))  # (raises the first error)
+        for key in by_key:  # (one thread: writer threads left processes aborting at exit)
+            write(key)
         for key, _, examples, loss in self.pending:
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
