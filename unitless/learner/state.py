@@ -65,11 +65,6 @@ class LearnerState:
         return self.slot_index.shape[0]
 
     @property
-    def nbytes(self):
-        """Bytes of the state's arrays."""
-        return sum(a.nbytes for a in (self.V, self.M, self.S, self.slot_index, self.table))
-
-    @property
     def active(self):
         """The features some example has carried, in index order (only they can differ from
         the initial state)."""

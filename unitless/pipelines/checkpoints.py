@@ -116,14 +116,10 @@ def _hash_array(h, array):
     kind = array.type
     _hash_part(h, str(kind).encode())
     _hash_part(h, len(array).to_bytes(8, "little"))
-    if array.null_count:
-        nulls = array.is_null().to_numpy(zero_copy_only=False)
-        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
-    else:  # (the same bytes, without building the mask)
-        _hash_part(h, bytes((len(array) + 7) // 8))
+    nulls = array.is_null().to_numpy(zero_copy_only=False)
+    _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
-            else array
+        values = array.fill_null(False if pa.types.is_boolean(kind) else 0)
         values = values.to_numpy(zero_copy_only=False)
         _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
