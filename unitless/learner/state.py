@@ -64,12 +64,6 @@ class LearnerState:
     def capacity(self):
         return self.slot_index.shape[0]
 
-    @property
-    def active(self):
-        """The features some example has carried, in index order (only they can differ from
-        the initial state)."""
-        return np.sort(self.slot_index[:self.n_slots])
-
     def initial(self):
         """The value every coordinate of each vector starts at: [len(vectors)]."""
         return np.array([v for _, v in initial_values(self.spec, self.hyperparameters)])
@@ -297,8 +291,10 @@ def from_arrow(table):
     state.hyperparameters = hp
     rows = [flat.reshape(len(idx), dim) for flat in matrices]
     # every feature with a row, or with a non-zero entry in a matrix row, gets a slot
-    features = np.union1d(idx, np.flatnonzero(np.any([(r != 0).any(axis=0) for r in rows],
-                                                     axis=0)) if rows else idx)
+    features = np.unique(idx)
+    if rows:
+        in_matrices = np.any([(r != 0).any(axis=0) for r in rows], axis=0)
+        features = np.union1d(features, np.flatnonzero(in_matrices))
     feature_slots = state.map_features(features)
     slot = feature_slots[np.searchsorted(features, idx)]
     for j, values in enumerate(vectors):
