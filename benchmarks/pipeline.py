@@ -58,7 +58,7 @@ def fmt(x, digits=3):
 
 # ----------------------------------------------------------------------------------------- data
 
-def _append_lines(path, lines):
+def append_lines(path, lines):
     """Append one string per line to path, as is (no quoting): the Arrow string data bytes."""
     lines = pc.binary_join_element_wise(lines, pa.scalar("\n"), "")
     if isinstance(lines, pa.ChunkedArray):
@@ -85,17 +85,13 @@ def write_data(directory, X, y, chunk=250_000):
         ids = pc.cast(pa.array(np.arange(a, b)), pa.string())
         labels = pc.cast(pa.array(y[a:b]), pa.string())
         xs = [pc.cast(pa.array(X[a:b, j]), pa.string()) for j in range(d)]  # shortest round trip
-        _append_lines(paths["csv"], pc.binary_join_element_wise(ids, labels, *xs, ","))
+        append_lines(paths["csv"], pc.binary_join_element_wise(ids, labels, *xs, ","))
         for k in KEY_COUNTS:  # model keys round-robin: example i has key "k{i mod K}"
             keys = pc.binary_join_element_wise(
                 pa.scalar("k"), pc.cast(pa.array(np.arange(a, b) % k), pa.string()), "")
-            _append_lines(paths[f"csv_keys{k}"],
+            append_lines(paths[f"csv_keys{k}"],
                           pc.binary_join_element_wise(ids, keys, labels, *xs, ","))
-        feats = [pc.binary_join_element_wise(pa.scalar(f"{nm}:"), col, "")
-                 for nm, col in zip(names, xs)]
-        head = pc.binary_join_element_wise(labels, pa.scalar(" '"), ids, pa.scalar("|"),
-                                           "")  # "label 'id|"
-        _append_lines(paths["vw"], pc.binary_join_element_wise(head, *feats, " "))
+        append_lines(paths["vw"], vw_lines(ids, labels, xs, names))
     # one-row files: the fixed start-up cost of each command
     with open(paths["csv"]) as f:
         first = [f.readline(), f.readline()]
@@ -108,10 +104,18 @@ def write_data(directory, X, y, chunk=250_000):
     return paths
 
 
+def vw_lines(ids, labels, xs, names):
+    """VW text lines ``label 'id| x1:v ... xd:v`` from Arrow string columns."""
+    feats = [pc.binary_join_element_wise(pa.scalar(f"{nm}:"), col, "")
+             for nm, col in zip(names, xs)]
+    head = pc.binary_join_element_wise(labels, pa.scalar(" '"), ids, pa.scalar("|"), "")
+    return pc.binary_join_element_wise(head, *feats, " ")
+
+
 # ------------------------------------------------------------------------------------- running
 
-def ours_command(inp, out, keyed=False, chunk_size=None):
-    extra = ["--label-column", "label", "--id-column", "id"]
+def ours_command(inp, out, keyed=False, chunk_size=None, extra=()):
+    extra = ["--label-column", "label", "--id-column", "id", *extra]
     extra += ["--model-key-column", "key"] if keyed else []
     extra += ["--chunk-size", chunk_size] if chunk_size else []
     return train_args(inp, out / "predictions", out / "models", out / "dead", *extra, eta=ETA)
@@ -129,11 +133,13 @@ def check_predictions(name, table_, dead, n):
     return dead
 
 
-def run_ours(work, name, inp, n, keyed=False, chunk_size=None):
+def run_ours(work, name, inp, n, keyed=False, chunk_size=None, extra=()):
+    """``unitless train`` on ``inp`` as a process of its own, timed; every example must be
+    predicted once."""
     from unitless.connectors.files import read_output
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
-    r = run_timed(unitless_command(ours_command(inp, out, keyed, chunk_size)))
+    r = run_timed(unitless_command(ours_command(inp, out, keyed, chunk_size, extra)))
     preds = read_output(str(out / "predictions"))
     r["dead_letters"] = check_predictions(name, preds, read_output(str(out / "dead")), n)
     r["examples"] = preds.num_rows
@@ -148,9 +154,10 @@ def run_ours(work, name, inp, n, keyed=False, chunk_size=None):
     return r
 
 
-def run_vw(work, name, inp, y):
+def run_vw(work, name, inp, y, *args):
     preds = work / f"{name}.preds"
-    r = run_timed(vw_command("-d", inp, "--loss_function", "logistic", "-l", ETA, "-p", preds))
+    r = run_timed(vw_command("-d", inp, "--loss_function", "logistic", "-l", ETA, "-p", preds,
+                             *args))
     r["progressive_loss"] = vw_average_loss(r["stderr"])
     r["examples"] = vw_examples(r["stderr"])
     scores = vw_tagged_scores(preds, len(y))

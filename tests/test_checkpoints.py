@@ -16,7 +16,8 @@ from unitless.learner.state import METADATA_KEY
 from unitless.pipelines.checkpoints import (checkpoint_name, key_dir, key_dir_name,
                                             latest_checkpoint, load_checkpoint, load_latest,
                                             model_keys, read_checkpoint, resume_offsets, seal,
-                                            table_to_bytes, write_checkpoint)
+                                            table_to_bytes, write_checkpoint,
+                                            write_checkpoints)
 from unitless.pipelines.inspect import summary
 from unitless.pipelines.keyed_model import KeyedModel
 
@@ -488,6 +489,27 @@ def test_the_checksum_does_not_depend_on_chunking(tmp_path):
     check_table(pa.concat_tables([kot.slice(0, 1), kot.slice(1)]))
 
 
+# --- many at once -------------------------------------------------------------------------------
+
+def test_checkpoints_written_together_equal_those_written_one_at_a_time(tmp_path):
+    """Several keys, several checkpoints of a key, in any order, and one older than a key's
+    newest (a re-run bundle): the same files, pointers and pruning as one write at a time."""
+    items = [(key, model_table(key, n=n, seed=n), n) for key in ("a", "b/c", "")
+             for n in (10, 20, 30, 40)]
+    random.Random(1).shuffle(items)
+    one, many = str(tmp_path / "one"), str(tmp_path / "many")
+    newest = model_table("a", n=50, seed=50)
+    write_checkpoint(one, "a", newest, 50)
+    write_checkpoint(many, "a", newest, 50)
+    for key, table, n in items:
+        write_checkpoint(one, key, table, n, keep=2)
+    paths = write_checkpoints(many, items, keep=2)
+    assert paths == [os.path.join(key_dir(many, key), checkpoint_name(n)) for key, _, n in items]
+    for key in ("a", "b/c", ""):
+        assert examples_in(latest_checkpoint(many, key)) == (50 if key == "a" else 40)
+    assert snapshot(many, None) == snapshot(one, None)
+
+
 # --- failed writes -------------------------------------------------------------------------------
 
 def test_a_failed_write_leaves_no_temporary_file(tmp_path):
@@ -509,6 +531,10 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
         assert err.value.errno == 28  # ENOSPC: no space left on device
         assert sorted(os.listdir(directory)) == before  # no temporary file, no new pointer
         assert latest_checkpoint(models, "k") == small
+        with pytest.raises(OSError):  # a batch that fails part way: none of it
+            write_checkpoints(models, [("j", model_table("j", n=10), 10), ("k", big, 50)])
+        assert sorted(os.listdir(directory)) == before
+        assert not os.path.exists(key_dir(models, "j")) or not os.listdir(key_dir(models, "j"))
     finally:
         subprocess.run(["umount", str(disk)], check=True)
 

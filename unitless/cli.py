@@ -109,6 +109,10 @@ def parser():
                        default=LEARN_OPTIONS["models_in_memory"],
                        help="decoded models a worker keeps between blocks, least recently used "
                             "dropped first; the others are decoded from Beam state again")
+    train.add_argument("--model-memory-mib", type=int,
+                       default=LEARN_OPTIONS["model_memory_mib"],
+                       help="the most learner state (MiB) the decoded models a worker keeps may "
+                            "hold together (the model in use is always kept)")
     train.add_argument("--log-every", type=float, default=LEARN_OPTIONS["log_every"], help="seconds between progress logs")
     train.add_argument("--max-dead-fraction", type=float, default=0.5,
                        help="fail the run (exit 2) when more than this fraction of the records "
@@ -251,7 +255,7 @@ def train(args, beam_args):
     result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
                        time.time() - started, _counter(result, "replayed_examples_skipped"))
-    print(render(model_lines(cfg.model_dir), counts))
+    print(render(model_lines(cfg.model_dir, verify=False), counts))
     print(f"predictions: {where(cfg.predictions)}")
     print(f"models:      {where(cfg.model_dir)}")
     print(f"dead letters: {where(cfg.dead_letter)}")

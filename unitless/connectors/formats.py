@@ -22,7 +22,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ..learner import bias_index, hash_feature
-from .records import DeadLetter, ExampleBlock, quoted, string_array
+from .records import DeadLetter, ExampleBlock, arrow_buffer, quoted, string_array
 
 FORMATS = ("csv", "libsvm", "vw", "jsonl", "parquet")
 DEFAULT_KEY = ""
@@ -508,14 +508,14 @@ def _read_json(data, lines, keep):
     cut = min(JSON_SAMPLE_LINES, len(lines))
     while cut > 1 and sum(map(len, lines[:cut])) > JSON_SAMPLE_BYTES:
         cut //= 2
-    sample = pajson.read_json(pa.BufferReader(b"\n".join(lines[:cut])),
+    sample = pajson.read_json(pa.BufferReader(arrow_buffer(b"\n".join(lines[:cut]))),
                               read_options=pajson.ReadOptions(use_threads=False))
     if sample.num_columns > MAX_JSON_COLUMNS:
         return None
     schema = pa.schema([pa.field(f.name, pa.float64()) if f.name not in keep and (
         pa.types.is_integer(f.type) or pa.types.is_null(f.type)) else f for f in sample.schema])
     table = pajson.read_json(
-        pa.BufferReader(data),
+        pa.BufferReader(arrow_buffer(data)),
         read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
         parse_options=pajson.ParseOptions(explicit_schema=schema,
                                           unexpected_field_behavior="error"))
@@ -680,7 +680,7 @@ def _read_csv(spec, data):
     if spec.ignore:
         convert.include_columns = [c for c in spec.columns if c not in spec.ignore]
     table = pacsv.read_csv(
-        pa.BufferReader(data),
+        pa.BufferReader(arrow_buffer(data)),
         read_options=pacsv.ReadOptions(column_names=spec.columns, use_threads=True),
         parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"' if quoting else False,
                                          ignore_empty_lines=False),

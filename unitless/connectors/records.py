@@ -49,8 +49,46 @@ class ExampleBlock:
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-        return [(keys[k], self.take(order[bounds[k]:bounds[k + 1]])) for k in range(len(keys))
+        grouped = self.take(order)  # one gather; each key's examples are then a slice of it
+        return [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
                 if bounds[k + 1] > bounds[k]]
+
+    def slice(self, start, stop):
+        """Examples start..stop-1 as a new block (without the raw records): numpy views, and
+        Arrow arrays of their own (a pickled Arrow slice would carry its parent's buffers)."""
+        a, b = self.indptr[start], self.indptr[stop]
+        return ExampleBlock(self.source, self.positions[start:stop],
+                            pa.concat_arrays([self.ids.slice(start, stop - start)]),
+                            pa.concat_arrays([self.keys.slice(start, stop - start)]),
+                            self.labels[start:stop],
+                            self.weights[start:stop], self.indptr[start:stop + 1] - a,
+                            self.indices[a:b], self.values[a:b], self.names, None,
+                            self.event_times[start:stop] if self.event_times is not None
+                            else None)
+
+    @staticmethod
+    def concat(blocks):
+        """One block of the examples of ``blocks`` (all of one source), in position order,
+        without raw records."""
+        if len(blocks) == 1:
+            return blocks[0]
+        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
+        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        names = {}
+        for b in blocks:
+            names.update(b.names)
+        times = [b.event_times for b in blocks]
+        block = ExampleBlock(
+            blocks[0].source, np.concatenate([b.positions for b in blocks]),
+            pa.concat_arrays([b.ids for b in blocks]), pa.concat_arrays([b.keys for b in blocks]),
+            np.concatenate([b.labels for b in blocks]),
+            np.concatenate([b.weights for b in blocks]), indptr,
+            np.concatenate([b.indices for b in blocks]), np.concatenate([b.values for b in blocks]),
+            names, None, None if any(t is None for t in times) else np.concatenate(times))
+        if (np.diff(block.positions) < 0).any():
+            block = block.take(np.argsort(block.positions, kind="stable"))
+        return block
 
     def screen(self, problems):
         """Drop the rows named in ``problems`` [(row, reason)]: (remaining block, dead letters
@@ -89,6 +127,20 @@ class TextLines:
 
 def string_array(values):
     return pa.array(values, pa.string())
+
+
+def arrow_buffer(data):
+    """A copy of ``data`` (bytes) in Arrow's own memory, for Arrow's readers to read from.
+
+    Over the Python bytes themselves (``pa.py_buffer``, ``pa.BufferReader(bytes)``), the last
+    reference can be dropped on one of Arrow's threads (its CSV reader reads ahead on them),
+    which must then take the GIL to release the bytes; if the interpreter is exiting by then,
+    the thread is ended inside C++ and the process aborts ("terminate called without an active
+    exception", SIGABRT; apache/arrow#34314; seen here in CI after runs had finished).
+    """
+    out = pa.allocate_buffer(len(data))
+    np.frombuffer(out, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return out
 
 
 MAX_QUOTED = 60    # characters of a record's value quoted in a reason

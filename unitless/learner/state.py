@@ -64,6 +64,11 @@ class LearnerState:
     def capacity(self):
         return self.slot_index.shape[0]
 
+    @property
+    def nbytes(self):
+        """Bytes of the state's arrays."""
+        return sum(a.nbytes for a in (self.V, self.M, self.S, self.slot_index, self.table))
+
     def initial(self):
         """The value every coordinate of each vector starts at: [len(vectors)]."""
         return np.array([v for _, v in initial_values(self.spec, self.hyperparameters)])

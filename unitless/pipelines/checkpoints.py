@@ -32,8 +32,9 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.storage import (atomic_write, is_dir, join, list_dir, makedirs, open_read,
-                                  read_bytes, read_start, remove)
+from ..connectors.records import arrow_buffer
+from ..connectors.storage import (atomic_write_many, is_dir, join, list_dir, makedirs,
+                                  open_read, read_bytes, read_start, remove)
 from ..learner import from_arrow, read_metadata
 from ..learner.state import METADATA_KEY
 
@@ -84,7 +85,7 @@ def table_to_bytes(table):
 
 
 def table_from_bytes(data):
-    return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    return pa.ipc.open_file(arrow_buffer(data)).read_all()
 
 
 # --- checksums ---------------------------------------------------------------------------------
@@ -116,10 +117,14 @@ def _hash_array(h, array):
     kind = array.type
     _hash_part(h, str(kind).encode())
     _hash_part(h, len(array).to_bytes(8, "little"))
-    nulls = array.is_null().to_numpy(zero_copy_only=False)
-    _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
+    if array.null_count:
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
+    else:  # (the same bytes, without building the mask)
+        _hash_part(h, bytes((len(array) + 7) // 8))
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        values = array.fill_null(False if pa.types.is_boolean(kind) else 0)
+        values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
+            else array
         values = values.to_numpy(zero_copy_only=False)
         _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
@@ -289,60 +294,87 @@ def model_keys(model_dir):
     metadata (only the Arrow schema is read). A directory counts only when its name is
     ``key_dir_name`` of the key its checkpoints hold; anything else is ignored. Whether the key
     has a valid checkpoint is only known once it is read (``load_latest``)."""
-    keys = []
+    return [key for key, _, _ in checkpoint_metadata(model_dir)]
+
+
+def checkpoint_metadata(model_dir):
+    """[(model key, checkpoint path, its metadata)] per key directory under model_dir (see
+    ``model_keys``), sorted by key: the metadata of the checkpoint readers try first whose
+    Arrow schema is readable. Only schemas are read: nothing is verified."""
+    found = []
     for name in list_dir(model_dir)[1]:
         if not name.startswith((SHORT_PREFIX, HASHED_PREFIX)):
             continue
         directory = join(model_dir, name)
-        key = _directory_key(directory)
-        if key is None:
+        first = _first_readable(directory)
+        if first is None:
             continue
-        if key_dir_name(key) != name:
+        path, meta = first
+        if key_dir_name(meta["model_key"]) != name:
             log.warning("ignoring %s: its checkpoints are of model key %r, whose directory is %s",
-                        directory, key, key_dir_name(key))
+                        directory, meta["model_key"], key_dir_name(meta["model_key"]))
             continue
-        keys.append(key)
-    return sorted(keys)
+        found.append((meta["model_key"], path, meta))
+    return sorted(found, key=lambda f: f[0])
 
 
-def _directory_key(directory):
-    """The model key in the schema of the directory's newest checkpoint with a readable one."""
+def _first_readable(directory):
+    """(path, metadata) of the directory's first checkpoint, in the order readers try them,
+    whose schema reads and names a model key; None if none does."""
     for name in _candidates(directory, warn=False):
+        path = join(directory, name)
         try:
-            with open_read(join(directory, name)) as source:
+            with open_read(path) as source:
                 meta = read_metadata(pa.ipc.open_file(source).schema)
         except (OSError, ValueError, pa.ArrowException):
             continue
         if isinstance(meta, dict) and isinstance(meta.get("model_key"), str):
-            return meta["model_key"]
+            return path, meta
     return None
 
 
 # --- writing -----------------------------------------------------------------------------------
 
 def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
-    """Write the table, with its model key and checksum added (``seal``), as one of this key's
-    checkpoints; returns the checkpoint's path.
+    """Write the table as one of this key's checkpoints (see ``write_checkpoints``); returns
+    the checkpoint's path."""
+    return write_checkpoints(model_dir, [(key, table, examples_seen)], keep)[0]
+
+
+def write_checkpoints(model_dir, checkpoints, keep=3):
+    """Write each (key, table, examples seen), with its model key and checksum added
+    (``seal``), as one of that key's checkpoints; returns their paths. The files are written
+    first, all made durable together, then the keys' `latest` pointers.
 
     `latest` never moves back to fewer examples (a runner may re-run a bundle that already
     wrote a checkpoint), and pruning, which keeps the newest ``keep`` files, never removes the
-    file `latest` names nor the one just written. Only checkpoint files inside the key's own
+    file `latest` names nor the key's last one written. Only checkpoint files inside the key's own
     directory are ever removed.
     """
-    name = checkpoint_name(examples_seen)
-    directory = key_dir(model_dir, key)
-    makedirs(directory)
-    path = join(directory, name)
-    atomic_write(path, table_to_bytes(seal(table, key)))
-    files = checkpoint_files(directory)
-    current = _pointer(directory, files) or (files[-1] if files else None)
-    if current is None or current <= name:
-        atomic_write(join(directory, LATEST), name.encode())
-        current = name
-    for stale in files[:-keep] if keep > 0 else []:
-        if stale not in (name, current):
-            remove(join(directory, stale))  # gone already: another writer pruned it
-    return path
+    written = {}  # key directory -> names written there
+    paths = []
+    for key, table, examples_seen in checkpoints:
+        directory = key_dir(model_dir, key)
+        if directory not in written:
+            makedirs(directory)
+        written.setdefault(directory, []).append(checkpoint_name(examples_seen))
+        paths.append(join(directory, written[directory][-1]))
+    atomic_write_many([(path, table_to_bytes(seal(table, key)))
+                       for path, (key, table, _) in zip(paths, checkpoints)])
+    kept, pointers = {}, []
+    for directory, names in written.items():
+        files = checkpoint_files(directory)
+        current = _pointer(directory, files) or (files[-1] if files else None)
+        if current is None or current <= max(names):
+            pointers.append((join(directory, LATEST), max(names).encode()))
+            current = max(names)
+        kept[directory] = files, (names[-1], current)  # (as if written one at a time)
+    atomic_write_many(pointers)
+    for directory, (files, keep_also) in kept.items():
+        for stale in files[:-keep] if keep > 0 else []:
+            if stale not in keep_also:
+                remove(join(directory, stale))  # gone already: another writer pruned it
+    return paths
 
 
 def resume_positions(model_dir):

@@ -29,7 +29,8 @@ OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
 LEARN_OPTIONS = {
     "algorithm": "nag", "loss": "logistic", "model_dir": "out/models", "checkpoint_every": 0,
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
-    "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 64,
+    "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
+    "model_memory_mib": 1024,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -58,7 +59,8 @@ class TrainConfig:
     log_every_seconds: float = 10.0
     kafka_settings: dict = field(default_factory=dict)  # kafka-python client settings
     allow_hyperparameter_change: bool = False  # --resume may change hyperparameters only
-    models_in_memory: int = 64         # decoded models a worker keeps; the rest stay encoded
+    models_in_memory: int = 10_000     # decoded models a worker keeps; the rest stay encoded
+    model_memory_mib: int = 1024       # ... and the most state bytes they may hold together
 
 
 def names(value):
@@ -184,7 +186,7 @@ def configure(inputs=None, require_label=True, **options):
         raise ValueError(f"unknown output format {o['output_format']!r}; choose one of: "
                          f"{', '.join(OUTPUT_FORMATS)}")
     for name, low in (("chunk_size", 1), ("checkpoint_every", 0), ("keep_checkpoints", 1),
-                      ("models_in_memory", 1)):
+                      ("models_in_memory", 1), ("model_memory_mib", 1)):
         if int(o[name]) < low:
             raise ValueError(f"--{name.replace('_', '-')} wants {low} or more, got {o[name]}")
     for name in ("checkpoint_seconds", "log_every"):
@@ -211,7 +213,8 @@ def configure(inputs=None, require_label=True, **options):
                       int(o["checkpoint_every"]), float(o["checkpoint_seconds"]),
                       int(o["keep_checkpoints"]), bool(o["resume"]), int(o["chunk_size"]),
                       float(o["log_every"]), kafka_settings(o["kafka_config"]),
-                      bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]))
+                      bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
+                      int(o["model_memory_mib"]))
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
 

@@ -87,7 +87,7 @@ class Score(beam.PTransform):
     def expand(self, examples):
         load_models(self.model_dir)  # fails fast, at graph construction, on no models
         blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size, None, None)
-        scored = (blocks | "Key by model" >> key_by_model()
+        scored = (blocks | "Key by model" >> key_by_model(self.cfg.chunk_size)
                   | "Score" >> beam.ParDo(ScoreDoFn(self.model_dir)).with_outputs(
                       DEAD, main="scores"))
         self.dead_letters = scored[DEAD] if parse_dead is None else (

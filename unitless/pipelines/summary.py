@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
-from .checkpoints import load_latest, model_keys
+from .checkpoints import checkpoint_metadata, load_latest, model_keys
 
 
 @dataclass
@@ -30,19 +30,23 @@ class ModelLine:
     checkpoint: str
 
 
-def model_lines(model_dir):
-    """A ModelLine for each model key with a valid checkpoint, most examples first."""
+def model_lines(model_dir, verify=True):
+    """A ModelLine for each model key with a checkpoint, most examples first: its newest valid
+    one; or, not ``verify``ing, the one its `latest` names, from its metadata alone (a run's
+    own summary of the checkpoints it has just written: with 10,000 keys, verifying them all
+    took 14 s; `unitless inspect` verifies)."""
+    found = [] if verify else checkpoint_metadata(model_dir)
+    for key in model_keys(model_dir) if verify else ():
+        newest = load_latest(model_dir, key)
+        if newest is not None:
+            found.append((key, newest[0], read_metadata(newest[1])))
     lines = []
-    for key in model_keys(model_dir):
-        found = load_latest(model_dir, key)
-        if found is None:
-            continue
-        meta = read_metadata(found[1])
+    for key, path, meta in found:
         seen = int(meta["examples_seen"])
         classification = meta["loss"] in ("logistic", "hinge")
         lines.append(ModelLine(key, seen, float(meta["progressive_loss"]),
                                float(meta.get("errors", 0.0)) / max(seen, 1) if classification
-                               else None, found[0]))
+                               else None, path))
     return sorted(lines, key=lambda m: (-m.examples, m.key))
 
 

@@ -1,5 +1,6 @@
 """The training pipeline: read examples, key them by model, predict-then-update in a stateful
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
+import itertools
 import logging
 import math
 import pickle
@@ -8,6 +9,7 @@ import typing
 from collections import OrderedDict
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
@@ -15,12 +17,13 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               on_timer)
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
-from ..connectors.records import dead_letter_table
+from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .checkpoints import load_latest, model_keys, write_checkpoint
+from .checkpoints import load_latest, model_keys, write_checkpoints
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
@@ -28,10 +31,46 @@ from .keyed_model import KeyedModel
 log = logging.getLogger("unitless")
 
 
-def key_by_model():
-    """ExampleBlock -> (model key, block) per key present; str keys (a deterministic coder)."""
-    return beam.FlatMap(lambda block: block.split_by_key()).with_output_types(
-        typing.Tuple[str, typing.Any])
+class KeyByModel(beam.DoFn):
+    """ExampleBlock -> (model key, block): a key's examples of one source, gathered over the
+    bundle's blocks into blocks of up to ``size`` examples, in position order.
+
+    Many keys cut each input block into many small pieces, and each element costs a keyed step
+    the same fixed work (Beam state and timers) whatever its size: gathered, a key pays it per
+    ``size`` examples or per bundle, not per input block. Only pieces with the same timestamp
+    and window are gathered (all of a file's blocks; a Kafka partition stamps each block
+    later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
+    """
+
+    def __init__(self, size):
+        self.size = size
+
+    def start_bundle(self):
+        self.pending = {}  # (key, source, timestamp, window) -> [pieces, examples in them]
+
+    def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        for key, piece in block.split_by_key():
+            if piece.source is None:  # the user's own records: no positions to order by
+                yield key, piece
+                continue
+            group = (key, piece.source, timestamp, window)
+            entry = self.pending.setdefault(group, [[], 0])
+            entry[0].append(piece)
+            entry[1] += len(piece)
+            if entry[1] >= self.size:
+                del self.pending[group]
+                yield key, ExampleBlock.concat(entry[0])
+
+    def finish_bundle(self):
+        for (key, _, timestamp, window), (pieces, _) in self.pending.items():
+            yield WindowedValue((key, ExampleBlock.concat(pieces)), timestamp, [window])
+        self.pending = {}
+
+
+def key_by_model(size):
+    """ExampleBlock -> (model key, block), see ``KeyByModel``; str keys (a deterministic
+    coder)."""
+    return beam.ParDo(KeyByModel(size)).with_output_types(typing.Tuple[str, typing.Any])
 
 
 def new_keyed_model(cfg, key):
@@ -47,6 +86,67 @@ def new_keyed_model(cfg, key):
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
             return model
     return KeyedModel(key, new_learner(cfg))
+
+
+def weigh_state_without_scanning_modules():
+    """Make the worker's Beam state cache weigh values without listing every module's globals.
+
+    The Python SDK weighs each value it caches (every state read that misses, every write)
+    with objsize, which first collects the ids of all globals of all loaded modules so as not
+    to count them: about 1.1 ms a call here (some 1,800 modules), 11 calls per model key for a
+    key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
+    are bytes, ints and lists of them, which reach no module globals, so the scan changes
+    nothing for them; for other state in the same worker, a value reaching a module's globals
+    is now counted heavier, which makes the cache evict sooner, never hold more. Applied once
+    per worker process; without the function it replaces (another Beam), nothing changes.
+    """
+    from apache_beam.runners.worker import statecache
+    original = getattr(statecache, "get_deep_size", None)
+    if original is None or getattr(original, "unitless", False):
+        return
+    import objsize
+
+    def get_deep_size(*objs):
+        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
+                                     get_referents_func=statecache._get_referents_func,
+                                     filter_func=statecache._filter_func,
+                                     exclude_modules_globals=False)
+    get_deep_size.unitless = True
+    statecache.get_deep_size = get_deep_size
+
+
+def waiting_entry(header, block):
+    """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
+    first and last position) apart from the block, so that ordering reads no block."""
+    head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(head).to_bytes(4, "little") + head + pickle.dumps(block,
+                                                                 protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def waiting_header(data):
+    return pickle.loads(data[4:4 + int.from_bytes(data[:4], "little")])
+
+
+def waiting_block(data):
+    return pickle.loads(data[4 + int.from_bytes(data[:4], "little"):])
+
+
+def learning_order(ready):
+    """Waiting entries [(header, data)] sorted by (timestamp, source, first position) -> lists
+    of entries' data, learned list after list: a source's blocks whose position ranges
+    interleave (gathered blocks, see KeyByModel, may) form one list, to be merged in position
+    order; the user's own records (no source) come one block at a time, as they came."""
+    out = []
+    for (_, source), same in itertools.groupby(ready, key=lambda b: b[0][:2]):
+        end = None
+        for (_, _, first, last), data in same:
+            if source != "" and end is not None and first < end:
+                out[-1].append(data)
+                end = max(end, last)
+            else:
+                out.append([data])
+                end = last
+    return out
 
 
 class LearnDoFn(beam.DoFn):
@@ -73,9 +173,16 @@ class LearnDoFn(beam.DoFn):
     arrives later): a restarted source then starts no later than that, even when other models
     have checkpointed far past it (see ``resume_positions``). A retried bundle
     starts from the state of the last committed one and repeats the same deterministic work.
+
+    Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
+    due. Those recording where a model starts in a source, and those at the end of input, are
+    taken then and written together before the bundle ends (the sinks flushed first, once): no
+    other model can learn an example of a source past this block's before the bundle holding
+    it ends (the watermark waits for it), so that is early enough, and many keys starting or
+    ending together write one prediction part file, not one each.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
-    # pickled (timestamp µs, source, position, block): bytes, which Beam's state cache weighs at
+    # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
     # once, where it walks the whole object graph of a block (its sizing, profiled on 64 keys
     # and 200k examples: 1.20 s of 6.5 s with the blocks as objects, 0.84 s as bytes)
     WAITING = BagStateSpec("waiting", BytesCoder())
@@ -83,6 +190,7 @@ class LearnDoFn(beam.DoFn):
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
+    PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -94,10 +202,13 @@ class LearnDoFn(beam.DoFn):
         self.decoded = Metrics.counter("unitless", "models_decoded")
 
     def setup(self):
-        self.models = OrderedDict()  # key -> KeyedModel last written to state (skips decoding),
-        # least recently used first, at most cfg.models_in_memory
+        weigh_state_without_scanning_modules()
+        # key -> KeyedModel last written to state (skips decoding), least recently used first,
+        # at most cfg.models_in_memory holding cfg.model_memory_mib; the bytes each held
+        self.models, self.model_bytes, self.held = OrderedDict(), {}, 0
         self.started = self.last_log = time.time()
         self.seen = 0
+        self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
         cfg = self.cfg
         self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
                                 cfg.kafka_settings),
@@ -112,6 +223,7 @@ class LearnDoFn(beam.DoFn):
             sink.discard()  # what a failed bundle left behind
 
     def finish_bundle(self):
+        self._write_checkpoints()
         self._flush()
 
     def _model(self, key, stored):
@@ -124,11 +236,20 @@ class LearnDoFn(beam.DoFn):
         else:
             model = KeyedModel.from_bytes(data)
             self.decoded.inc()
+        self._keep(key, model)
+        return model
+
+    def _keep(self, key, model):
+        """Keep the key's model decoded (most recently used), dropping the least recently used
+        others past the count or the bytes allowed (bytes as of each model's last use)."""
+        self.held += model.state.nbytes - self.model_bytes.get(key, 0)
+        self.model_bytes[key] = model.state.nbytes
         self.models[key] = model
         self.models.move_to_end(key)
-        while len(self.models) > self.cfg.models_in_memory:
-            self.models.popitem(last=False)
-        return model
+        while len(self.models) > 1 and (len(self.models) > self.cfg.models_in_memory
+                                        or self.held > self.cfg.model_memory_mib << 20):
+            old, _ = self.models.popitem(last=False)
+            self.held -= self.model_bytes.pop(old)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING), earliest=beam.DoFn.StateParam(EARLIEST),
@@ -143,11 +264,11 @@ class LearnDoFn(beam.DoFn):
             stored.write(model.to_bytes())
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
-        position = int(block.positions[0]) if block.source is not None else -1
-        waiting.add(pickle.dumps((timestamp.micros, block.source or "", position, block),
-                                 protocol=pickle.HIGHEST_PROTOCOL))
-        first = earliest.read()
-        if first is None or timestamp.micros < first:
+        first, last = ((int(block.positions.min()), int(block.positions.max()))
+                       if block.source is not None else (-1, -1))
+        waiting.add(waiting_entry((timestamp.micros, block.source or "", first, last), block))
+        release_at = earliest.read()
+        if release_at is None or timestamp.micros < release_at:
             earliest.write(timestamp.micros)
             release.set(timestamp)
 
@@ -174,23 +295,29 @@ class LearnDoFn(beam.DoFn):
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
         source, position) order; the others wait on, the timer set for the earliest of them."""
-        blocks = [(pickle.loads(data), data) for data in waiting.read()]
-        ready = sorted((b for b, _ in blocks if upto is None or b[0] <= upto),
-                       key=lambda b: b[:3])
-        later = [(b, data) for b, data in blocks if upto is not None and b[0] > upto]
+        blocks = [(waiting_header(data), data) for data in waiting.read()]
+        ready = sorted((b for b in blocks if upto is None or b[0][0] <= upto),
+                       key=lambda b: b[0][:3])
+        later = [(h, data) for h, data in blocks if upto is not None and h[0] > upto]
         waiting.clear()
         earliest.clear()
         for _, data in later:
             waiting.add(data)
         if later:
-            first = min(b[0] for b, _ in later)
+            first = min(h[0] for h, _ in later)
             earliest.write(first)
             release.set(Timestamp(micros=first))
         if not ready:
             return
         model = self._model(key, stored)
-        for _, _, _, block in ready:
-            yield from self._learn(model, block)
+        for blocks in learning_order(ready):
+            if len(blocks) == 1:
+                yield from self._learn(model, waiting_block(blocks[0]))
+                continue
+            whole = ExampleBlock.concat([waiting_block(data) for data in blocks])
+            for a in range(0, len(whole), self.cfg.chunk_size):
+                part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
+                yield from self._learn(model, part)
         stored.write(model.to_bytes())
 
     def _learn(self, model, block):
@@ -210,6 +337,7 @@ class LearnDoFn(beam.DoFn):
             yield predictions
         if model.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds):
             self._checkpoint(model)
+            self._write_checkpoints()  # due now: not when the bundle ends, however long it is
         elif predictions_sink.rows >= self.FLUSH_ROWS:
             self._flush()
 
@@ -218,17 +346,33 @@ class LearnDoFn(beam.DoFn):
             sink.flush()
 
     def _checkpoint(self, model):
-        """Flush every sink, then write the model's checkpoint (see the class docstring)."""
-        self._flush()
+        """Take the model's checkpoint now; it is written with the others of the bundle before
+        the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
+        writes them."""
         model.mark_checkpoint()
-        path = write_checkpoint(self.cfg.model_dir, model.key, model.to_table(),
-                                model.state.examples_seen, self.cfg.keep_checkpoints)
-        self.checkpoints.inc()
-        loss = model.progressive_loss()
-        if math.isfinite(loss) and abs(loss) < 1e12:
-            self.loss.update(int(1e6 * loss))
-        log.debug("model %r: checkpoint %s (%d examples, progressive loss %.6f)", model.key, path,
-                 model.state.examples_seen, loss)
+        table = model.to_table()
+        self.pending.append((model.key, table, model.state.examples_seen,
+                             model.progressive_loss()))
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= self.PENDING_BYTES:
+            self._write_checkpoints()
+
+    def _write_checkpoints(self):
+        """Flush every sink, then write the checkpoints taken (see the class docstring), all
+        made durable together."""
+        if not self.pending:
+            return
+        self._flush()
+        write_checkpoints(self.cfg.model_dir, [(key, table, examples)
+                                               for key, table, examples, _ in self.pending],
+                          self.cfg.keep_checkpoints)
+        for key, _, examples, loss in self.pending:
+            self.checkpoints.inc()
+            if math.isfinite(loss) and abs(loss) < 1e12:
+                self.loss.update(int(1e6 * loss))
+            log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
+                      examples, loss)
+        self.pending, self.pending_bytes = [], 0
 
     def _log(self, model, n):
         self.seen += n
@@ -293,7 +437,7 @@ class Learn(beam.PTransform):
         check_before_start(cfg)
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
-        learned = (blocks | "Key by model" >> key_by_model()
+        learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
             (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())

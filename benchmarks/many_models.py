@@ -1,0 +1,178 @@
+"""Many models at once: the same examples split over 1, 64, 1,000 and 10,000 model keys.
+
+Data: the ScInOL slides' artificial stream as in ``pipeline.py`` (1M examples × 21 features),
+written once as CSV with one key column per split: round-robin (example i has key i mod K) and
+Zipf-skewed (key of rank r drawn with probability ∝ 1/r, a fixed seed), K = 64, 1,000, 10,000;
+the columns not used as the key are ignored (``--ignore-columns``), so every run reads the same
+file. Each run is ``unitless train`` (NAG, logistic, η = 0.5, the FnApiRunner in-process,
+Parquet predictions, a checkpoint per key at the end) as a process of its own under
+``/usr/bin/time -v``, with ``--bits 18`` and ``--bits 24``; Vowpal Wabbit learns the single-key
+case (``-b 18`` / ``-b 24``, ``python -m vowpalwabbit``: its C++ driver). Every run must predict
+every example exactly once.
+
+Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key's peak) / keys;
+"≤ 0" where the run peaked below the single key's, whose input held in Beam state dominates)
+and examples/s relative to the single key at the same bits. Targets (issue #13): 10,000 keys
+within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the single key's
+examples/s; the single model's peak RSS ≤ 4× VW's.
+
+    .venv/bin/python benchmarks/many_models.py            # 1M rows
+    .venv/bin/python benchmarks/many_models.py --quick    # 20k rows, 1, 64 and 1,000 keys
+
+Writes benchmarks/results/many_models{.md,.json} (``--quick``: results/tmp/many_models_quick.*).
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
+                     relative_command, result_name, scratch, table, write_results)
+from pipeline import append_lines, run_ours, run_vw, vw_lines  # noqa: E402
+
+KEY_COUNTS = (64, 1_000, 10_000)
+SPLITS = {"round-robin": "r", "Zipf": "z"}
+BITS = (18, 24)
+TARGETS = {"rss_gib_10k": 2.0, "rate_64": 0.8, "rate_10k": 0.5, "rss_vs_vw": 4.0}
+
+
+def key_columns(n, key_counts, seed):
+    """{column name: model key per example} for each split and key count."""
+    rng = np.random.default_rng(seed)
+    columns = {}
+    for k in key_counts:
+        columns[f"r{k}"] = np.arange(n) % k
+        p = 1.0 / np.arange(1, k + 1)
+        columns[f"z{k}"] = rng.choice(k, size=n, p=p / p.sum())
+    return columns
+
+
+def write_data(work, X, y, keys, chunk=250_000):
+    """data.csv (``id``, the key columns, ``label``, ``x1``..``x21``) and data.vw (the same rows
+    as VW text), with the very same number strings."""
+    n, d = X.shape
+    names = [f"x{j + 1}" for j in range(d)]
+    csv, vw = work / "data.csv", work / "data.vw"
+    csv.write_text(",".join(["id", *keys, "label", *names]) + "\n")
+    vw.write_text("")
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        ids = pc.cast(pa.array(np.arange(a, b)), pa.string())
+        labels = pc.cast(pa.array(y[a:b]), pa.string())
+        xs = [pc.cast(pa.array(X[a:b, j]), pa.string()) for j in range(d)]
+        ks = [pc.binary_join_element_wise(pa.scalar("k"), pc.cast(pa.array(v[a:b]), pa.string()),
+                                          "") for v in keys.values()]
+        append_lines(csv, pc.binary_join_element_wise(ids, *ks, labels, *xs, ","))
+        append_lines(vw, vw_lines(ids, labels, xs, names))
+    return csv, vw
+
+
+def run(work, csv, n, bits, key, keys):
+    """One ``unitless train`` run keyed by column ``key`` (None: one model)."""
+    ignored = [c for c in keys if c != key]
+    extra = ["--bits", bits, "--ignore-columns", ",".join(ignored)]
+    extra += ["--model-key-column", key] if key else []
+    r = run_ours(work, f"b{bits}_{key or 'one'}", csv, n, extra=extra)
+    expected = len(np.unique(keys[key])) if key else 1
+    if r["model_keys"] != expected:
+        raise RuntimeError(f"{key}: {r['model_keys']} model keys predicted, not {expected}")
+    return {k: v for k, v in r.items() if not k.startswith("_") and k not in ("stdout", "stderr")}
+
+
+def run_all(args, n, work):
+    counts = tuple(k for k in KEY_COUNTS if k <= n // 10)
+    progress(f"generating {n:,} examples in {work}")
+    X, y, _ = artificial_stream(n, args.seed)
+    y = y.astype(np.int64)
+    keys = key_columns(n, counts, args.seed)
+    csv, vw = write_data(work, X, y, keys)
+    runs = {}
+    for bits in BITS:
+        r = run_vw(work, f"vw_b{bits}", vw, y.astype(np.float64), "-b", bits)
+        runs[f"vw b{bits}"] = {k: v for k, v in r.items()
+                               if not k.startswith("_") and k not in ("stdout", "stderr")}
+        for key in (None, *(f"{s}{k}" for k in counts for s in SPLITS.values())):
+            name = f"b{bits} {key or 'one'}"
+            runs[name] = run(work, csv, n, bits, key, keys)
+            progress(f"{name}: wall {runs[name]['wall_s']:.1f} s, "
+                     f"peak RSS {runs[name]['max_rss_mib']:.0f} MiB")
+    zipf_top = {k: float(np.bincount(keys[f"z{k}"]).max() / n) for k in counts}
+    return {"rows": n, "seed": args.seed, "key_counts": counts, "runs": runs,
+            "zipf_largest_key_share": zipf_top}
+
+
+def render(data):
+    n, R = data["rows"], data["runs"]
+    rows, verdicts = [], []
+    for bits in BITS:
+        one, vw = R[f"b{bits} one"], R[f"vw b{bits}"]
+        rows.append([bits, "VW", 1, fnum(vw["wall_s"], 3, sci=False),
+                     f"{n / vw['wall_s']:,.0f}", "—", fnum(vw["max_rss_mib"], 3, sci=False), "—"])
+        for name, r in R.items():
+            if not name.startswith(f"b{bits} "):
+                continue
+            key = name.split()[1]
+            split = "—" if key == "one" else next(s for s, c in SPLITS.items() if key[0] == c)
+            k = 1 if key == "one" else int(key[1:])
+            extra = r["max_rss_mib"] - one["max_rss_mib"]
+            per_key = ("—" if k == 1 else "≤ 0" if extra <= 0
+                       else fnum(extra * 1024 / k, 3, sci=False))
+            rows.append([bits, split, f"{k:,}", fnum(r["wall_s"], 3, sci=False),
+                         f"{n / r['wall_s']:,.0f}", fnum(one["wall_s"] / r["wall_s"], 3),
+                         fnum(r["max_rss_mib"], 4, sci=False), per_key])
+        verdicts += _verdicts(R, bits)
+    return f"""Every run predicted each of the {n:,} examples exactly once. Zipf: the largest key
+holds {', '.join(f"{100 * s:.1f}% ({k:,} keys)" for k, s in data['zipf_largest_key_share'].items())}
+of the examples.
+
+{table(["bits", "keys", "model keys", "wall s", "examples/s", "× single key's examples/s",
+        "peak RSS MiB", "RSS per key KiB"], rows)}
+
+Targets (issue #13):
+
+{table(["target", "measured", "met?"], verdicts)}
+
+Command of the single-key run (the others add `--model-key-column COLUMN`):
+`{relative_command(R["b18 one"]["command"])}`
+"""
+
+
+def _verdicts(R, bits):
+    one, vw = R[f"b{bits} one"], R[f"vw b{bits}"]
+    out = [[f"--bits {bits}: single model peak RSS ≤ {TARGETS['rss_vs_vw']:g}× VW's",
+            f"{one['max_rss_mib'] / vw['max_rss_mib']:.2f}×",
+            one["max_rss_mib"] <= TARGETS["rss_vs_vw"] * vw["max_rss_mib"]]]
+    for split, c in SPLITS.items():
+        for k, target in ((64, "rate_64"), (10_000, "rate_10k")):
+            r = R.get(f"b{bits} {c}{k}")
+            if r:
+                ratio = one["wall_s"] / r["wall_s"]
+                out.append([f"--bits {bits}, {k:,} keys {split}: ≥ {TARGETS[target]:g}× the "
+                            "single key's examples/s", f"{ratio:.2f}×", ratio >= TARGETS[target]])
+        r = R.get(f"b{bits} {c}10000")
+        if r:
+            gib = r["max_rss_mib"] / 1024
+            out.append([f"--bits {bits}, 10,000 keys {split}: peak RSS ≤ "
+                        f"{TARGETS['rss_gib_10k']:g} GiB", f"{gib:.2f} GiB",
+                        gib <= TARGETS["rss_gib_10k"]])
+    return [[t, m, "yes" if ok else "**NO**"] for t, m, ok in out]
+
+
+def main():
+    args = parse_args(__doc__, rows=(int, None, "examples (default 1,000,000; --quick: 20,000)"),
+                      seed=(int, 1), workdir=(str, None, "scratch directory (default: a new "
+                                                         "temp dir, removed)"))
+    n = args.rows or (20_000 if args.quick else 1_000_000)
+    h = header()
+    with scratch(args.workdir, "unitless-many-") as work:
+        data = run_all(args, n, work)
+    write_results(result_name("many_models", args.quick),
+                  f"Many models at once: {n:,} examples over 1 to 10,000 model keys", h,
+                  render(data), data)
+
+
+if __name__ == "__main__":
+    main()
