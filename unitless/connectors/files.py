@@ -3,6 +3,7 @@ import base64
 import json
 import logging
 import uuid
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -10,10 +11,11 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .storage import atomic_write, join, list_dir, makedirs, match, open_input, open_read
+from .storage import (atomic_write, join, list_dir, makedirs, match, open_input, open_read,
+                      read_bytes, scheme)
 from .formats import (BOM, PARSERS, _csv_fields, block_from_table, count_byte, csv_table,
                       empty_block, parse_table)
-from .records import TextLines
+from .records import TextLines, arrow_buffer
 
 log = logging.getLogger("unitless")
 OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
@@ -155,7 +157,9 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     """
     if fmt == "parquet":
         first = 0
-        with open_read(path) as f:
+        # a local file through Arrow's own file, not a Python file object (see
+        # records.arrow_buffer); other file systems' files only come as those
+        with open_read(path) if scheme(path) else nullcontext(path) as f:
             for batch in pq.ParquetFile(f).iter_batches(batch_size=chunk_size):
                 table = pa.Table.from_batches([batch])
                 yield parse_table(spec, path, table, first)
@@ -239,13 +243,13 @@ def read_output(directory):
     for name in list_dir(directory)[0]:
         if not name.startswith("part-"):
             continue
-        with open_read(join(directory, name)) as f:
-            if name.endswith(".parquet"):
-                tables.append(pq.read_table(f))
-            elif name.endswith(".csv"):
-                tables.append(pacsv.read_csv(f))
-            elif name.endswith(".jsonl"):
-                rows = [json.loads(line) for line in f]
-                if rows:
-                    tables.append(pa.Table.from_pylist(rows))
+        data = read_bytes(join(directory, name))  # (Arrow reads a copy in its own memory:
+        if name.endswith(".parquet"):             # see records.arrow_buffer)
+            tables.append(pq.read_table(pa.BufferReader(arrow_buffer(data))))
+        elif name.endswith(".csv"):
+            tables.append(pacsv.read_csv(pa.BufferReader(arrow_buffer(data))))
+        elif name.endswith(".jsonl"):
+            rows = [json.loads(line) for line in data.splitlines() if line.strip()]
+            if rows:
+                tables.append(pa.Table.from_pylist(rows))
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

@@ -130,13 +130,15 @@ def string_array(values):
 
 
 def arrow_buffer(data):
-    """A copy of ``data`` (bytes) in Arrow's own memory, for Arrow's readers to read from.
+    """A copy of ``data`` (bytes) in Arrow's own memory, for Arrow to read: Arrow here reads
+    only its own memory and files, never Python's bytes or file objects.
 
-    Over the Python bytes themselves (``pa.py_buffer``, ``pa.BufferReader(bytes)``), the last
-    reference can be dropped on one of Arrow's threads (its CSV reader reads ahead on them),
-    which must then take the GIL to release the bytes; if the interpreter is exiting by then,
-    the thread is ended inside C++ and the process aborts ("terminate called without an active
-    exception", SIGABRT; apache/arrow#34314; seen here in CI after runs had finished).
+    An Arrow buffer over Python memory must take the GIL to let it go, and Arrow may drop it on
+    one of its own threads: it reads a Python file object on its I/O threads (the IPC file
+    reader does). If the interpreter is exiting by then, Python ends that thread inside C++ and
+    the process aborts, "terminate called without an active exception" (SIGABRT; a core dump
+    of one CI run showed exactly that, from the end-of-run summary's schema reads;
+    apache/arrow#34314).
     """
     out = pa.allocate_buffer(len(data))
     np.frombuffer(out, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)

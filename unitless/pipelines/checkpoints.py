@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ..connectors.records import arrow_buffer
 from ..connectors.storage import (atomic_write_many, is_dir, join, list_dir, makedirs,
-                                  open_read, read_bytes, read_start, remove)
+                                  read_bytes, read_start, remove)
 from ..learner import from_arrow, read_metadata
 from ..learner.state import METADATA_KEY
 
@@ -318,14 +318,28 @@ def checkpoint_metadata(model_dir):
     return sorted(found, key=lambda f: f[0])
 
 
+def _schema(path):
+    """The Arrow schema at the start of an Arrow IPC file (magic, padding, then the schema
+    message), read from the bytes it takes, in Arrow's own memory: not the whole file, and not
+    through a Python file object (Arrow reads those on its I/O threads, and a process exiting
+    right after can then abort; see ``records.arrow_buffer``)."""
+    head = read_start(path, 1 << 16) or b""
+    if head[:6] != b"ARROW1":
+        raise ValueError("not an Arrow IPC file")
+    end = 16 + int.from_bytes(head[12:16], "little")  # the schema message's flatbuffer length
+    if end > len(head):
+        head = read_start(path, end)
+    message = pa.ipc.read_message(pa.BufferReader(arrow_buffer(head[8:end])))
+    return pa.ipc.read_schema(message)
+
+
 def _first_readable(directory):
     """(path, metadata) of the directory's first checkpoint, in the order readers try them,
     whose schema reads and names a model key; None if none does."""
     for name in _candidates(directory, warn=False):
         path = join(directory, name)
         try:
-            with open_read(path) as source:
-                meta = read_metadata(pa.ipc.open_file(source).schema)
+            meta = read_metadata(_schema(path))
         except (OSError, ValueError, pa.ArrowException):
             continue
         if isinstance(meta, dict) and isinstance(meta.get("model_key"), str):
