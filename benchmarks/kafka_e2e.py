@@ -5,11 +5,12 @@ partition and every example the same model key (one model). Examples are JSON ob
 artificial stream (21 features, σ_i = 2⁻¹⁰ … 2¹⁰), NAG, logistic loss. Prediction topics use
 LogAppendTime, so each prediction carries the time the broker appended it.
 
-Measured in one run:
+Measured in one run, for each installed Kafka client (kafka-python, confluent-kafka), side by
+side:
 
-1. Reference: a plain kafka-python relay (consume each example message, produce it unchanged to
-   another topic; no parsing, no Beam, no learning): what the Kafka client library itself
-   manages on this machine, end to end.
+1. Reference: a bare relay with that client (consume each example message, produce it unchanged
+   to another topic; no parsing, no Beam, no learning): what the client library itself manages
+   on this machine, end to end.
 2. Throughput, bounded: ``unitless train --input kafka://…`` on the FnApiRunner (reads to the end
    offsets seen at start) over N examples already on the topic. Sustained examples/s = N over the
    time between the first and the last prediction appended; also N over the command's wall time.
@@ -18,7 +19,11 @@ Measured in one run:
    (half the 50,000 target, and half of what (a) sustained), end-to-end latency = prediction
    append time − example produce time (the example's Kafka timestamp, carried in the
    prediction's ``event_time``), p50/p99.
-4. Where the time goes: the bounded run under cProfile, own time grouped by module.
+4. Where the time goes: the bounded run with the fastest client under cProfile, own time
+   grouped by module.
+
+Targets (issue #15): ≥ 50,000 examples/s sustained, ≥ 0.7× the faster relay, p99 < 1 s at
+25,000 examples/s offered.
 
     .venv/bin/python benchmarks/kafka_e2e.py            # full run
     .venv/bin/python benchmarks/kafka_e2e.py --quick    # smoke run
@@ -42,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (parse_args, artificial_stream, fnum, header, progress,  # noqa: E402
                      result_name, table, train_args, unitless_command, write_results)
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+from unitless.connectors.kafka_clients import installed  # noqa: E402
 
 PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
     "~/.cache/unitless/prism/2.77.0/prism")
@@ -102,8 +108,11 @@ def consume(bootstrap, topic, n, timeout):
     return out
 
 
-def relay(bootstrap, source, target, n):
-    """The reference: consume n messages and produce each unchanged; (seconds, messages)."""
+def relay(bootstrap, source, target, n, client):
+    """The reference: consume n messages and produce each unchanged with the bare client;
+    (seconds, messages)."""
+    if client == "confluent-kafka":
+        return _confluent_relay(bootstrap, source, target, n)
     c, tp = consumer(bootstrap, source, max_poll_records=8192)
     p = producer(bootstrap)
     t, done = time.time(), 0
@@ -114,6 +123,31 @@ def relay(bootstrap, source, target, n):
     p.flush()
     seconds = time.time() - t
     p.close()
+    c.close()
+    return seconds, done
+
+
+def _confluent_relay(bootstrap, source, target, n):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "relay",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(source, 0, 0)])
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
+    t, done = time.time(), 0
+    while done < n and time.time() - t < 600:
+        for m in c.consume(8192, 0.5):
+            if m.error():
+                continue
+            while True:
+                try:
+                    p.produce(target, key=m.key(), value=m.value())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            done += 1
+        p.poll(0)
+    p.flush()
+    seconds = time.time() - t
     c.close()
     return seconds, done
 
@@ -131,13 +165,14 @@ def append_span(messages):
     return (max(stamps) - min(stamps)) / 1000.0
 
 
-def bounded_run(bootstrap, work, n):
-    topic = "bounded"
+def bounded_run(bootstrap, work, n, client):
+    topic = f"bounded-{client}"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
     produce(bootstrap, topic, example_values(n, seed=1))
     t = time.time()
-    done = subprocess.run(unitless_command(train_cmd(bootstrap, topic, work)),
+    done = subprocess.run(unitless_command(train_cmd(bootstrap, topic, work, "--kafka-client",
+                                                     client)),
                           capture_output=True, text=True)
     wall = time.time() - t
     if done.returncode:
@@ -224,14 +259,15 @@ def paced_phase(bootstrap, topic, watcher, first, rate, seconds):
     return out
 
 
-def streaming_run(bootstrap, work, n, rates, seconds):
-    topic, warm = "live", 2000
+def streaming_run(bootstrap, work, n, rates, seconds, client):
+    topic, warm = f"live-{client}", 2000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
-    logf = open(work / "streaming.log", "w")
+    logf = open(work / f"streaming-{client}.log", "w")
     process = subprocess.Popen(unitless_command(train_cmd(
         bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
-        "--checkpoint-seconds", "10")), stdout=logf, stderr=subprocess.STDOUT)
+        "--checkpoint-seconds", "10", "--kafka-client", client)), stdout=logf,
+        stderr=subprocess.STDOUT)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
     out = {"runner": "PrismRunner (--streaming)"}
@@ -239,7 +275,7 @@ def streaming_run(bootstrap, work, n, rates, seconds):
         produce(bootstrap, topic, example_values(warm, seed=2, first_id=0))
         if not watcher.wait_for(warm, 180):
             raise RuntimeError(f"no predictions from the streaming pipeline after 180 s "
-                               f"({len(watcher.rows)} of {warm}); log {work / 'streaming.log'}")
+                               f"({len(watcher.rows)} of {warm}); log {logf.name}")
         progress(f"streaming pipeline warm ({warm} predictions)")
         out["burst"] = burst_phase(bootstrap, topic, watcher, warm, n)
         # fixed offered loads: the target's half, and half of what the burst sustained
@@ -259,6 +295,7 @@ def streaming_run(bootstrap, work, n, rates, seconds):
 
 
 GROUPS = [  # (part, path fragment) in order; the first match names a function's part
+    ("confluent-kafka (librdkafka)", "confluent_kafka"),
     ("kafka-python producer (predictions sink)", "kafka/producer"),
     ("kafka-python consumer (example source)", "kafka/consumer"),
     ("kafka-python record encoding/decoding", "kafka/record"),
@@ -296,47 +333,60 @@ def profile_bounded(bootstrap, work, n):
         part = next((g for g, frag in GROUPS if frag in where), "other Python")
         groups[part] += v[2]
     top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:15]
-    return {"examples": n, "seconds": seconds, "total_s": total,
+    return {"client": installed()[0], "examples": n, "seconds": seconds, "total_s": total,
             "groups": sorted(groups.items(), key=lambda kv: -kv[1]),
             "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
 def render(data):
-    ref, bounded, live = data["reference"], data["bounded"], data.get("streaming")
-    rows = [["kafka-python relay (reference: consume + produce, no parsing, no learning)",
-             "—", fnum(ref["examples_per_s"], 0), "—", "—"],
-            ["unitless train, bounded, FnApiRunner", fnum(bounded["wall_s"], 3),
-             fnum(bounded["examples_per_s_sustained"], 0), fnum(bounded["examples_per_s_wall"], 0),
-             fnum(bounded["examples_per_s_sustained"] / ref["examples_per_s"], 3)]]
-    if live:
-        b = live["burst"]
-        rows.append(["unitless train --streaming, PrismRunner", fnum(b["wall_s"], 3),
-                     fnum(b["examples_per_s_sustained"], 0), "—",
-                     fnum(b["examples_per_s_sustained"] / ref["examples_per_s"], 3)])
-    body = [f"Target: ≥ {TARGET:,} examples/s with one model key; p99 latency < 1 s at half that "
-            "load.", "", "## Throughput", "",
-            table(["run", "wall s", "examples/s sustained (first→last prediction appended)",
-                   "examples/s (wall, incl. start-up)", "ratio to the relay"], rows), "",
-            f"Examples: {bounded['examples']:,} (bounded), progressive logistic loss "
-            f"{bounded['progressive_loss']:.6f}; predictions counted {bounded['predictions']:,}."]
-    if live:
+    runs = data["clients"]
+    fastest_relay = max(r["reference"]["examples_per_s"] for r in runs.values())
+    rows = []
+    for client, r in runs.items():
+        ref, bounded, live = r["reference"], r["bounded"], r.get("streaming")
+        rows.append([client, "bare relay (consume + produce, no parsing, no learning)", "—",
+                     fnum(ref["examples_per_s"], 0), "—", "1", "—"])
+        rows.append([client, "unitless train, bounded, FnApiRunner", fnum(bounded["wall_s"], 3),
+                     fnum(bounded["examples_per_s_sustained"], 0),
+                     fnum(bounded["examples_per_s_wall"], 0),
+                     fnum(bounded["examples_per_s_sustained"] / ref["examples_per_s"], 3),
+                     fnum(bounded["examples_per_s_sustained"] / fastest_relay, 3)])
+        if live:
+            b = live["burst"]
+            rows.append([client, "unitless train --streaming, PrismRunner", fnum(b["wall_s"], 3),
+                         fnum(b["examples_per_s_sustained"], 0), "—",
+                         fnum(b["examples_per_s_sustained"] / ref["examples_per_s"], 3),
+                         fnum(b["examples_per_s_sustained"] / fastest_relay, 3)])
+    any_run = next(iter(runs.values()))
+    body = [f"Target: ≥ {TARGET:,} examples/s with one model key, ≥ 0.7× the faster relay; p99 "
+            "latency < 1 s at half the target's load.", "", "## Throughput", "",
+            table(["client", "run", "wall s", "examples/s sustained (first→last prediction "
+                   "appended)", "examples/s (wall, incl. start-up)", "× its client's relay",
+                   "× the faster relay"], rows), "",
+            f"Examples: {any_run['bounded']['examples']:,} per run; progressive logistic loss "
+            + ", ".join(f"{c} {r['bounded']['progressive_loss']:.6f}" for c, r in runs.items())
+            + "; predictions counted "
+            + ", ".join(f"{c} {r['bounded']['predictions']:,}" for c, r in runs.items()) + "."]
+    paced = [[client, fnum(p["offered_per_s"], 0), fnum(p["achieved_offered_per_s"], 0),
+              p["seconds"], p["examples"], p["predictions"], fnum(p["latency_ms_p50"], 1),
+              fnum(p["latency_ms_p99"], 1), fnum(p["latency_ms_max"], 1)]
+             for client, r in runs.items() if r.get("streaming") for p in r["streaming"]["paced"]]
+    if paced:
         body += ["", "## Latency at fixed offered loads (streaming, PrismRunner)", "",
-                 table(["offered examples/s", "achieved offered", "seconds", "examples",
-                        "predictions", "p50 ms", "p99 ms", "max ms"],
-                       [[fnum(p["offered_per_s"], 0), fnum(p["achieved_offered_per_s"], 0),
-                         p["seconds"], p["examples"], p["predictions"],
-                         fnum(p["latency_ms_p50"], 1), fnum(p["latency_ms_p99"], 1),
-                         fnum(p["latency_ms_max"], 1)] for p in live["paced"]]), "",
+                 table(["client", "offered examples/s", "achieved offered", "seconds",
+                        "examples", "predictions", "p50 ms", "p99 ms", "max ms"], paced), "",
                  "Latency = the prediction's LogAppendTime − the example's produce timestamp "
                  "(CreateTime, carried as the prediction's `event_time`). A load above what the "
                  "pipeline sustains queues up, and latency grows with the phase's length. "
                  f"Producer, broker, pipeline and this script share the machine's "
-                 f"{os.cpu_count()} cores. Duplicate predictions seen: {live['duplicates']}."]
+                 f"{os.cpu_count()} cores. Duplicate predictions seen: "
+                 + ", ".join(f"{c} {r['streaming']['duplicates']}" for c, r in runs.items()
+                             if r.get("streaming")) + "."]
     if data.get("profile"):
         prof = data["profile"]
-        body += ["", "## Where the time goes (bounded run under cProfile)", "",
-                 f"`{prof['examples']:,}` examples, {prof['seconds']:.1f} s under the profiler. "
-                 "Own time of every function, grouped by where it lives:", "",
+        body += ["", f"## Where the time goes (bounded run, {prof['client']}, under cProfile)",
+                 "", f"`{prof['examples']:,}` examples, {prof['seconds']:.1f} s under the "
+                 "profiler. Own time of every function, grouped by where it lives:", "",
                  table(["part", "own s", "% of total"],
                        [[g, fnum(t, 3), f"{100 * t / prof['total_s']:.1f}"]
                         for g, t in prof["groups"]]), "",
@@ -357,23 +407,26 @@ def main():
     seconds = args.seconds or (5 if args.quick else 20)
     h = header()
     work = Path(tempfile.mkdtemp(prefix="unitless-kafka-bench-"))
-    data = {}
+    data = {"clients": {}}
     try:
         with LocalKafka(work / "broker", startup_timeout=120) as kafka:
             bootstrap = kafka.bootstrap_servers
             progress(f"broker at {bootstrap}")
-            create_topics(bootstrap, "relay-in", "relay-out")
+            create_topics(bootstrap, "relay-in")
             produce(bootstrap, "relay-in", example_values(n, seed=1))
-            s, done = relay(bootstrap, "relay-in", "relay-out", n)
-            data["reference"] = {"examples": done, "seconds": s, "examples_per_s": done / s}
-            progress(f"relay: {data['reference']}")
-            data["bounded"] = bounded_run(bootstrap, work, n)
-            progress(f"bounded: {data['bounded']}")
+            for client in installed():
+                run = data["clients"][client] = {}
+                create_topics(bootstrap, f"relay-out-{client}")
+                s, done = relay(bootstrap, "relay-in", f"relay-out-{client}", n, client)
+                run["reference"] = {"examples": done, "seconds": s, "examples_per_s": done / s}
+                progress(f"{client} relay: {run['reference']}")
+                run["bounded"] = bounded_run(bootstrap, work, n, client)
+                progress(f"{client} bounded: {run['bounded']}")
+                if not args.no_streaming:
+                    rates = [int(r) for r in args.rates.split(",")] if args.rates else None
+                    run["streaming"] = streaming_run(bootstrap, work, n, rates, seconds, client)
             data["profile"] = profile_bounded(bootstrap, work, min(n, 100_000))
             progress(f"profile: {data['profile']['groups']}")
-            if not args.no_streaming:
-                rates = [int(r) for r in args.rates.split(",")] if args.rates else None
-                data["streaming"] = streaming_run(bootstrap, work, n, rates, seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_results(result_name("kafka_e2e", args.quick),

@@ -17,8 +17,16 @@ def shared_data():
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    """A real single-node KRaft Kafka broker per test module (deploy/kafka/local_kafka.py)."""
+def kafka_client():
+    """The Kafka client pipelines use here: the default ("auto"); tests/integration runs each
+    test once per installed client."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_client, tmp_path_factory):
+    """A real single-node KRaft Kafka broker per test module and client (the tests name their
+    topics), from deploy/kafka/local_kafka.py."""
     from deploy.kafka.local_kafka import LocalKafka
     k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
     k.start()

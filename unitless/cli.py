@@ -65,8 +65,13 @@ def _input_args(p):
                    help="binary task: a label equal to VALUE (as text, spaces stripped) is "
                         "+1, any other label -1 (e.g. '>50K', yes, 2)")
     p.add_argument("--kafka-config", action="append", default=[], metavar="NAME=VALUE",
-                   help="kafka-python client setting, e.g. security_protocol=SASL_SSL "
-                        "(repeatable)")
+                   help="Kafka client setting, in kafka-python's or librdkafka's names, e.g. "
+                        "security_protocol=SASL_SSL or security.protocol=SASL_SSL (repeatable)")
+    p.add_argument("--kafka-client", default=READ_OPTIONS["kafka_client"],
+                   choices=("auto", "confluent-kafka", "kafka-python"),
+                   help="the Kafka client: auto (default) takes $UNITLESS_KAFKA_CLIENT if set, "
+                        "else confluent-kafka when installed (pip install 'unitless[confluent]'), "
+                        "else kafka-python")
 
 
 def _hyperparameter_help(name):

@@ -129,7 +129,7 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
         assert ma["input_positions"] == mb["input_positions"]
 
 
-def test_unreachable_broker_is_a_clear_error_within_bounded_time(tmp_path, capsys):
+def test_unreachable_broker_is_a_clear_error_within_bounded_time(kafka_client, tmp_path, capsys):
     started = time.time()
     code = main(["train", "--input", "kafka://127.0.0.1:9/none", "--model-dir",
                  str(tmp_path / "m")])

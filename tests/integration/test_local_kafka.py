@@ -23,6 +23,12 @@ if str(REPO_ROOT) not in sys.path:
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 
+
+@pytest.fixture(scope="module")
+def kafka_client():
+    """The broker's own tests: no pipeline runs, so no client to vary (see conftest.py)."""
+    return None
+
 if shutil.which("java") is None:  # the suite must not pass silently without a real broker
     raise RuntimeError("java is not on PATH: the Kafka integration tests need Java 17+")
 

@@ -1,54 +1,58 @@
-"""Kafka with kafka-python, free of Beam: topics, partitions and their offsets, and messages
-parsed into ExampleBlocks. The Beam source that reads partitions is in ``pipelines/io.py``; the
-sinks are in ``sinks.py``.
+"""Kafka topics, free of Beam: topics, partitions and their offsets, and messages parsed into
+ExampleBlocks. The clients (kafka-python or confluent-kafka) are behind ``kafka_clients``; the
+Beam source that reads partitions is in ``pipelines/io.py``; the sinks are in ``sinks.py``.
 
 URLs name a topic: ``kafka://host:port[,host:port]/topic``. Consumer and producer settings pass
-through as kafka-python keyword arguments (``security_protocol``, ``sasl_mechanism``,
-``sasl_plain_username``, ``ssl_cafile``, ``client_id``, ...).
+through to the client, in either client's names (``security_protocol`` or
+``security.protocol``, ``sasl_plain_username`` or ``sasl.username``, ...; see
+``kafka_clients``).
 """
 import logging
-import time
 import urllib.parse
 from dataclasses import dataclass
 
 import numpy as np
 
 from .formats import parse_csv, parse_jsonl, parse_vw
+from .kafka_clients import choose, client_settings, partition_offsets
 from .records import string_array
 
 log = logging.getLogger("unitless")
 PREDICTION_SCHEMA_ID = "unitless.prediction/1"
 UNBOUNDED = (1 << 63) - 1
 VALUE_FORMATS = {"jsonl": parse_jsonl, "vw": parse_vw, "csv": parse_csv}
+CLIENT_SETTING = "unitless.kafka_client"  # the client, among a topic's settings
 
 
 @dataclass(frozen=True)
 class KafkaTopic:
     bootstrap_servers: str
     topic: str
-    settings: tuple = ()  # (name, value) pairs for kafka-python
+    settings: tuple = ()  # (name, value) pairs, either client's names (see kafka_clients)
+    client: str = "kafka-python"  # kafka_clients.CLIENTS
 
     @classmethod
     def parse(cls, url, settings=None):
+        """The topic a URL names; ``settings`` may name the client under CLIENT_SETTING
+        (default: kafka_clients.choose())."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "kafka" or not parts.netloc or not parts.path.strip("/"):
             raise ValueError(f"a Kafka topic is named kafka://host:port/topic, not {url!r}")
-        return cls(parts.netloc, parts.path.strip("/"), tuple(sorted((settings or {}).items())))
+        settings = dict(settings or {})
+        client = choose(settings.pop(CLIENT_SETTING, None))
+        return cls(parts.netloc, parts.path.strip("/"), tuple(sorted(settings.items())), client)
 
     def client_args(self, **extra):
-        return {"bootstrap_servers": self.bootstrap_servers.split(","), **dict(self.settings),
-                **extra}
+        """The client's settings: the servers, the user's settings in the client's names, and
+        ``extra`` (already in the client's names)."""
+        settings = client_settings(self.client, dict(self.settings))
+        if self.client == "kafka-python":
+            return {"bootstrap_servers": self.bootstrap_servers.split(","), **settings, **extra}
+        return {"bootstrap.servers": self.bootstrap_servers, **settings, **extra}
 
 
 def is_kafka(url):
     return isinstance(url, str) and url.startswith("kafka://")
-
-
-def open_consumer(topic, **extra):
-    """A kafka-python consumer of ``topic`` that commits nothing (positions live in
-    checkpoints)."""
-    from kafka import KafkaConsumer
-    return KafkaConsumer(**topic.client_args(enable_auto_commit=False, group_id=None, **extra))
 
 
 def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
@@ -57,31 +61,8 @@ def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
     start_offsets: {partition: offset} to resume from (others start at the beginning). A broker
     that cannot be reached raises ConnectionError within about timeout_s.
     """
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
-    deadline = time.time() + timeout_s
-    try:
-        consumer = open_consumer(topic, request_timeout_ms=int(timeout_s * 1000),
-                             bootstrap_timeout_ms=int(timeout_s * 1000))
-    except KafkaError as err:
-        raise ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable: {err}") from None
-    try:
-        partitions = None
-        while time.time() < deadline:
-            partitions = consumer.partitions_for_topic(topic.topic)
-            if partitions:
-                break
-            time.sleep(0.2)
-        if not partitions:
-            raise ConnectionError(f"Kafka topic {topic.topic!r} not found on "
-                                  f"{topic.bootstrap_servers}")
-        tps = [TopicPartition(topic.topic, p) for p in sorted(partitions)]
-        begin = consumer.beginning_offsets(tps)
-        end = consumer.end_offsets(tps) if bounded else {}
-        return [(tp.partition, max(begin[tp], start_offsets.get(tp.partition, 0)),
-                 end[tp] if bounded else UNBOUNDED) for tp in tps]
-    finally:
-        consumer.close()
+    return [(p, max(first, start_offsets.get(p, 0)), end if bounded else UNBOUNDED)
+            for p, (first, end) in sorted(partition_offsets(topic, timeout_s).items())]
 
 
 @dataclass
@@ -103,7 +84,8 @@ class KafkaSourceConfig:
 
 
 def parse_messages(cfg, partition, records):
-    """kafka-python records of one partition, in offset order -> (ExampleBlock, dead letters).
+    """Records of one partition (``kafka_clients.Record``s or kafka-python's), in offset order
+    -> (ExampleBlock, dead letters).
 
     The parser takes each message value as it came (bytes, or None for a null value): a dead
     letter carries it byte for byte. Without a model key column the message key is the model

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from .files import write_table
 from .kafka import PREDICTION_SCHEMA_ID, KafkaTopic, is_kafka
+from .kafka_clients import open_producer
 from .storage import atomic_write, join, makedirs, remove
 
 
@@ -54,7 +55,7 @@ class KafkaSink:
 
     def __init__(self, topic, kind):
         self.topic, self.kind = topic, kind
-        self.pending, self.rows, self.partitions = [], 0, {}
+        self.rows, self.partitions = 0, {}
         self._producer = None
 
     @property
@@ -62,49 +63,42 @@ class KafkaSink:
         """Connected on first use, not before: a reader that never refuses a message, or a
         worker started while the broker is away, needs no producer yet."""
         if self._producer is None:
-            from kafka import KafkaProducer
-            self._producer = KafkaProducer(**self.topic.client_args(acks="all", linger_ms=5))
+            self._producer = open_producer(self.topic)
         return self._producer
 
     def write(self, table):
         if not table.num_rows:
             return
-        send, name = self.producer.send, self.topic.topic
+        send = self.producer.send
         if self.kind == "predictions":
             for row in table.to_pylist():
                 key = (row["model_key"] or "").encode()
                 value = json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}).encode()
-                self.pending.append(send(name, key=key, partition=self._partition(key),
-                                         value=value))
+                send(key, value, self._partition(key))
         else:
             for row in table.to_pylist():
                 headers = [("unitless.source", row["source"].encode()),
                            ("unitless.position", str(row["position"]).encode()),
                            ("unitless.reason", row["reason"].encode())]
                 # a null value stays null (Kafka then wants a key: an empty one)
-                self.pending.append(send(name, key=b"" if row["raw"] is None else None,
-                                         value=row["raw"], headers=headers))
+                send(b"" if row["raw"] is None else None, row["raw"], headers=headers)
         self.rows += table.num_rows
 
     def flush(self):
         if self._producer is None:
             return
-        self.producer.flush()
-        failed = next((f for f in self.pending if f.failed()), None)
-        self.pending, self.rows = [], 0
-        if failed is not None:
-            raise ConnectionError(f"Kafka topic {self.topic.topic!r} on "
-                                  f"{self.topic.bootstrap_servers}: {failed.exception}")
+        self.rows = 0
+        self.producer.flush()  # ConnectionError naming the topic when a message failed
 
     def discard(self):
         """Messages already handed to the producer go out anyway (at-least-once)."""
 
     def _partition(self, key):
-        """The partition Kafka's default partitioner gives a keyed message (found once per
-        key rather than once per message)."""
+        """The partition Kafka's default partitioner (murmur2) gives a keyed message, whichever
+        client sends it (librdkafka's own default differs), found once per key."""
         if key not in self.partitions:
             from kafka.partitioner import murmur2
-            partitions = sorted(self.producer.partitions_for(self.topic.topic))
+            partitions = self.producer.partitions()
             self.partitions[key] = partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
         return self.partitions[key]
 
@@ -145,20 +139,9 @@ def check_target(target, kafka_settings=None, timeout_s=10.0):
         atomic_write(probe, b"unitless")
         remove(probe)
         return
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
     topic = KafkaTopic.parse(target, kafka_settings)
+    producer = open_producer(topic, timeout_s)  # ConnectionError naming the broker
     try:
-        ms = int(timeout_s * 1000)
-        producer = KafkaProducer(**topic.client_args(max_block_ms=ms, request_timeout_ms=ms,
-                                                     bootstrap_timeout_ms=ms))
-    except KafkaError as err:
-        raise ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable for "
-                              f"{target}: {err}") from None
-    try:
-        producer.partitions_for(topic.topic)
-    except KafkaError as err:
-        raise ConnectionError(f"Kafka topic {topic.topic!r} on {topic.bootstrap_servers} "
-                              f"cannot take output: {err}") from None
+        producer.partitions()  # ConnectionError naming the topic
     finally:
-        producer.close(timeout=1)
+        producer.close(timeout_s=1)

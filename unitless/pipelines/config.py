@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from ..connectors.files import OUTPUT_FORMATS, expand_inputs
 from ..connectors.formats import FORMATS, LabelMap, RecordSpec
-from ..connectors.kafka import is_kafka
+from ..connectors.kafka import CLIENT_SETTING, is_kafka
+from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
 from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
 
@@ -20,7 +21,7 @@ READ_OPTIONS = {
     "format": None, "label_column": "label", "id_column": None, "model_key_column": None,
     "weight_column": None, "categorical_columns": (), "delimiter": ",", "no_header": False,
     "columns": None, "ignore_columns": (), "bits": 18, "no_bias": False, "classes": 1,
-    "positive_label": None, "chunk_size": 8192, "kafka_config": None,
+    "positive_label": None, "chunk_size": 8192, "kafka_config": None, "kafka_client": "auto",
 }
 # Where outputs go: a directory, a kafka://host:port/topic URL, or None (not written).
 OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
@@ -92,17 +93,20 @@ def classes(value):
     return count, ()
 
 
-def kafka_settings(value):
-    """kafka-python client settings from a dict, or NAME=VALUE strings (numbers become
-    numbers)."""
+def kafka_settings(value, client="auto"):
+    """Kafka client settings from a dict, or NAME=VALUE strings (numbers become numbers), with
+    the client chosen (``--kafka-client``; "auto": see ``kafka_clients.choose``)."""
     if isinstance(value, dict):
-        return dict(value)
-    settings = {}
-    for pair in value or ():
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--kafka-config wants NAME=VALUE, got {pair!r}")
-        settings[name.strip()] = int(text) if text.strip().lstrip("-").isdigit() else text
+        settings = dict(value)
+    else:
+        settings = {}
+        for pair in value or ():
+            name, sep, text = pair.partition("=")
+            if not sep:
+                raise ValueError(f"--kafka-config wants NAME=VALUE, got {pair!r}")
+            settings[name.strip()] = int(text) if text.strip().lstrip("-").isdigit() else text
+    if client not in (None, "auto"):
+        settings[CLIENT_SETTING] = choose(client)  # (checked now, before any worker starts)
     return settings
 
 
@@ -212,7 +216,7 @@ def configure(inputs=None, require_label=True, **options):
                       o["model_dir"], o["predictions"], o["output_format"], o["dead_letter"],
                       int(o["checkpoint_every"]), float(o["checkpoint_seconds"]),
                       int(o["keep_checkpoints"]), bool(o["resume"]), int(o["chunk_size"]),
-                      float(o["log_every"]), kafka_settings(o["kafka_config"]),
+                      float(o["log_every"]), kafka_settings(o["kafka_config"], o["kafka_client"]),
                       bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
                       int(o["model_memory_mib"]))
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks

@@ -20,8 +20,9 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ..connectors.files import read_file
 from ..connectors.formats import parse_records
-from ..connectors.kafka import (UNBOUNDED, KafkaSourceConfig, KafkaTopic, is_kafka,
-                                open_consumer, parse_messages, partition_ranges)
+from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, KafkaTopic,
+                                is_kafka, parse_messages, partition_ranges)
+from ..connectors.kafka_clients import open_reader
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
 from .checkpoints import partition_starts, resume_positions
@@ -146,49 +147,46 @@ class ReadPartition(beam.DoFn):
         self.cfg = cfg
 
     def setup(self):
-        # one consumer per partition: a consumer keeps at most one fetch in flight per broker
+        # one reader per partition: a consumer keeps at most one fetch in flight per broker
         # (held up to fetch_max_wait_ms), which would starve the next partition assigned to it
-        self.consumers = {}
-        self.dead = _DeadLetters(self.cfg.dead_letter, dict(self.cfg.topic.settings),
+        self.readers = {}
+        topic = self.cfg.topic
+        self.dead = _DeadLetters(self.cfg.dead_letter,
+                                 {**dict(topic.settings), CLIENT_SETTING: topic.client},
                                  self.cfg.logged_through)
 
     def teardown(self):
-        for consumer in self.consumers.values():
-            consumer.close()
+        for reader in self.readers.values():
+            reader.close()
         self.dead.close()
 
-    def _consumer_for(self, tp):
-        if tp.partition not in self.consumers:
-            consumer = open_consumer(self.cfg.topic, max_poll_records=self.cfg.max_records)
-            consumer.assign([tp])
-            self.consumers[tp.partition] = consumer
-        return self.consumers[tp.partition]
+    def _reader_for(self, partition):
+        if partition not in self.readers:
+            self.readers[partition] = open_reader(self.cfg.topic, partition,
+                                                  self.cfg.max_records)
+        return self.readers[partition]
 
     def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
                 watermark=beam.DoFn.WatermarkEstimatorParam(
                     ManualWatermarkEstimator.default_provider())):
-        from kafka import TopicPartition
-        from kafka.errors import KafkaError
         partition = element[0]
-        tp = TopicPartition(self.cfg.topic.topic, partition)
         restriction = tracker.current_restriction()
         try:
-            consumer = self._consumer_for(tp)
-        except KafkaError as err:
+            consumer = self._reader_for(partition)
+        except ConnectionError as err:
             if restriction.stop != UNBOUNDED:
                 raise
             log.warning("Kafka partition %s: %s; trying again in 1 s", partition, err)
             tracker.defer_remainder(Duration.of(1.0))  # a broker down for now: streams go on
             return
-        consumer.seek(tp, restriction.start)
+        consumer.seek(restriction.start)
         position = restriction.start
         began = time.time()
         while True:
             if restriction.stop != UNBOUNDED and position >= restriction.stop:
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
-            records = consumer.poll(timeout_ms=self.cfg.poll_ms,
-                                    max_records=self.cfg.max_records).get(tp, [])
+            records = consumer.poll(self.cfg.poll_ms)
             if not records:
                 if restriction.stop == UNBOUNDED:
                     # an idle partition must not hold back the watermark (and with it every

@@ -1,0 +1,50 @@
+"""The Kafka client choice and settings names (the clients themselves run against a real broker
+in tests/integration, once per installed client)."""
+import pytest
+
+from unitless.cli import main
+from unitless.connectors.kafka import KafkaTopic
+from unitless.connectors.kafka_clients import (CLIENTS, ENVIRONMENT, choose, client_settings,
+                                               installed)
+
+
+def test_auto_takes_the_environment_then_the_fastest_installed(monkeypatch):
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    assert choose() == choose("auto") == installed()[0]
+    assert installed() == [c for c in CLIENTS if c in installed()]  # fastest first
+    monkeypatch.setenv(ENVIRONMENT, "kafka-python")
+    assert choose() == "kafka-python"
+    assert choose("confluent-kafka" if "confluent-kafka" in installed() else "kafka-python") \
+        in installed()
+
+
+def test_a_client_that_is_not_one_is_a_clear_error(capsys):
+    with pytest.raises(ValueError, match="--kafka-client wants auto or one of"):
+        choose("librdkafka")
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--input", "kafka://127.0.0.1:9/t", "--kafka-client", "java"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'java'" in capsys.readouterr().err
+
+
+def test_settings_in_either_clients_names_reach_each_client_in_its_own():
+    given = {"security_protocol": "SASL_SSL", "sasl.username": "u", "sasl_plain_password": "p",
+             "ssl_check_hostname": False, "socket.keepalive.enable": True}
+    assert client_settings("confluent-kafka", given) == {
+        "security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "p",
+        "ssl.endpoint.identification.algorithm": "none", "socket.keepalive.enable": True}
+    assert client_settings("kafka-python", given) == {
+        "security_protocol": "SASL_SSL", "sasl_plain_username": "u", "sasl_plain_password": "p",
+        "ssl_check_hostname": False, "socket.keepalive.enable": True}
+
+
+def test_the_topic_carries_the_client_chosen(monkeypatch):
+    monkeypatch.setenv(ENVIRONMENT, "kafka-python")
+    topic = KafkaTopic.parse("kafka://a:1,b:2/t", {"client_id": "me"})
+    assert (topic.client, topic.topic) == ("kafka-python", "t")
+    assert topic.client_args(acks="all") == {"bootstrap_servers": ["a:1", "b:2"],
+                                             "client_id": "me", "acks": "all"}
+    if "confluent-kafka" in installed():
+        topic = KafkaTopic.parse("kafka://a:1,b:2/t", {"client_id": "me",
+                                                       "unitless.kafka_client": "confluent-kafka"})
+        assert topic.client_args() == {"bootstrap.servers": "a:1,b:2", "client.id": "me"}

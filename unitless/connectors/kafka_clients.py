@@ -1,0 +1,324 @@
+"""The Kafka client under unitless's reader and sinks, behind one small interface: kafka-python
+(always installed, the client this project is designed around) or confluent-kafka (librdkafka;
+the optional extra ``unitless[confluent]``), chosen per run by ``--kafka-client`` (default: the
+fastest installed, confluent-kafka when present; or the environment's UNITLESS_KAFKA_CLIENT).
+
+* ``open_reader(topic, partition, max_records)``: one partition, ``seek`` and ``poll``, giving
+  records with ``offset``, ``key``, ``value`` (bytes or None) and ``timestamp`` (ms).
+* ``partition_offsets(topic, timeout_s)``: {partition: (first offset, end offset)}.
+* ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``flush``
+  (returns once the broker acknowledged every message sent; raises ConnectionError for any
+  that failed), ``partitions``, ``close``.
+
+Client errors surface as ConnectionError, whichever client. Settings (``--kafka-config``) may
+use either client's names: those in ``SETTING_NAMES`` (kafka-python's name: librdkafka's) are
+written the chosen client's way; any other name goes to the client as given.
+"""
+import logging
+import os
+import uuid
+from typing import NamedTuple
+
+log = logging.getLogger("unitless")
+
+CLIENTS = ("confluent-kafka", "kafka-python")  # fastest first
+ENVIRONMENT = "UNITLESS_KAFKA_CLIENT"
+SETTING_NAMES = {
+    "client_id": "client.id", "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism", "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password", "sasl_kerberos_service_name":
+        "sasl.kerberos.service.name",
+    "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
+    "ssl_crlfile": "ssl.crl.location", "ssl_check_hostname": "ssl.endpoint.identification.algorithm",
+    "request_timeout_ms": "request.timeout.ms", "metadata_max_age_ms": "metadata.max.age.ms",
+    "reconnect_backoff_ms": "reconnect.backoff.ms", "linger_ms": "linger.ms",
+    "compression_type": "compression.type", "max_request_size": "message.max.bytes",
+    "fetch_max_wait_ms": "fetch.wait.max.ms", "fetch_min_bytes": "fetch.min.bytes",
+    "fetch_max_bytes": "fetch.max.bytes", "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+}
+_LIBRDKAFKA_NAMES = {v: k for k, v in SETTING_NAMES.items()}
+
+
+def installed():
+    """The clients importable here, fastest first."""
+    found = []
+    for name, module in (("confluent-kafka", "confluent_kafka"), ("kafka-python", "kafka")):
+        try:
+            __import__(module)
+            found.append(name)
+        except ImportError:
+            pass
+    return found
+
+
+def choose(requested=None):
+    """The client to use: ``requested`` ("auto" or None: UNITLESS_KAFKA_CLIENT if set, else the
+    fastest installed), checked."""
+    name = requested if requested not in (None, "auto") else os.environ.get(ENVIRONMENT, "auto")
+    if name == "auto":
+        return installed()[0]
+    if name not in CLIENTS:
+        raise ValueError(f"--kafka-client wants auto or one of {', '.join(CLIENTS)}, "
+                         f"got {name!r}")
+    if name not in installed():
+        raise ValueError(f"--kafka-client {name}: not installed (pip install "
+                         f"'unitless[confluent]')")
+    return name
+
+
+def client_settings(client, settings):
+    """``settings`` ({name: value}, either client's names) named the ``client``'s way."""
+    if client == "kafka-python":
+        return {_LIBRDKAFKA_NAMES.get(k, k): _python_value(k, v) for k, v in settings.items()}
+    out = {}
+    for name, value in settings.items():
+        name = SETTING_NAMES.get(name, name)
+        if name == "ssl.endpoint.identification.algorithm" and isinstance(value, bool):
+            value = "https" if value else "none"
+        out[name] = value
+    return out
+
+
+def _python_value(name, value):
+    if name == "ssl.endpoint.identification.algorithm":
+        return value not in ("none", "")
+    return value
+
+
+class Record(NamedTuple):
+    """A message as the reader gives it (kafka-python's records have the same fields)."""
+    offset: int
+    key: bytes
+    value: bytes
+    timestamp: int  # ms since the epoch
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def open_reader(topic, partition, max_records):
+    """A reader of one partition of ``topic`` (a KafkaTopic) that commits nothing (positions
+    live in checkpoints): ``seek(offset)``, ``poll(timeout_ms)`` -> [records], ``close()``."""
+    return _with_client(topic, f"reading partition {partition}",
+                        {"kafka-python": _PythonReader, "confluent-kafka": _ConfluentReader},
+                        partition, max_records)
+
+
+def partition_offsets(topic, timeout_s=10.0):
+    """{partition: (first offset, end offset)} of the topic now; ConnectionError within about
+    ``timeout_s`` when the broker cannot be reached or has no such topic."""
+    return _with_client(topic, "listing partitions",
+                        {"kafka-python": _python_offsets, "confluent-kafka": _confluent_offsets},
+                        timeout_s)
+
+
+def _with_client(topic, doing, implementations, *args):
+    """The topic's client's implementation called with (topic, *args); that client's errors
+    raised as ConnectionError naming the broker and what was being done."""
+    try:
+        return implementations[topic.client](topic, *args)
+    except _errors(topic.client) as err:
+        raise ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable "
+                              f"({doing}, topic {topic.topic!r}): {err}") from None
+
+
+def _errors(client):
+    if client == "kafka-python":
+        from kafka.errors import KafkaError
+        return KafkaError
+    from confluent_kafka import KafkaException
+    return KafkaException
+
+
+class _PythonReader:
+    def __init__(self, topic, partition, max_records):
+        from kafka import KafkaConsumer, TopicPartition
+        self.tp = TopicPartition(topic.topic, partition)
+        self.max_records = max_records
+        self.consumer = KafkaConsumer(**topic.client_args(
+            enable_auto_commit=False, group_id=None, max_poll_records=max_records))
+        self.consumer.assign([self.tp])
+
+    def seek(self, offset):
+        self.consumer.seek(self.tp, offset)
+
+    def poll(self, timeout_ms):
+        from kafka.errors import KafkaError
+        try:
+            return self.consumer.poll(timeout_ms=timeout_ms,
+                                      max_records=self.max_records).get(self.tp, [])
+        except KafkaError as err:
+            raise ConnectionError(str(err)) from None
+
+    def close(self):
+        self.consumer.close()
+
+
+class _ConfluentReader:
+    def __init__(self, topic, partition, max_records):
+        from confluent_kafka import Consumer
+        self.topic, self.partition, self.max_records = topic.topic, partition, max_records
+        # assign() joins no group; librdkafka still wants a group id, one of its own
+        self.consumer = Consumer(topic.client_args(**{
+            "group.id": f"unitless-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "auto.offset.reset": "earliest"}))
+        self.position = None
+
+    def seek(self, offset):
+        from confluent_kafka import TopicPartition
+        if offset != self.position:  # (re-assigning drops what was fetched ahead)
+            self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+            self.position = offset
+
+    def poll(self, timeout_ms):
+        from confluent_kafka import KafkaError
+        out = []
+        for m in self.consumer.consume(self.max_records, timeout_ms / 1000.0):
+            error = m.error()
+            if error is None:
+                out.append(Record(m.offset(), m.key(), m.value(), m.timestamp()[1]))
+            elif error.fatal():
+                raise ConnectionError(str(error))
+            elif error.code() != KafkaError._PARTITION_EOF:  # librdkafka retries on its own
+                log.warning("Kafka partition %s/%d: %s", self.topic, self.partition, error)
+        if out:
+            self.position = out[-1].offset + 1
+        return out
+
+    def close(self):
+        self.consumer.close()
+
+
+def _python_offsets(topic, timeout_s):
+    import time
+    from kafka import KafkaConsumer, TopicPartition
+    deadline = time.time() + timeout_s
+    ms = int(timeout_s * 1000)
+    consumer = KafkaConsumer(**topic.client_args(enable_auto_commit=False, group_id=None,
+                                                 request_timeout_ms=ms,
+                                                 bootstrap_timeout_ms=ms))
+    try:
+        partitions = None
+        while time.time() < deadline:
+            partitions = consumer.partitions_for_topic(topic.topic)
+            if partitions:
+                break
+            time.sleep(0.2)
+        if not partitions:
+            raise ConnectionError(f"Kafka topic {topic.topic!r} not found on "
+                                  f"{topic.bootstrap_servers}")
+        tps = [TopicPartition(topic.topic, p) for p in sorted(partitions)]
+        begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        return {tp.partition: (begin[tp], end[tp]) for tp in tps}
+    finally:
+        consumer.close()
+
+
+def _confluent_offsets(topic, timeout_s):
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer(topic.client_args(**{"group.id": f"unitless-{uuid.uuid4().hex}",
+                                             "enable.auto.commit": False}))
+    try:
+        found = consumer.list_topics(topic.topic, timeout=timeout_s).topics.get(topic.topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise ConnectionError(f"Kafka topic {topic.topic!r} not found on "
+                                  f"{topic.bootstrap_servers}")
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic.topic, p),
+                                                  timeout=timeout_s)
+                for p in sorted(found.partitions)}
+    finally:
+        consumer.close()
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+def open_producer(topic, timeout_s=None):
+    """A producer to ``topic`` that waits for every in-sync replica (acks=all), giving up on a
+    broker after ``timeout_s`` (None: the client's defaults). ConnectionError if it cannot
+    start."""
+    return _with_client(topic, "starting a producer",
+                        {"kafka-python": _PythonProducer, "confluent-kafka": _ConfluentProducer},
+                        timeout_s)
+
+
+class _PythonProducer:
+    def __init__(self, topic, timeout_s):
+        from kafka import KafkaProducer
+        self.topic = topic
+        ms = {} if timeout_s is None else {
+            k: int(timeout_s * 1000) for k in ("max_block_ms", "request_timeout_ms",
+                                               "bootstrap_timeout_ms")}
+        self.producer = KafkaProducer(**topic.client_args(acks="all", linger_ms=5, **ms))
+        self.pending = []
+
+    def send(self, key, value, partition=None, headers=None):
+        self.pending.append(self.producer.send(self.topic.topic, key=key, value=value,
+                                               partition=partition, headers=headers))
+
+    def flush(self, timeout_s=None):
+        self.producer.flush(timeout=timeout_s)
+        failed = next((f for f in self.pending if f.failed() or not f.is_done), None)
+        self.pending = []
+        if failed is not None:
+            raise ConnectionError(f"Kafka topic {self.topic.topic!r} on "
+                                  f"{self.topic.bootstrap_servers}: "
+                                  f"{failed.exception or 'not acknowledged in time'}")
+
+    def partitions(self):
+        from kafka.errors import KafkaError
+        try:
+            return sorted(self.producer.partitions_for(self.topic.topic))
+        except KafkaError as err:
+            raise ConnectionError(f"Kafka topic {self.topic.topic!r} on "
+                                  f"{self.topic.bootstrap_servers}: {err}") from None
+
+    def close(self, timeout_s=None):
+        self.producer.close(timeout=timeout_s)
+
+
+class _ConfluentProducer:
+    def __init__(self, topic, timeout_s):
+        from confluent_kafka import Producer
+        self.topic = topic
+        self.timeout_s = 10.0 if timeout_s is None else timeout_s  # (metadata requests)
+        self.producer = Producer(topic.client_args(**{"acks": "all", "linger.ms": 5}))
+        self.failed = None
+
+    def _delivered(self, err, _):
+        if err is not None and self.failed is None:
+            self.failed = err
+
+    def send(self, key, value, partition=None, headers=None):
+        args = {} if partition is None else {"partition": partition}
+        while True:
+            try:
+                self.producer.produce(self.topic.topic, value=value, key=key, headers=headers,
+                                      on_delivery=self._delivered, **args)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.05)
+
+    def flush(self, timeout_s=None):
+        left = self.producer.flush(-1 if timeout_s is None else timeout_s)
+        failed, self.failed = self.failed, None
+        if failed is not None or left:
+            raise ConnectionError(f"Kafka topic {self.topic.topic!r} on "
+                                  f"{self.topic.bootstrap_servers}: "
+                                  f"{failed or f'{left} messages not acknowledged in time'}")
+
+    def partitions(self):
+        from confluent_kafka import KafkaException
+        try:
+            found = self.producer.list_topics(self.topic.topic, timeout=self.timeout_s)
+        except KafkaException as err:
+            raise ConnectionError(f"Kafka broker {self.topic.bootstrap_servers} unreachable: "
+                                  f"{err}") from None
+        meta = found.topics.get(self.topic.topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise ConnectionError(f"Kafka topic {self.topic.topic!r} on "
+                                  f"{self.topic.bootstrap_servers}: "
+                                  f"{meta.error if meta is not None else 'not found'}")
+        return sorted(meta.partitions)
+
+    def close(self, timeout_s=None):
+        self.producer.flush(-1 if timeout_s is None else timeout_s)
