@@ -5,13 +5,12 @@ Free of Beam's transforms. A sink buffers what it is given (``write``) and makes
 an object store one upload), or every message acknowledged by the broker (a failed send raises). The training pipeline flushes its sinks before it writes a checkpoint, so a
 checkpoint never claims an input position whose predictions and dead letters are not durable.
 """
-import json
 import uuid
 
 import pyarrow as pa
 
 from .files import write_table
-from .kafka import PREDICTION_SCHEMA_ID, KafkaTopic, is_kafka
+from .kafka import KafkaTopic, is_kafka, prediction_messages
 from .kafka_clients import open_producer
 from .storage import atomic_write, join, makedirs, remove
 
@@ -71,9 +70,8 @@ class KafkaSink:
             return
         send = self.producer.send
         if self.kind == "predictions":
-            for row in table.to_pylist():
-                key = (row["model_key"] or "").encode()
-                value = json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}).encode()
+            keys = [(k or "").encode() for k in table.column("model_key").to_pylist()]
+            for key, value in zip(keys, prediction_messages(table)):
                 send(key, value, self._partition(key))
         else:
             for row in table.to_pylist():

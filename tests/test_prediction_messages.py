@@ -1,0 +1,54 @@
+"""Prediction messages, encoded a column at a time, decode to exactly what json.dumps of each
+row made (values and their types)."""
+import json
+import math
+
+import pyarrow as pa
+
+from unitless.connectors.kafka import PREDICTION_SCHEMA_ID, prediction_messages
+from unitless.pipelines.keyed_model import PREDICTION_SCHEMA
+from unitless.pipelines.score import SCORE_SCHEMA
+
+FLOATS = [0.5, 1.0, -0.0, 1e-7, 1.5e-05, 1e15, 1e16, 1e22, 0.1 + 0.2, 5e-324,
+          1.7976931348623157e308, float("inf"), float("-inf"), float("nan"), None, 3.0, -2.0]
+STRINGS = ["e1", 'quote " here', "back\\slash", "tab\there", "line\nbreak", "é€😀", "\x00\x7f",
+           "", None, "plain id-1", "/", "k%41", "x" * 300, "\u2028", "'", "{}"]
+
+
+def same(a, b):
+    """Equal values of equal types; NaN equals NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def rows_of(schema, n):
+    columns = {}
+    for i, field in enumerate(schema):
+        if pa.types.is_floating(field.type):
+            columns[field.name] = [FLOATS[(i + j) % len(FLOATS)] for j in range(n)]
+        elif pa.types.is_integer(field.type):
+            columns[field.name] = [None if j % 7 == 3 else (-1) ** j * j * 10 ** (j % 13)
+                                   for j in range(n)]
+        else:
+            columns[field.name] = [STRINGS[(i + j) % len(STRINGS)] for j in range(n)]
+    return pa.table(columns, schema=schema)
+
+
+def test_messages_decode_to_what_json_dumps_of_each_row_made():
+    for schema in (PREDICTION_SCHEMA, SCORE_SCHEMA):
+        table = rows_of(schema, 200)
+        for message, row in zip(prediction_messages(table), table.to_pylist(), strict=True):
+            expected = json.loads(json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}))
+            got = json.loads(message)
+            assert list(got) == list(expected)
+            assert all(same(got[k], expected[k]) for k in expected), (message, expected)
+            assert message.isascii()
+
+
+def test_plain_columns_take_the_fast_path_and_equal_json_dumps_byte_for_byte():
+    table = pa.table({"id": ["a", "b"], "model_key": ["k", None], "prediction": [0.25, 2.0],
+                      "examples_seen": [1, 2]})
+    assert prediction_messages(table) == [
+        json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}).encode()
+        for row in table.to_pylist()]
