@@ -138,17 +138,23 @@ class _PythonReader:
         self.consumer = KafkaConsumer(**topic.client_args(
             enable_auto_commit=False, group_id=None, max_poll_records=max_records))
         self.consumer.assign([self.tp])
+        self.position = None
 
     def seek(self, offset):
-        self.consumer.seek(self.tp, offset)
+        if offset != self.position:  # (seeking drops what was fetched ahead)
+            self.consumer.seek(self.tp, offset)
+            self.position = offset
 
     def poll(self, timeout_ms):
         from kafka.errors import KafkaError
         try:
-            return self.consumer.poll(timeout_ms=timeout_ms,
-                                      max_records=self.max_records).get(self.tp, [])
+            records = self.consumer.poll(timeout_ms=timeout_ms,
+                                         max_records=self.max_records).get(self.tp, [])
         except KafkaError as err:
             raise ConnectionError(str(err)) from None
+        if records:
+            self.position = records[-1].offset + 1
+        return records
 
     def close(self):
         self.consumer.close()
