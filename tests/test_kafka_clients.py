@@ -1,11 +1,13 @@
 """The Kafka client choice and settings names (the clients themselves run against a real broker
 in tests/integration, once per installed client)."""
+import logging
+
 import pytest
 
 from unitless.cli import main
 from unitless.connectors.kafka import KafkaTopic
-from unitless.connectors.kafka_clients import (CLIENTS, ENVIRONMENT, choose, client_settings,
-                                               installed)
+from unitless.connectors.kafka_clients import (CLIENTS, ENVIRONMENT, LOG_REPEAT_S, choose,
+                                               client_settings, installed, _OncePerInterval)
 
 
 def test_auto_takes_the_environment_then_the_fastest_installed(monkeypatch):
@@ -48,3 +50,24 @@ def test_the_topic_carries_the_client_chosen(monkeypatch):
         topic = KafkaTopic.parse("kafka://a:1,b:2/t", {"client_id": "me",
                                                        "unitless.kafka_client": "confluent-kafka"})
         assert topic.client_args() == {"bootstrap.servers": "a:1,b:2", "client.id": "me"}
+
+
+def test_a_repeated_librdkafka_line_is_let_through_once_per_interval(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("unitless.connectors.kafka_clients.time.monotonic", lambda: clock[0])
+    once = _OncePerInterval()
+
+    def line(client, text):  # as confluent-kafka logs librdkafka's lines
+        return once.filter(logging.LogRecord("unitless.kafka", logging.ERROR, "", 0,
+                                             "%s [%s] %s", ("FAIL", client, text), None))
+
+    refused = "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused"
+    assert line("rdkafka#consumer-1", refused)
+    assert not line("rdkafka#consumer-2", refused)  # the same line from another client
+    assert line("rdkafka#consumer-2", "Disconnected (after 2694ms in state UP)")
+    assert not line("rdkafka#consumer-5", "Disconnected (after 735ms in state UP)")
+    assert line("rdkafka#producer-3", "another cause")
+    clock[0] += LOG_REPEAT_S - 1
+    assert not line("rdkafka#consumer-1", refused)
+    clock[0] += 1
+    assert line("rdkafka#consumer-1", refused)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.partitioner.default import murmur2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
@@ -68,7 +69,8 @@ def train(tmp_path, bootstrap, topic, *extra, name="run"):
 def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path):
     bootstrap = broker.bootstrap_servers
     topic = "examples"
-    create_topics(bootstrap, topic, f"{topic}-predictions", f"{topic}-dead")
+    create_topics(bootstrap, topic, f"{topic}-dead")
+    create_topics(bootstrap, f"{topic}-predictions", partitions=5)  # a partition for each key
     rows = examples(900, seed=1)
     bad = [b"{not json", b"\xff\xfe{binary, not UTF-8",
            json.dumps({"id": "x", "segment": "alpha", "a": 1}).encode(),
@@ -81,8 +83,9 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     predictions = [json.loads(m.value) for m in messages]
     assert all(p["schema"] == "unitless.prediction/1" for p in predictions)
     assert {p["id"] for p in predictions} == {r["id"] for r in rows}
-    for m, p in zip(messages, predictions):
+    for m, p in zip(messages, predictions):  # in the partition Kafka's Java client would pick
         assert m.key.decode() == p["model_key"]
+        assert m.partition == (murmur2(m.key) & 0x7FFFFFFF) % 5
     for key in KEYS:  # in order per model key
         seen = [p["examples_seen"] for p in predictions if p["model_key"] == key]
         assert sorted(seen) == list(range(1, len(seen) + 1))

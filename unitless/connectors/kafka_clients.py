@@ -10,12 +10,17 @@ fastest installed, confluent-kafka when present; or the environment's UNITLESS_K
   (returns once the broker acknowledged every message sent; raises ConnectionError for any
   that failed), ``partitions``, ``close``.
 
-Client errors surface as ConnectionError, whichever client. Settings (``--kafka-config``) may
+Keyed messages go to the partition Kafka's Java client gives their key (murmur2), whichever
+client sends them. Client errors surface as ConnectionError, whichever client; librdkafka's own
+log lines go to the ``unitless.kafka`` logger, each repeated line at most once in
+``LOG_REPEAT_S`` (a broker that is down for a minute is one line per cause, not thousands). Settings (``--kafka-config``) may
 use either client's names: those in ``SETTING_NAMES`` (kafka-python's name: librdkafka's) are
 written the chosen client's way; any other name goes to the client as given.
 """
 import logging
 import os
+import re
+import time
 import uuid
 from typing import NamedTuple
 
@@ -38,6 +43,7 @@ SETTING_NAMES = {
     "fetch_max_bytes": "fetch.max.bytes", "max_partition_fetch_bytes": "max.partition.fetch.bytes",
 }
 _LIBRDKAFKA_NAMES = {v: k for k, v in SETTING_NAMES.items()}
+LOG_REPEAT_S = 30.0
 
 
 def installed():
@@ -92,6 +98,35 @@ class Record(NamedTuple):
     key: bytes
     value: bytes
     timestamp: int  # ms since the epoch
+
+
+_VARYING = re.compile(r"rdkafka#\w+-\d+|\(after \d+ms in state \w+\)")  # not the cause
+
+
+class _OncePerInterval(logging.Filter):
+    """Lets a librdkafka line through when the same line (whichever client instance logged
+    it) has not been let through in the last LOG_REPEAT_S seconds."""
+
+    def __init__(self):
+        super().__init__()
+        self.last = {}
+
+    def filter(self, record):
+        line = _VARYING.sub("", record.getMessage())
+        now = time.monotonic()
+        if now - self.last.get(line, -LOG_REPEAT_S) < LOG_REPEAT_S:
+            return False
+        self.last[line] = now
+        return True
+
+
+LIBRDKAFKA_LOG = logging.getLogger("unitless.kafka")
+LIBRDKAFKA_LOG.addFilter(_OncePerInterval())
+
+
+def _confluent_config(topic, **extra):
+    """A confluent-kafka client's configuration for ``topic``, logging through LIBRDKAFKA_LOG."""
+    return {**topic.client_args(**extra), "logger": LIBRDKAFKA_LOG}
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -165,7 +200,7 @@ class _ConfluentReader:
         from confluent_kafka import Consumer
         self.topic, self.partition, self.max_records = topic.topic, partition, max_records
         # assign() joins no group; librdkafka still wants a group id, one of its own
-        self.consumer = Consumer(topic.client_args(**{
+        self.consumer = Consumer(_confluent_config(topic, **{
             "group.id": f"unitless-{uuid.uuid4().hex}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "auto.offset.reset": "earliest"}))
         self.position = None
@@ -196,7 +231,6 @@ class _ConfluentReader:
 
 
 def _python_offsets(topic, timeout_s):
-    import time
     from kafka import KafkaConsumer, TopicPartition
     deadline = time.time() + timeout_s
     ms = int(timeout_s * 1000)
@@ -222,8 +256,8 @@ def _python_offsets(topic, timeout_s):
 
 def _confluent_offsets(topic, timeout_s):
     from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer(topic.client_args(**{"group.id": f"unitless-{uuid.uuid4().hex}",
-                                             "enable.auto.commit": False}))
+    consumer = Consumer(_confluent_config(topic, **{"group.id": f"unitless-{uuid.uuid4().hex}",
+                                                    "enable.auto.commit": False}))
     try:
         found = consumer.list_topics(topic.topic, timeout=timeout_s).topics.get(topic.topic)
         if found is None or found.error is not None or not found.partitions:
@@ -287,7 +321,9 @@ class _ConfluentProducer:
         from confluent_kafka import Producer
         self.topic = topic
         self.timeout_s = 10.0 if timeout_s is None else timeout_s  # (metadata requests)
-        self.producer = Producer(topic.client_args(**{"acks": "all", "linger.ms": 5}))
+        # murmur2_random: keyed messages partitioned as Kafka's Java client and kafka-python do
+        self.producer = Producer(_confluent_config(topic, **{
+            "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"}))
         self.failed = None
 
     def _delivered(self, err, _):

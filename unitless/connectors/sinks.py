@@ -54,7 +54,7 @@ class KafkaSink:
 
     def __init__(self, topic, kind):
         self.topic, self.kind = topic, kind
-        self.rows, self.partitions = 0, {}
+        self.rows = 0
         self._producer = None
 
     @property
@@ -72,7 +72,7 @@ class KafkaSink:
         if self.kind == "predictions":
             keys = [(k or "").encode() for k in table.column("model_key").to_pylist()]
             for key, value in zip(keys, prediction_messages(table)):
-                send(key, value, self._partition(key))
+                send(key, value)
         else:
             for row in table.to_pylist():
                 headers = [("unitless.source", row["source"].encode()),
@@ -90,15 +90,6 @@ class KafkaSink:
 
     def discard(self):
         """Messages already handed to the producer go out anyway (at-least-once)."""
-
-    def _partition(self, key):
-        """The partition Kafka's default partitioner (murmur2) gives a keyed message, whichever
-        client sends it (librdkafka's own default differs), found once per key."""
-        if key not in self.partitions:
-            from kafka.partitioner import murmur2
-            partitions = self.producer.partitions()
-            self.partitions[key] = partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
-        return self.partitions[key]
 
     def close(self):
         if self._producer is not None:
