@@ -5,9 +5,11 @@ in the example (the usual sparse/lazy form); on dense data without zeros this is
 """
 import math
 
+import numpy as np
+
 from numba import njit
 
-from .losses import loss_and_derivative
+from .losses import NO_MEMO, loss_and_derivative
 
 
 @njit(cache=True, inline="always")
@@ -19,24 +21,38 @@ def _dot(w, idx, val):
 
 
 @njit(cache=True)
-def sgd_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def sgd_predict(V, M, S, k, idx, val, hp, memo):
     """SGD with η_t = η/√t. V = (w,); S = (t,); hp = (η,)."""
-    w = V[0, k]
     S[k, 0] += 1.0
-    y_hat = _dot(w, idx, val)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return _dot(V[0, k], idx, val)
+
+
+@njit(cache=True)
+def sgd_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    w = V[0, k]
     rate = hp[0] / math.sqrt(S[k, 0]) * weight * g
     for j in range(idx.shape[0]):  # w ← w − (η/√t) g x
         w[idx[j]] -= rate * val[j]
+
+
+@njit(cache=True)
+def sgd_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """SGD with η_t = η/√t."""
+    y_hat = sgd_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    sgd_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def adagrad_predict(V, M, S, k, idx, val, hp, memo):
     """AdaGrad (Duchi et al. 2011), diagonal. V = (w, G); hp = (η,)."""
+    return _dot(V[0, k], idx, val)
+
+
+@njit(cache=True)
+def adagrad_update(V, M, S, k, idx, val, g, weight, hp, memo):
     w, G = V[0, k], V[1, k]
-    y_hat = _dot(w, idx, val)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
     g *= weight
     if g != 0.0:
         for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η g x_i/√G_i
@@ -45,18 +61,29 @@ def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             G[i] += gx * gx
             if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
                 w[i] -= hp[0] * gx / math.sqrt(G[i])
+
+
+@njit(cache=True)
+def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """AdaGrad (Duchi et al. 2011), diagonal."""
+    y_hat = adagrad_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    adagrad_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def adam_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def adam_predict(V, M, S, k, idx, val, hp, memo):
     """Adam (Kingma & Ba 2015). V = (w, m, v); S = (t,); hp = (η, β1, β2, ε)."""
+    S[k, 0] += 1.0
+    return _dot(V[0, k], idx, val)
+
+
+@njit(cache=True)
+def adam_update(V, M, S, k, idx, val, g, weight, hp, memo):
     w, m, v = V[0, k], V[1, k], V[2, k]
     eta, beta1, beta2, eps = hp[0], hp[1], hp[2], hp[3]
-    S[k, 0] += 1.0
     t = S[k, 0]
-    y_hat = _dot(w, idx, val)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
     g *= weight
     c1, c2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     for j in range(idx.shape[0]):
@@ -65,27 +92,50 @@ def adam_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         m[i] = beta1 * m[i] + (1.0 - beta1) * gx
         v[i] = beta2 * v[i] + (1.0 - beta2) * gx * gx
         w[i] -= eta * (m[i] / c1) / (math.sqrt(v[i] / c2) + eps)
+
+
+@njit(cache=True)
+def adam_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """Adam (Kingma & Ba 2015)."""
+    y_hat = adam_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    adam_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def cocob_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def cocob_predict(V, M, S, k, idx, val, hp, memo):
     """COCOB-Backprop (Orabona & Tommasi 2017, Alg. 2), w₁ = 0.
 
-    V = (w, L, G, Reward, θ) with L starting at 1e-8; hp = (α,).
+    V = (w, L, G, Reward, θ) with L starting at 1e-8; hp = (α,). memo: the bets w_{t,i}.
     """
+    w = V[0, k]
+    for j in range(idx.shape[0]):
+        memo[j] = w[idx[j]]
+    return _dot(w, idx, val)
+
+
+@njit(cache=True)
+def cocob_update(V, M, S, k, idx, val, g, weight, hp, memo):
     w, L, G, reward, theta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
     alpha = hp[0]
-    y_hat = _dot(w, idx, val)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
     g *= weight
     for j in range(idx.shape[0]):
         i = idx[j]
         gx = g * val[j]
         L[i] = max(L[i], abs(gx))
         G[i] += abs(gx)
-        reward[i] = max(reward[i] - w[i] * gx, 0.0)
+        reward[i] = max(reward[i] - memo[j] * gx, 0.0)  # the bet w_{t,i} ŷ was made with
         theta[i] += gx
         # w_{t+1,i} = −θ_i/(L_i max(G_i + L_i, α L_i)) (L_i + Reward_i)
         w[i] = -theta[i] / (L[i] * max(G[i] + L[i], alpha * L[i])) * (L[i] + reward[i])
+
+
+@njit(cache=True)
+def cocob_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """COCOB-Backprop (Orabona & Tommasi 2017, Alg. 2)."""
+    memo = np.empty(idx.shape[0])
+    y_hat = cocob_predict(V, M, S, k, idx, val, hp, memo)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    cocob_update(V, M, S, k, idx, val, g, weight, hp, memo)
     return y_hat, weight * ell

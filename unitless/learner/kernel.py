@@ -1,4 +1,6 @@
-"""The one compiled loop: exact predict-then-update over a batch, in order."""
+"""The one compiled loop: exact predict-then-update over a batch, in order; and its three parts
+for a model split over feature shards (``sharded.py``): each shard's part of every ŷ, the
+combined ŷ with its loss and gradient, each shard's update."""
 import hashlib
 import os
 import sys
@@ -8,6 +10,7 @@ from numba import literal_unroll, njit
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaExperimentalFeatureWarning
 
+from .losses import loss_and_derivative
 from .registry import ALGORITHMS
 
 # A learner's kernel code is its position in the registry (``Algorithm.code``), and ``step``
@@ -15,6 +18,20 @@ from .registry import ALGORITHMS
 # step function as an argument lets numba cache the compiled loop on disk, so a new process
 # starts without compiling.)
 STEPS = tuple(a.step for a in ALGORITHMS.values())
+
+
+@njit(cache=True)
+def _cannot_predict(V, M, S, k, idx, val, hp, memo):  # (a learner that cannot be split: never called)
+    return 0.0
+
+
+@njit(cache=True)
+def _cannot_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    pass
+
+
+PREDICTS = tuple(a.predict or _cannot_predict for a in ALGORITHMS.values())
+UPDATES = tuple(a.update or _cannot_update for a in ALGORITHMS.values())
 
 # Unrolling over a tuple of step functions types them as first-class functions, which numba
 # flags as experimental when it compiles ``step``; the loop only calls them, which is supported.
@@ -37,13 +54,44 @@ def step(code, V, M, S, k, idx, val, y, weight, loss, tau, hp):
 
 
 @njit(cache=True)
+def predict(code, V, M, S, k, idx, val, hp, memo):
+    """PREDICTS[code](...): the first half of a learner's step, up to ŷ."""
+    y_hat = 0.0
+    i = 0
+    for f in literal_unroll(PREDICTS):
+        if i == code:
+            y_hat = f(V, M, S, k, idx, val, hp, memo)
+        i += 1
+    return y_hat
+
+
+@njit(cache=True)
+def update(code, V, M, S, k, idx, val, g, weight, hp, memo):
+    """UPDATES[code](...): the second half, given g = ∂ℓ/∂ŷ."""
+    i = 0
+    for f in literal_unroll(UPDATES):
+        if i == code:
+            f(V, M, S, k, idx, val, g, weight, hp, memo)
+        i += 1
+
+
+@njit(cache=True, inline="always")
+def learner_label(label, k, K):
+    """The label one-against-all learner k of K sees: +1 for class k+1, else −1 (K = 1: the
+    label as is)."""
+    if K > 1:
+        return 1.0 if label == k + 1 else -1.0
+    return label
+
+
+@njit(cache=True)
 def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights,
               scores, losses):
     """Feed examples 0..n-1 to learner STEPS[code] one by one; K = S.shape[0] one-against-all
     learners.
 
-    With K = 1 the label is used as is; with K > 1 learner k sees +1 for label k+1, else −1.
-    scores[n, k] is learner k's ŷ before it learned example n; losses[n] sums their losses.
+    Learner k sees ``learner_label``. scores[n, k] is learner k's ŷ before it learned example
+    n; losses[n] sums their losses.
     """
     K = S.shape[0]
     for n in range(labels.shape[0]):
@@ -51,13 +99,64 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
         idx, val = indices[a:b], values[a:b]
         total = 0.0
         for k in range(K):
-            y = labels[n]
-            if K > 1:
-                y = 1.0 if labels[n] == k + 1 else -1.0
+            y = learner_label(labels[n], k, K)
             y_hat, ell = step(code, V, M, S, k, idx, val, y, weights[n], loss, tau, hp)
             scores[n, k] = y_hat
             total += ell
         losses[n] = total
+
+
+@njit(cache=True)
+def predict_part(code, V, M, S, hp, indptr, indices, values, scores, scalars, memo):
+    """A shard's part of examples 0..n-1: scores[n, k] = Σ w_i x_i over the shard's features
+    (after the learner's steps before ŷ, which change the shard's state); scalars[n, k] = the
+    shard's S[k] after it; memo[k, a:b] what learner k's update of the example will need from
+    its prediction (features a..b-1 of the batch)."""
+    K = S.shape[0]
+    for n in range(indptr.shape[0] - 1):
+        a, b = indptr[n], indptr[n + 1]
+        for k in range(K):
+            scores[n, k] = predict(code, V, M, S, k, indices[a:b], values[a:b], hp,
+                                   memo[k, a:b])
+            scalars[n, k, :] = S[k, :]
+
+
+@njit(cache=True)
+def combine_parts(loss, tau, part_scores, part_scalars, summed, labels, weights, scores,
+                  gradients, losses, scalars):
+    """The model's ŷ = Σ_s ŷ_s of every example and learner (shards [S, n, K]), its loss (summed
+    over learners into losses[n]) and g = ∂ℓ/∂ŷ; the model's scalars: those marked ``summed``
+    added over shards, the others (counts every shard keeps alike) as shard 0 has them."""
+    n_shards, K = part_scores.shape[0], part_scores.shape[2]
+    for n in range(labels.shape[0]):
+        total = 0.0
+        for k in range(K):
+            y_hat = part_scores[0, n, k]
+            for s in range(1, n_shards):
+                y_hat += part_scores[s, n, k]
+            ell, g = loss_and_derivative(loss, learner_label(labels[n], k, K), y_hat, tau)
+            scores[n, k], gradients[n, k] = y_hat, g
+            total += weights[n] * ell
+            for j in range(summed.shape[0]):
+                value = part_scalars[0, n, k, j]
+                if summed[j]:
+                    for s in range(1, n_shards):
+                        value += part_scalars[s, n, k, j]
+                scalars[n, k, j] = value
+        losses[n] = total
+
+
+@njit(cache=True)
+def update_part(code, V, M, hp, indptr, indices, values, gradients, weights, scalars, memo):
+    """A shard's update by examples 0..n-1 in order: example n's gradient on learner k
+    (gradients[n, k]), its weight, the model's scalars as they were at its ŷ (scalars[n, k])
+    and the memo its prediction left (``predict_part``)."""
+    K = gradients.shape[1]
+    for n in range(indptr.shape[0] - 1):
+        a, b = indptr[n], indptr[n + 1]
+        for k in range(K):
+            update(code, V, M, scalars[n], k, indices[a:b], values[a:b], gradients[n, k],
+                   weights[n], hp, memo[k, a:b])
 
 
 def _stamp_caches_with_their_sources():

@@ -4,21 +4,29 @@ Every step function shares one signature (see ``kernel.py``): it receives the st
 V (vectors, [name, class, feature]), S (scalars, [class, name]), the class index k, one
 example's non-zero features (idx, val), its label y, importance weight, loss code and
 hyperparameters hp; it predicts ŷ, suffers the loss, updates the state and returns (ŷ, ℓ).
+
+A learner that can be split over feature shards (``learner/sharded.py``) writes its step as
+``xxx_predict`` (what happens before the loss: ŷ from this example's features) and
+``xxx_update`` (what happens after it, given g = ∂ℓ/∂ŷ unweighted and the importance weight),
+and its step as the two around the loss; the update reads the scalars S but never writes them.
+Where the update needs a value the prediction used that a later prediction may overwrite (a
+bet w_{t,i}), the predict half writes it to ``memo[j]`` (one slot per feature of the example)
+and the update reads it from there: with a delay, other examples' halves run in between. A
+step that runs the halves back to back has no such gap and passes ``memo`` only where the
+update reads it (else ``NO_MEMO``).
 """
 import math
 
 from numba import njit
 
-from .losses import loss_and_derivative
+from .losses import NO_MEMO, loss_and_derivative
 
 
 @njit(cache=True)
-def ng_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """NG, Ross et al. Alg. 1. V = (w, s); S = (t, N); hp = (η,)."""
+def ng_predict(V, M, S, k, idx, val, hp, memo):
+    """NG, Ross et al. Alg. 1, steps 1-2. V = (w, s); S = (t, N); hp = (η,)."""
     w, s = V[0, k], V[1, k]
-    eta = hp[0]
     S[k, 0] += 1.0
-    t = S[k, 0]
     for j in range(idx.shape[0]):  # 1. w_i ← w_i s_i²/x_i², s_i ← |x_i| where |x_i| > s_i
         i, x = idx[j], abs(val[j])
         if x > s[i]:
@@ -31,22 +39,35 @@ def ng_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         y_hat += w[i] * x
         n_add += (x / s[i]) ** 2
     S[k, 1] += n_add
-    N = S[k, 1]
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return y_hat
+
+
+@njit(cache=True)
+def ng_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    """NG, Ross et al. Alg. 1, step 3."""
+    w, s = V[0, k], V[1, k]
+    eta = hp[0]
+    t, N = S[k, 0], S[k, 1]
     g *= weight
     for j in range(idx.shape[0]):  # 3. w_i ← w_i − η (t/N) (1/s_i²) g x_i
         i, x = idx[j], val[j]
         w[i] -= eta * (t / N) * g * x / (s[i] * s[i])
+
+
+@njit(cache=True)
+def ng_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """NG, Ross et al. Alg. 1."""
+    y_hat = ng_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    ng_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """NAG, Ross et al. Alg. 2. V = (w, s, G); S = (t, N); hp = (η,)."""
-    w, s, G = V[0, k], V[1, k], V[2, k]
-    eta = hp[0]
+def nag_predict(V, M, S, k, idx, val, hp, memo):
+    """NAG, Ross et al. Alg. 2, steps 1-2. V = (w, s, G); S = (t, N); hp = (η,)."""
+    w, s = V[0, k], V[1, k]
     S[k, 0] += 1.0
-    t = S[k, 0]
     for j in range(idx.shape[0]):  # 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i| where |x_i| > s_i
         i, x = idx[j], abs(val[j])
         if x > s[i]:
@@ -59,8 +80,15 @@ def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         y_hat += w[i] * x
         n_add += (x / s[i]) ** 2
     S[k, 1] += n_add
-    N = S[k, 1]
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return y_hat
+
+
+@njit(cache=True)
+def nag_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    """NAG, Ross et al. Alg. 2, step 3."""
+    w, s, G = V[0, k], V[1, k], V[2, k]
+    eta = hp[0]
+    t, N = S[k, 0], S[k, 1]
     g *= weight
     if g != 0.0:
         rate = eta * math.sqrt(t / N)
@@ -70,11 +98,19 @@ def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             G[i] += gx * gx
             if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
                 w[i] -= rate * gx / (s[i] * math.sqrt(G[i]))
+
+
+@njit(cache=True)
+def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """NAG, Ross et al. Alg. 2."""
+    y_hat = nag_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    nag_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def snag_predict(V, M, S, k, idx, val, hp, memo):
     """sNAG, Ross et al. Sec. 3: NAG with s_i = Σ x_i² and √(s_i/t_i) in place of s_i.
 
     V = (w, s, G, t0); S = (t, N); hp = (η,). t_i = t − t0_i + 1 counts the trials since feature i
@@ -83,8 +119,7 @@ def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
     (README "Choices made"). The max-rescaling step 1 of NAG has no analogue (the normaliser
     moves with every example), so w is left as is.
     """
-    w, s, G, t0 = V[0, k], V[1, k], V[2, k], V[3, k]
-    eta = hp[0]
+    w, s, t0 = V[0, k], V[1, k], V[3, k]
     S[k, 0] += 1.0
     t = S[k, 0]
     y_hat = 0.0
@@ -97,8 +132,15 @@ def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         y_hat += w[i] * x
         n_add += x * x * (t - t0[i] + 1.0) / s[i]
     S[k, 1] += n_add
-    N = S[k, 1]
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return y_hat
+
+
+@njit(cache=True)
+def snag_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    """sNAG's update."""
+    w, s, G, t0 = V[0, k], V[1, k], V[2, k], V[3, k]
+    eta = hp[0]
+    t, N = S[k, 0], S[k, 1]
     g *= weight
     if g != 0.0:
         rate = eta * math.sqrt(t / N)
@@ -108,4 +150,12 @@ def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
             G[i] += gx * gx
             if G[i] > 0.0:
                 w[i] -= rate * gx / (math.sqrt(s[i] / (t - t0[i] + 1.0)) * math.sqrt(G[i]))
+
+
+@njit(cache=True)
+def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """sNAG, Ross et al. Sec. 3."""
+    y_hat = snag_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    snag_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell

@@ -98,11 +98,15 @@ def _learn_checked(state, batch, slots):
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
               batch.indptr, slots, batch.values, learner_labels(state, batch.labels),
               batch.weights, scores, losses)
-    state.examples_seen += n
-    # summed one example after the other (not pairwise): the same total however the stream is
-    # cut into batches
-    state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
+    count_learned(state, losses)
     return BatchResult(scores, losses)
+
+
+def count_learned(state, losses):
+    """Count a batch's examples into the state's counters, their losses summed one after the
+    other (not pairwise): the same total however the stream is cut into batches."""
+    state.examples_seen += len(losses)
+    state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
 
 
 def learn_or_refuse(state, batch):

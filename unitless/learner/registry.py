@@ -11,6 +11,12 @@ Adding a learner means two things and nothing else:
 2. add an ``Algorithm(...)`` entry to ``ALGORITHMS`` below naming that step, its state arrays,
    hyperparameters with defaults, and its ``invariance`` ("diagonal", "linear" or "none").
 
+A learner whose state is per feature, apart from counts every shard keeps alike (t) and sums
+over features (NAG's N) that only its update reads, can also be split over feature shards
+(``sharded.py``): write its step as ``xxx_predict`` and ``xxx_update`` around the loss (see
+``normalized.py``), name them in its entry (``predict``, ``update``) and list the scalars that
+are sums over features (``summed``).
+
 The compiled loop (``kernel.py``) dispatches on the position in ``ALGORITHMS`` (``code``) and
 recompiles by itself when a step module or this file changes; the check suite
 (``checks.py``, run by ``tests/test_learner_checks.py``) checks every entry, the invariance its
@@ -19,11 +25,9 @@ record the algorithm's name.
 """
 from dataclasses import dataclass, field
 
-from .baselines import adagrad_step, adam_step, cocob_step, sgd_step
+from . import baselines, normalized, scinol
 from .kotlowski import kotlowski1_step, kotlowski2_step
 from .mirror_descent import omd_diagonal_step, omd_pnorm_step
-from .normalized import nag_step, ng_step, snag_step
-from .scinol import scinol1_step, scinol2_step
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,15 @@ class Algorithm:
     # True when the step reads every feature's state, not only the example's (a sum or matrix
     # over all features): its state is kept in feature-index order (``LearnerState.map_features``)
     scans_all: bool = False
+    # feature shards (sharded.py): the step's two halves around the loss, None when the learner
+    # cannot be split; the scalars that are sums over features (each shard keeps its own part)
+    predict: object = None
+    update: object = None
+    summed: tuple = ()
+
+    @property
+    def shardable(self):
+        return self.predict is not None
 
     @property
     def code(self):
@@ -65,12 +78,15 @@ RANGES = {"learning_rate": (0.0, None), "lipschitz": (0.0, None), "alpha": (0.0,
 _KOTLOWSKI_ALPHA = {"alpha": "α, the scale of the potential's exponent (α > 1 in the analysis)"}
 _SCINOL_EPSILON = {"epsilon": "ε, the initial wealth: how far the first weights may move"}
 ALGORITHMS = {a.name: a for a in [
-    Algorithm("ng", ng_step, ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
-              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 1"),
-    Algorithm("nag", nag_step, ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
-              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 2"),
-    Algorithm("snag", snag_step, ("w", "s", "G", "t0"), _LR, scalars=("t", "N"), invariance="diagonal",
-              reference="Ross, Mineiro, Langford 2013, Sec. 3"),
+    Algorithm("ng", normalized.ng_step, ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
+              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 1",
+              predict=normalized.ng_predict, update=normalized.ng_update, summed=("N",)),
+    Algorithm("nag", normalized.nag_step, ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
+              scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 2",
+              predict=normalized.nag_predict, update=normalized.nag_update, summed=("N",)),
+    Algorithm("snag", normalized.snag_step, ("w", "s", "G", "t0"), _LR, scalars=("t", "N"), invariance="diagonal",
+              reference="Ross, Mineiro, Langford 2013, Sec. 3",
+              predict=normalized.snag_predict, update=normalized.snag_update, summed=("N",)),
     Algorithm("omd_diagonal", omd_diagonal_step, ("w", "theta", "b", "Q"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("d",), invariance="diagonal",
               scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)"),
@@ -83,25 +99,31 @@ ALGORITHMS = {a.name: a for a in [
     Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",), about=_KOTLOWSKI_ALPHA,
               matrices=("S_pinv", "P", "S"), invariance="linear", scale="D",
               scans_all=True, reference="Kotłowski 2017, Alg. 2"),
-    Algorithm("scinol1", scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
+    Algorithm("scinol1", scinol.scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
               scalars=("t",), about=_SCINOL_EPSILON, initial={"beta": "epsilon"},
               invariance="diagonal",
-              scale="M", reference="Kempka, Kotłowski 2019, ScInOL1"),
-    Algorithm("scinol2", scinol2_step, ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
+              scale="M", reference="Kempka, Kotłowski 2019, ScInOL1",
+              predict=scinol.scinol1_predict, update=scinol.scinol1_update),
+    Algorithm("scinol2", scinol.scinol2_step, ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
               about=_SCINOL_EPSILON,
               initial={"eta": "epsilon"}, invariance="diagonal",
-              scale="M", reference="Kempka, Kotłowski 2019, ScInOL2"),
-    Algorithm("sgd", sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
-              reference="SGD with η/√t"),
-    Algorithm("adagrad", adagrad_step, ("w", "G"), {"learning_rate": 0.1},
-              reference="Duchi, Hazan, Singer 2011"),
-    Algorithm("adam", adam_step, ("w", "m", "v"),
+              scale="M", reference="Kempka, Kotłowski 2019, ScInOL2",
+              predict=scinol.scinol2_predict, update=scinol.scinol2_update),
+    Algorithm("sgd", baselines.sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
+              reference="SGD with η/√t",
+              predict=baselines.sgd_predict, update=baselines.sgd_update),
+    Algorithm("adagrad", baselines.adagrad_step, ("w", "G"), {"learning_rate": 0.1},
+              reference="Duchi, Hazan, Singer 2011",
+              predict=baselines.adagrad_predict, update=baselines.adagrad_update),
+    Algorithm("adam", baselines.adam_step, ("w", "m", "v"),
               {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
               scalars=("t",), reference="Kingma, Ba 2015",
-              about={"epsilon": "ε added to √v̂, a numerical guard (not ScInOL's ε)"}),
-    Algorithm("cocob", cocob_step, ("w", "L", "G", "reward", "theta"), {"alpha": 100.0},
+              about={"epsilon": "ε added to √v̂, a numerical guard (not ScInOL's ε)"},
+              predict=baselines.adam_predict, update=baselines.adam_update),
+    Algorithm("cocob", baselines.cocob_step, ("w", "L", "G", "reward", "theta"), {"alpha": 100.0},
               about={"alpha": "α, the cap on the betting fraction in early rounds"},
-              initial={"L": 1e-8}, reference="Orabona, Tommasi 2017, COCOB-Backprop"),
+              initial={"L": 1e-8}, reference="Orabona, Tommasi 2017, COCOB-Backprop",
+              predict=baselines.cocob_predict, update=baselines.cocob_update),
 ]}
 
 # The dense d×d state of Kotłowski Alg. 2 must stay small.

@@ -5,16 +5,18 @@ not touched (and is not passed in: examples carry only non-zero features).
 """
 import math
 
+import numpy as np
+
 from numba import njit
 
-from .losses import loss_and_derivative
+from .losses import NO_MEMO, loss_and_derivative
 
 MAX_EXPONENT = 700.0
 
 
 @njit(cache=True)
-def scinol1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """ScInOL1(ε). V = (w, S², G, M, β); S = (t,); hp = (ε,)."""
+def scinol1_predict(V, M, S, k, idx, val, hp, memo):
+    """ScInOL1(ε), steps 1-2. V = (w, S², G, M, β); S = (t,); hp = (ε,)."""
     w, S2, G, Mx, beta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
     eps = hp[0]
     S[k, 0] += 1.0
@@ -31,19 +33,34 @@ def scinol1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         w[i] = (beta[i] * math.copysign(1.0, theta) / (2.0 * root)
                 * math.expm1(min(abs(theta) / 2.0, MAX_EXPONENT)))
         y_hat += w[i] * x
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return y_hat
+
+
+@njit(cache=True)
+def scinol1_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    """ScInOL1(ε), step 3."""
+    S2, G = V[1, k], V[2, k]
     g *= weight
     for j in range(idx.shape[0]):  # 3. G_i ← G_i − g x ; S_i² ← S_i² + (g x)²
         i = idx[j]
         gx = g * val[j]
         G[i] -= gx
         S2[i] += gx * gx
+
+
+@njit(cache=True)
+def scinol1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """ScInOL1(ε)."""
+    y_hat = scinol1_predict(V, M, S, k, idx, val, hp, NO_MEMO)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    scinol1_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
     return y_hat, weight * ell
 
 
 @njit(cache=True)
-def scinol2_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """ScInOL2(ε). V = (w, S², G, M, η); hp = (ε,) (ε is η's initial value)."""
+def scinol2_predict(V, M, S, k, idx, val, hp, memo):
+    """ScInOL2(ε), steps 1-2. V = (w, S², G, M, η); hp = (ε,) (ε is η's initial value);
+    memo: the bets w_{t,i}."""
     w, S2, G, Mx, eta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
     y_hat = 0.0
     for j in range(idx.shape[0]):
@@ -53,13 +70,29 @@ def scinol2_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         theta = G[i] / root  # 2. θ_i = G_i/√(S_i²+M_i²)
         # w_i = sign(θ_i) min(|θ_i|, 1)/(2√(S_i²+M_i²)) η_i
         w[i] = math.copysign(min(abs(theta), 1.0), theta) / (2.0 * root) * eta[i]
+        memo[j] = w[i]
         y_hat += w[i] * x
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    return y_hat
+
+
+@njit(cache=True)
+def scinol2_update(V, M, S, k, idx, val, g, weight, hp, memo):
+    """ScInOL2(ε), step 3."""
+    S2, G, eta = V[1, k], V[2, k], V[4, k]
     g *= weight
-    for j in range(idx.shape[0]):  # 3. G −= g x ; S² += (g x)² ; η_i −= g x w_i
+    for j in range(idx.shape[0]):  # 3. G −= g x ; S² += (g x)² ; η_i −= g x w_{t,i}
         i = idx[j]
         gx = g * val[j]
         G[i] -= gx
         S2[i] += gx * gx
-        eta[i] -= gx * w[i]
+        eta[i] -= gx * memo[j]
+
+
+@njit(cache=True)
+def scinol2_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+    """ScInOL2(ε)."""
+    memo = np.empty(idx.shape[0])
+    y_hat = scinol2_predict(V, M, S, k, idx, val, hp, memo)
+    ell, g = loss_and_derivative(loss, y, y_hat, tau)
+    scinol2_update(V, M, S, k, idx, val, g, weight, hp, memo)
     return y_hat, weight * ell

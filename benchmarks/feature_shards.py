@@ -1,0 +1,125 @@
+"""What splitting one model over feature shards costs in loss: S shards × delay bound τ.
+
+Progressive logistic loss (each example predicted before it is learned) of NAG (η = 0.5, the
+default) and ScInOL2 (untuned) over S ∈ {1, 2, 8} shards and τ ∈ {0, 100, 1,000, 10,000},
+beside the unsharded learner, on two streams:
+
+* artificial: the ScInOL slides' stream (x ∈ R²¹, σ_i = 2⁻¹⁰ … 2¹⁰, y ~ Bernoulli(sigmoid(xᵀw*))),
+  bias on;
+* sparse: 40 of a vocabulary of 1M features per example (Zipf-distributed, exponent 1.1), each
+  feature hashed into 2^24 and on its own scale 10^U(−4, 4), weights w*_f = N(0, 1)/σ_f,
+  y ~ Bernoulli(sigmoid(xᵀw*)), bias on.
+
+The shards run in one process (``unitless.learner.sharded.learn_with_delay``: blocks of τ + 1
+examples, so example j of a block misses the gradients of the j before it, at most τ): the
+loss a distributed run with that bound gets at its worst. τ = 0 is the unsharded learner up to
+the order of the sums over shards; the table shows the largest difference in ŷ.
+
+    .venv/bin/python benchmarks/feature_shards.py            # full run (minutes)
+    .venv/bin/python benchmarks/feature_shards.py --quick    # smoke run
+
+Writes benchmarks/results/feature_shards{.md,.json} (``--quick``: feature_shards_quick.*).
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
+                     result_name, table, write_results)
+
+from unitless.learner import dense_batch, learn, make_batch, new_state  # noqa: E402
+from unitless.learner.sharded import learn_with_delay, new_shards  # noqa: E402
+
+LEARNERS = ("nag", "scinol2")
+SHARDS = (1, 2, 8)
+DELAYS = (0, 100, 1_000, 10_000)
+SPARSE_BITS, VOCABULARY, ACTIVE = 24, 1_000_000, 40
+
+
+def sparse_stream(n, seed):
+    """The sparse stream (module docstring) as a Batch over 2^24 hashed indices, bias last."""
+    rng = np.random.default_rng(seed)
+    index = rng.choice(1 << SPARSE_BITS, size=VOCABULARY + 1, replace=False)  # feature -> hash
+    sigma = 10.0 ** rng.uniform(-4, 4, size=VOCABULARY)
+    w_star = rng.standard_normal(VOCABULARY) / sigma
+    rank = np.arange(1, VOCABULARY + 1)
+    p = rank ** -1.1
+    features = np.stack([rng.choice(VOCABULARY, size=ACTIVE, replace=False, p=p / p.sum())
+                         for _ in range(n)]) if n <= 2_000 else _zipf_rows(rng, n, p)
+    values = rng.standard_normal((n, ACTIVE)) * sigma[features]
+    margin = (values * w_star[features]).sum(axis=1)
+    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-margin)), 1.0, -1.0)
+    indices = np.hstack([index[features], np.full((n, 1), index[VOCABULARY])])
+    values = np.hstack([values, np.ones((n, 1))])
+    return make_batch(np.arange(n + 1) * (ACTIVE + 1), indices.ravel(), values.ravel(), y), \
+        int(index[VOCABULARY])
+
+
+def _zipf_rows(rng, n, p):
+    """n rows of ACTIVE features drawn by weight p (repeats within a row redrawn)."""
+    cdf = np.cumsum(p / p.sum())
+    rows = np.searchsorted(cdf, rng.random((n, ACTIVE)))
+    for _ in range(100):
+        rows.sort(axis=1)
+        twice = np.zeros_like(rows, dtype=bool)
+        twice[:, 1:] = rows[:, 1:] == rows[:, :-1]
+        if not twice.any():
+            return np.minimum(rows, VOCABULARY - 1)
+        rows[twice] = np.searchsorted(cdf, rng.random(twice.sum()))
+    raise RuntimeError("could not draw distinct features")
+
+
+def streams(quick, seed):
+    n_artificial, n_sparse = (5_000, 5_000) if quick else (100_000, 200_000)
+    X, y, _ = artificial_stream(n_artificial, seed)
+    sparse, bias = sparse_stream(n_sparse, seed)
+    return {"artificial": (dense_batch(X, y), X.shape[1] + 1, X.shape[1]),
+            "sparse 2^24": (sparse, 1 << SPARSE_BITS, bias)}
+
+
+def run_all(args):
+    out = {}
+    for name, (batch, dim, bias) in streams(args.quick, args.seed).items():
+        for algorithm in LEARNERS:
+            alone = learn(new_state(algorithm, dim, bias_index=bias), batch)
+            row = {"examples": len(batch), "unsharded": float(alone.losses.mean())}
+            for n_shards in SHARDS:
+                for tau in DELAYS:
+                    shards = new_shards(n_shards, algorithm, dim, bias_index=bias)
+                    result = learn_with_delay(shards, batch, max_delay=tau)
+                    row[f"S={n_shards} tau={tau}"] = float(result.losses.mean())
+                    if tau == 0:
+                        row[f"S={n_shards} max |dy_hat| at tau=0"] = float(
+                            np.abs(result.scores - alone.scores).max())
+                    progress(f"{name} {algorithm} S={n_shards} τ={tau}: "
+                             f"{row[f'S={n_shards} tau={tau}']:.5f}")
+            out[f"{name} {algorithm}"] = row
+    return out
+
+
+def render(data):
+    rows = []
+    for key, row in data.items():
+        for n_shards in SHARDS:
+            rows.append([key, f"{row['examples']:,}", fnum(row["unsharded"]), n_shards,
+                         *(fnum(row[f"S={n_shards} tau={tau}"]) for tau in DELAYS),
+                         fnum(row[f"S={n_shards} max |dy_hat| at tau=0"], 2)])
+    return table(["stream, learner", "examples", "unsharded", "shards S",
+                  *(f"τ = {tau:,}" for tau in DELAYS), "max |Δŷ| at τ = 0"], rows)
+
+
+def main():
+    args = parse_args(__doc__, seed=(int, 0, "data seed"))
+    h = header()
+    data = run_all(args)
+    body = ("Progressive logistic loss (mean over the stream); shards in one process with "
+            "the delay at its bound (see the script's docstring).\n\n" + render(data))
+    write_results(result_name("feature_shards", args.quick),
+                  "One model over feature shards: progressive loss by shards and delay bound",
+                  h, body, {"streams": data})
+
+
+if __name__ == "__main__":
+    main()
