@@ -78,7 +78,8 @@ class KafkaSourceConfig:
     poll_ms: int = 200
     idle_resume_s: float = 0.2
     # streaming: a reader hands its blocks downstream only when its bundle ends, so it ends
-    # each bundle after this long even while records keep coming (bounds the latency)
+    # each bundle after this long even while records keep coming, and no poll of it waits
+    # past that (bounds the latency)
     max_bundle_s: float = 0.1
     # where refused messages go (a directory or kafka:// URL; settings as for the topic), and,
     # per source, the position through which a resumed run already wrote them
@@ -87,24 +88,23 @@ class KafkaSourceConfig:
 
 
 def parse_messages(cfg, partition, records):
-    """Records of one partition (``kafka_clients.Record``s or kafka-python's), in offset order
-    -> (ExampleBlock, dead letters).
+    """A poll's ``kafka_clients.Records`` of one partition, in offset order -> (ExampleBlock,
+    dead letters).
 
     The parser takes each message value as it came (bytes, or None for a null value): a dead
     letter carries it byte for byte. Without a model key column the message key is the model
     key; event times are the messages' timestamps."""
     source = f"{cfg.topic.topic}/{partition}"
-    items = [(r.offset, r.value) for r in records]
-    by_offset = {r.offset: r for r in records}
+    items = list(zip(records.offsets, records.values))
     block, dead = VALUE_FORMATS[cfg.value_format](cfg.spec, source, items)
     block, refused = block.screen(cfg.check(block))
     block.raw = None
     if len(block):
-        offsets = block.positions.tolist()
+        rows = np.searchsorted(np.asarray(records.offsets), block.positions)
         if not cfg.spec.model_key:
-            block.keys = string_array([(by_offset[p].key or b"").decode("utf-8", "replace")
-                                       for p in offsets])
-        block.event_times = np.array([by_offset[p].timestamp / 1000.0 for p in offsets])
+            block.keys = string_array([(records.keys[r] or b"").decode("utf-8", "replace")
+                                       for r in rows.tolist()])
+        block.event_times = np.asarray(records.timestamps, dtype=np.float64)[rows] / 1000.0
     return block, dead + refused
 
 

@@ -4,7 +4,8 @@ the optional extra ``unitless[confluent]``), chosen per run by ``--kafka-client`
 fastest installed, confluent-kafka when present; or the environment's UNITLESS_KAFKA_CLIENT).
 
 * ``open_reader(topic, partition, max_records)``: one partition, ``seek`` and ``poll``, giving
-  records with ``offset``, ``key``, ``value`` (bytes or None) and ``timestamp`` (ms).
+  the messages as ``Records`` (columns: offsets, keys, values as bytes or None, timestamps in
+  ms).
 * ``partition_offsets(topic, timeout_s)``: {partition: (first offset, end offset)}.
 * ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``flush``
   (returns once the broker acknowledged every message sent; raises ConnectionError for any
@@ -22,7 +23,7 @@ import os
 import re
 import time
 import uuid
-from typing import NamedTuple
+from dataclasses import dataclass
 
 log = logging.getLogger("unitless")
 
@@ -92,12 +93,20 @@ def _python_value(name, value):
     return value
 
 
-class Record(NamedTuple):
-    """A message as the reader gives it (kafka-python's records have the same fields)."""
-    offset: int
-    key: bytes
-    value: bytes
-    timestamp: int  # ms since the epoch
+@dataclass
+class Records:
+    """A poll's messages of one partition in offset order, as columns (a Python object per
+    message cost a sixth of a streaming pipeline's time at 25,000 messages/s)."""
+    offsets: list
+    keys: list
+    values: list
+    timestamps: list  # ms since the epoch
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def head(self, n):
+        return Records(self.offsets[:n], self.keys[:n], self.values[:n], self.timestamps[:n])
 
 
 _VARYING = re.compile(r"rdkafka#\w+-\d+|\(after \d+ms in state \w+\)")  # not the cause
@@ -183,13 +192,14 @@ class _PythonReader:
     def poll(self, timeout_ms):
         from kafka.errors import KafkaError
         try:
-            records = self.consumer.poll(timeout_ms=timeout_ms,
-                                         max_records=self.max_records).get(self.tp, [])
+            got = self.consumer.poll(timeout_ms=timeout_ms,
+                                     max_records=self.max_records).get(self.tp, [])
         except KafkaError as err:
             raise ConnectionError(str(err)) from None
-        if records:
-            self.position = records[-1].offset + 1
-        return records
+        if got:
+            self.position = got[-1].offset + 1
+        return Records([r.offset for r in got], [r.key for r in got], [r.value for r in got],
+                       [r.timestamp for r in got])
 
     def close(self):
         self.consumer.close()
@@ -213,18 +223,18 @@ class _ConfluentReader:
 
     def poll(self, timeout_ms):
         from confluent_kafka import KafkaError
-        out = []
-        for m in self.consumer.consume(self.max_records, timeout_ms / 1000.0):
-            error = m.error()
-            if error is None:
-                out.append(Record(m.offset(), m.key(), m.value(), m.timestamp()[1]))
-            elif error.fatal():
-                raise ConnectionError(str(error))
-            elif error.code() != KafkaError._PARTITION_EOF:  # librdkafka retries on its own
-                log.warning("Kafka partition %s/%d: %s", self.topic, self.partition, error)
-        if out:
-            self.position = out[-1].offset + 1
-        return out
+        got = self.consumer.consume(self.max_records, timeout_ms / 1000.0)
+        if any(m.error() is not None for m in got):
+            for error in [m.error() for m in got if m.error() is not None]:
+                if error.fatal():
+                    raise ConnectionError(str(error))
+                if error.code() != KafkaError._PARTITION_EOF:  # librdkafka retries on its own
+                    log.warning("Kafka partition %s/%d: %s", self.topic, self.partition, error)
+            got = [m for m in got if m.error() is None]
+        if got:
+            self.position = got[-1].offset() + 1
+        return Records([m.offset() for m in got], [m.key() for m in got],
+                       [m.value() for m in got], [m.timestamp()[1] for m in got])
 
     def close(self):
         self.consumer.close()

@@ -7,6 +7,7 @@ hand on the block after them: once a checkpoint records a position past a refuse
 record's dead letter exists, and a resumed run (which reads the source again) does not repeat
 the dead letters at or before ``logged_through[source]``.
 """
+import bisect
 import logging
 import time
 
@@ -181,31 +182,41 @@ class ReadPartition(beam.DoFn):
             return
         consumer.seek(restriction.start)
         position = restriction.start
-        began = time.time()
+        streaming = restriction.stop == UNBOUNDED
+        ends = time.time() + self.cfg.max_bundle_s  # (streaming: when this bundle hands on)
+        read_any = False
         while True:
-            if restriction.stop != UNBOUNDED and position >= restriction.stop:
+            if not streaming and position >= restriction.stop:
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
-            records = consumer.poll(self.cfg.poll_ms)
+            # streaming, a poll waits no longer than the bundle has left: confluent-kafka's
+            # waits until it has max_records or its timeout passes, however many have come
+            wait_ms = (min(self.cfg.poll_ms, max(1, int(1000 * (ends - time.time()))))
+                       if streaming else self.cfg.poll_ms)
+            records = consumer.poll(wait_ms)
             if not records:
-                if restriction.stop == UNBOUNDED:
+                if streaming and read_any:  # the bundle's time is up: hand its blocks on
+                    tracker.defer_remainder()
+                    return
+                if streaming:
                     # an idle partition must not hold back the watermark (and with it every
                     # model's learning, see LearnDoFn): its next block will be stamped later
                     _advance(watermark, Timestamp.now())
                     tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
                     return
                 continue
-            claimed = []
-            for r in records:
-                if not tracker.try_claim(r.offset):
-                    break
-                claimed.append(r)
-            if claimed:
-                position = claimed[-1].offset + 1
-                yield from self._emit(partition, claimed, watermark)
-            if len(claimed) < len(records):
+            # claimed at once: those before the range's end (a checkpoint may move it)
+            claimable = bisect.bisect_left(records.offsets, tracker.current_restriction().stop)
+            if claimable and not tracker.try_claim(records.offsets[claimable - 1]):
+                return  # split off meanwhile: the residual reads them
+            if claimable:
+                position = records.offsets[claimable - 1] + 1
+                read_any = True
+                yield from self._emit(partition, records.head(claimable), watermark)
+            if claimable < len(records):
+                tracker.try_claim(records.offsets[claimable])  # past the end: the range is done
                 return
-            if restriction.stop == UNBOUNDED and time.time() - began >= self.cfg.max_bundle_s:
+            if streaming and time.time() >= ends:
                 tracker.defer_remainder()
                 return
 
