@@ -108,6 +108,11 @@ class Records:
     def head(self, n):
         return Records(self.offsets[:n], self.keys[:n], self.values[:n], self.timestamps[:n])
 
+    @staticmethod
+    def concat(parts):
+        return Records(*([x for part in parts for x in getattr(part, name)]
+                         for name in ("offsets", "keys", "values", "timestamps")))
+
 
 _VARYING = re.compile(r"rdkafka#\w+-\d+|\(after \d+ms in state \w+\)")  # not the cause
 

@@ -23,7 +23,7 @@ from ..connectors.files import read_file
 from ..connectors.formats import parse_records
 from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, KafkaTopic,
                                 is_kafka, parse_messages, partition_ranges)
-from ..connectors.kafka_clients import open_reader
+from ..connectors.kafka_clients import Records, open_reader
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
 from .checkpoints import partition_starts, resume_positions
@@ -184,9 +184,14 @@ class ReadPartition(beam.DoFn):
         position = restriction.start
         streaming = restriction.stop == UNBOUNDED
         ends = time.time() + self.cfg.max_bundle_s  # (streaming: when this bundle hands on)
+        # claimed, not yet handed on: one block per bundle (or per max_records) however few
+        # messages each poll brings (kafka-python's bring what has arrived, a handful at a
+        # time at low rates), so what follows pays its per-block costs once
+        pending = []
         read_any = False
         while True:
             if not streaming and position >= restriction.stop:
+                yield from self._emit(partition, pending, watermark)
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
             # streaming, a poll waits no longer than the bundle has left: confluent-kafka's
@@ -196,6 +201,7 @@ class ReadPartition(beam.DoFn):
             records = consumer.poll(wait_ms)
             if not records:
                 if streaming and read_any:  # the bundle's time is up: hand its blocks on
+                    yield from self._emit(partition, pending, watermark)
                     tracker.defer_remainder()
                     return
                 if streaming:
@@ -208,19 +214,30 @@ class ReadPartition(beam.DoFn):
             # claimed at once: those before the range's end (a checkpoint may move it)
             claimable = bisect.bisect_left(records.offsets, tracker.current_restriction().stop)
             if claimable and not tracker.try_claim(records.offsets[claimable - 1]):
+                yield from self._emit(partition, pending, watermark)
                 return  # split off meanwhile: the residual reads them
             if claimable:
                 position = records.offsets[claimable - 1] + 1
                 read_any = True
-                yield from self._emit(partition, records.head(claimable), watermark)
+                if sum(map(len, pending)) + claimable > self.cfg.max_records:
+                    yield from self._emit(partition, pending, watermark)
+                pending.append(records.head(claimable))
             if claimable < len(records):
+                yield from self._emit(partition, pending, watermark)
                 tracker.try_claim(records.offsets[claimable])  # past the end: the range is done
                 return
             if streaming and time.time() >= ends:
+                yield from self._emit(partition, pending, watermark)
                 tracker.defer_remainder()
                 return
 
-    def _emit(self, partition, records, watermark):
+    def _emit(self, partition, pending, watermark):
+        """Hand on the claimed polls ``pending`` as one block (and its dead letters); empties
+        ``pending``."""
+        if not pending:
+            return
+        records = Records.concat(pending) if len(pending) > 1 else pending[0]
+        pending.clear()
         block, dead = parse_messages(self.cfg, partition, records)
         table = self.dead.write(block.source, dead)
         if table is not None:
