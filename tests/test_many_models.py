@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 
 from unitless.connectors.files import read_file
 from unitless.connectors.records import ExampleBlock
@@ -70,3 +71,58 @@ def test_two_thousand_models_in_bounded_memory_each_equal_to_its_examples_alone(
         assert meta["examples_seen"] == state.examples_seen == 30
         assert meta["cumulative_loss"] == state.cumulative_loss, key
         assert table.drop_columns(["name"]).equals(to_arrow(state).drop_columns(["name"])), key
+
+
+def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_path):
+    """KeyByModel on a real runner: every example handed on once, under its own key, each key's
+    blocks at most ``size`` examples and in position order; with one key a block passes as soon
+    as it holds ``size``; with a small byte bound the groups are split before the bundle ends."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+
+    from unitless.pipelines.train import key_by_model
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "examples.csv"
+    with open(path, "w") as f:
+        f.write("id,key,label,a\n")
+        for i in range(3000):
+            f.write(f"e{i},k{min(int(rng.zipf(1.5)), 300)},{rng.choice([-1, 1])},{i}\n")
+    cfg = configure([str(path)], id_column="id", model_key_column="key")
+    blocks = [b for b, _ in read_file(str(path), "csv", cfg.spec, 128)]
+    assert len(blocks) > 20
+
+    counts = dict(zip(*np.unique(np.concatenate([b.keys.to_numpy(zero_copy_only=False)
+                                                 for b in blocks]), return_counts=True)))
+
+    def check(size, split_early):
+        def each_key_once_in_order(pairs):
+            seen = {}
+            for key, block in pairs:
+                assert 0 < len(block) <= size
+                assert set(block.keys.to_pylist()) == {key}
+                seen.setdefault(key, []).append(block.positions)
+            got = np.sort(np.concatenate([np.concatenate(p) for p in seen.values()]))
+            assert (got == np.concatenate([b.positions for b in blocks])).all()
+            for parts in seen.values():  # a key's blocks, as handed on, in position order
+                whole = np.concatenate(parts)
+                assert (np.diff(whole) > 0).all()
+            fewest = sum(-(-n // size) for n in counts.values())  # each key's ceil(n / size)
+            assert (len(pairs) > fewest) if split_early else (len(pairs) == fewest)
+        return each_key_once_in_order
+
+    for size, gather_bytes in ((50, 256 << 20), (50, 20_000), (1000, 256 << 20),
+                               (1000, 20_000)):
+        with beam.Pipeline() as p:
+            keyed = (p | beam.Create(blocks, reshuffle=False)
+                     | key_by_model(size, gather_bytes=gather_bytes))
+            assert_that(keyed, check(size, split_early=gather_bytes < 1 << 20))
+
+    # one key: a block passes on as soon as the group holds ``size`` examples
+    from unitless.pipelines.train import KeyByModel
+    one = [ExampleBlock.concat([b]) for b in blocks[:3]]
+    for b in one:
+        b.keys = pa.array(["only"] * len(b))
+    fn = KeyByModel(128)
+    fn.start_bundle()
+    assert [len(list(fn.process(b, timestamp=0, window=None))) for b in one] == [1, 1, 1]

@@ -97,6 +97,7 @@ def parse_messages(cfg, partition, records):
     source = f"{cfg.topic.topic}/{partition}"
     items = list(zip(records.offsets, records.values))
     block, dead = VALUE_FORMATS[cfg.value_format](cfg.spec, source, items)
+    block.restarts_midway = True  # resumed at the offsets checkpoints record
     block, refused = block.screen(cfg.check(block))
     block.raw = None
     if len(block):

@@ -23,9 +23,20 @@ class ExampleBlock:
     raw: object = None      # raw record per example (indexable), kept at the source only
     event_times: np.ndarray = None  # float seconds since the epoch, where the source has them
     blank_lines: int = 0    # blank lines the reader skipped in this block's chunk of a file
+    # a resumed run restarts the source at the earliest position its models' checkpoints
+    # record (a Kafka partition), not at its start (a file, read again whole)
+    restarts_midway: bool = False
 
     def __len__(self):
         return len(self.labels)
+
+    @property
+    def nbytes(self):
+        """Bytes of the block's columns (not of its raw records or names)."""
+        arrays = (self.positions, self.labels, self.weights, self.indptr, self.indices,
+                  self.values, self.event_times)
+        return (sum(a.nbytes for a in arrays if a is not None) + self.ids.nbytes
+                + self.keys.nbytes)
 
     def batch(self):
         return make_batch(self.indptr, self.indices, self.values, self.labels, self.weights)
@@ -38,7 +49,8 @@ class ExampleBlock:
         return ExampleBlock(self.source, self.positions[rows], self.ids.take(rows),
                             self.keys.take(rows), b.labels, b.weights, b.indptr, b.indices,
                             b.values, self.names, None,
-                            self.event_times[rows] if self.event_times is not None else None)
+                            self.event_times[rows] if self.event_times is not None else None,
+                            restarts_midway=self.restarts_midway)
 
     def split_by_key(self):
         """(key, block) for each model key present, examples in their original order."""
@@ -64,7 +76,7 @@ class ExampleBlock:
                             self.weights[start:stop], self.indptr[start:stop + 1] - a,
                             self.indices[a:b], self.values[a:b], self.names, None,
                             self.event_times[start:stop] if self.event_times is not None
-                            else None)
+                            else None, restarts_midway=self.restarts_midway)
 
     @staticmethod
     def concat(blocks):
@@ -85,7 +97,8 @@ class ExampleBlock:
             np.concatenate([b.labels for b in blocks]),
             np.concatenate([b.weights for b in blocks]), indptr,
             np.concatenate([b.indices for b in blocks]), np.concatenate([b.values for b in blocks]),
-            names, None, None if any(t is None for t in times) else np.concatenate(times))
+            names, None, None if any(t is None for t in times) else np.concatenate(times),
+            restarts_midway=blocks[0].restarts_midway)
         if (np.diff(block.positions) < 0).any():
             block = block.take(np.argsort(block.positions, kind="stable"))
         return block

@@ -58,10 +58,18 @@ class KeyedModel:
             "token": self.token, "time": time.time(), "errors": self.errors,
             "unlearned_sources": self.unlearned})
 
-    def to_bytes(self):
-        """Token (32 ASCII bytes) + Arrow IPC file: the form kept in Beam state."""
+    def snapshot(self):
+        """The model as a table (``to_table``) under a new token: a version of it that
+        ``to_bytes`` can keep in Beam state and a checkpoint can hold, encoded once."""
         self.token = uuid.uuid4().hex
-        return self.token.encode() + table_to_bytes(self.to_table())
+        return self.to_table()
+
+    def to_bytes(self, table=None):
+        """Token (32 ASCII bytes) + Arrow IPC file: the form kept in Beam state; ``table`` is
+        the ``snapshot`` just taken (None: take one)."""
+        if table is None:
+            table = self.snapshot()
+        return self.token.encode() + table_to_bytes(table)
 
     def holds(self, data):
         """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
@@ -87,9 +95,11 @@ class KeyedModel:
         then checkpoints before anything is learned (so a restarted source never starts after
         an example this model still needs): a source the model has no position for, or one it
         has learned nothing from yet when this block starts earlier (blocks may arrive out of
-        order). The position is the one just before the block's first example. A block without a
-        source (the user's own records, ``source`` None) has no positions to record."""
-        if block.source is None or not len(block):
+        order). The position is the one just before the block's first example. Only sources a
+        resumed run restarts midway (Kafka partitions, ``restarts_midway``) need it: a file is
+        read again from its start, and a model without a checkpoint learns it all again. A
+        block without a source (the user's own records, ``source`` None) has no positions."""
+        if block.source is None or not block.restarts_midway or not len(block):
             return False
         start = int(block.positions.min()) - 1
         if block.source in self.positions and not (block.source in self.unlearned

@@ -37,40 +37,67 @@ class KeyByModel(beam.DoFn):
 
     Many keys cut each input block into many small pieces, and each element costs a keyed step
     the same fixed work (Beam state and timers) whatever its size: gathered, a key pays it per
-    ``size`` examples or per bundle, not per input block. Only pieces with the same timestamp
-    and window are gathered (all of a file's blocks; a Kafka partition stamps each block
-    later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
+    ``size`` examples or per bundle, not per input block. Only blocks with the same source,
+    timestamp and window are gathered (all of a file's blocks; a Kafka partition stamps each
+    block later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
+
+    A group's blocks are held whole and split by key together, one gather for all of them
+    (split one at a time, 10,000 keys cut 1M examples into 1M pieces, each a block of its own
+    to build and then to concatenate: half of such a run): when the group holds ``size``
+    examples for each key in it (one key: as soon as it holds ``size``), when all groups
+    together hold ``gather_bytes``, and at the bundle's end.
     """
 
-    def __init__(self, size):
-        self.size = size
+    def __init__(self, size, gather_bytes=256 << 20):
+        self.size, self.gather_bytes = size, gather_bytes
 
     def start_bundle(self):
-        self.pending = {}  # (key, source, timestamp, window) -> [pieces, examples in them]
+        self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys in them]
+        self.held = 0     # bytes of the blocks held
 
     def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
-        for key, piece in block.split_by_key():
-            if piece.source is None:  # the user's own records: no positions to order by
+        if block.source is None:  # the user's own records: no positions to order by
+            for key, piece in block.split_by_key():
                 yield key, piece
-                continue
-            group = (key, piece.source, timestamp, window)
-            entry = self.pending.setdefault(group, [[], 0])
-            entry[0].append(piece)
-            entry[1] += len(piece)
-            if entry[1] >= self.size:
-                del self.pending[group]
-                yield key, ExampleBlock.concat(entry[0])
+            return
+        group = (block.source, timestamp, window)
+        entry = self.groups.setdefault(group, [[], 0, set()])
+        entry[0].append(block)
+        entry[1] += len(block)
+        entry[2].update(block.keys.unique().to_pylist())
+        self.held += block.nbytes
+        if self.held >= self.gather_bytes:
+            yield from self.finish_bundle()
+        elif entry[1] >= self.size * len(entry[2]):
+            yield from self._split(group, self.groups.pop(group)[0])
 
     def finish_bundle(self):
-        for (key, _, timestamp, window), (pieces, _) in self.pending.items():
-            yield WindowedValue((key, ExampleBlock.concat(pieces)), timestamp, [window])
-        self.pending = {}
+        while self.groups:
+            group = next(iter(self.groups))
+            yield from self._split(group, self.groups.pop(group)[0])
+        self.held = 0
+
+    def _split(self, group, blocks):
+        """The group's examples, handed on by key; ``blocks`` is emptied before the gather (so
+        it holds no copy of them the while)."""
+        _, timestamp, window = group
+        self.held -= sum(b.nbytes for b in blocks)
+        whole = ExampleBlock.concat(blocks)
+        blocks.clear()
+        pieces = whole.split_by_key()
+        del whole
+        for key, piece in pieces:
+            for a in range(0, len(piece), self.size):
+                part = piece if len(piece) <= self.size else piece.slice(
+                    a, min(a + self.size, len(piece)))
+                yield WindowedValue((key, part), timestamp, [window])
 
 
-def key_by_model(size):
+def key_by_model(size, **options):
     """ExampleBlock -> (model key, block), see ``KeyByModel``; str keys (a deterministic
     coder)."""
-    return beam.ParDo(KeyByModel(size)).with_output_types(typing.Tuple[str, typing.Any])
+    return beam.ParDo(KeyByModel(size, **options)).with_output_types(
+        typing.Tuple[str, typing.Any])
 
 
 def new_keyed_model(cfg, key):
@@ -168,10 +195,11 @@ class LearnDoFn(beam.DoFn):
     its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
     belong to examples after the last checkpoint, which a resumed run learns and predicts again
     (at least once; a duplicate has the same model key and examples_seen). And as soon as a
-    block of a source the model has not learned from arrives, before anything waits to be
-    learned, a checkpoint records where the model starts there (lowered if an earlier block
-    arrives later): a restarted source then starts no later than that, even when other models
-    have checkpointed far past it (see ``resume_positions``). A retried bundle
+    block of a Kafka partition the model has not learned from arrives, before anything waits
+    to be learned, a checkpoint records where the model starts there (lowered if an earlier
+    block arrives later): a restarted partition then starts no later than that, even when
+    other models have checkpointed far past it (see ``resume_positions``); a file is read
+    again from its start. A retried bundle
     starts from the state of the last committed one and repeats the same deterministic work.
 
     Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
@@ -252,16 +280,17 @@ class LearnDoFn(beam.DoFn):
             self.held -= self.model_bytes.pop(old)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING), earliest=beam.DoFn.StateParam(EARLIEST),
+                stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
+                earliest=beam.DoFn.StateParam(EARLIEST),
                 release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
         key, block = element
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
             return
-        model = self._model(key, stored)
-        if model.enter_source(block):  # where this model starts in the source: before learning
-            self._checkpoint(model)
-            stored.write(model.to_bytes())
+        if block.restarts_midway:  # a Kafka partition: where this model starts, before learning
+            model = self._model(key, stored)
+            if model.enter_source(block):
+                stored.write(model.to_bytes(self._checkpoint(model)))
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
         first, last = ((int(block.positions.min()), int(block.positions.max()))
@@ -279,22 +308,27 @@ class LearnDoFn(beam.DoFn):
                         earliest=beam.DoFn.StateParam(EARLIEST),
                         release=beam.DoFn.TimerParam(RELEASE)):
         """The watermark passed ``fired``: learn the blocks waiting up to it, in order."""
-        yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest, release)
+        model = yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest,
+                                               release)
+        if model is not None:
+            stored.write(model.to_bytes())
 
     @on_timer(END)
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
                      waiting=beam.DoFn.StateParam(WAITING),
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE)):
-        yield from self._learn_waiting(key, None, stored, waiting, earliest, release)
-        model = self._model(key, stored)
+        learned = yield from self._learn_waiting(key, None, stored, waiting, earliest, release)
+        model = learned or self._model(key, stored)
         if model.checkpoint_examples != model.state.examples_seen:
-            self._checkpoint(model)
+            stored.write(model.to_bytes(self._checkpoint(model)))
+        elif learned:
             stored.write(model.to_bytes())
 
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
-        source, position) order; the others wait on, the timer set for the earliest of them."""
+        source, position) order; the others wait on, the timer set for the earliest of them.
+        Returns the model when it learned (for the caller to store), else None."""
         blocks = [(waiting_header(data), data) for data in waiting.read()]
         ready = sorted((b for b in blocks if upto is None or b[0][0] <= upto),
                        key=lambda b: b[0][:3])
@@ -308,7 +342,7 @@ class LearnDoFn(beam.DoFn):
             earliest.write(first)
             release.set(Timestamp(micros=first))
         if not ready:
-            return
+            return None
         model = self._model(key, stored)
         for blocks in learning_order(ready):
             if len(blocks) == 1:
@@ -318,7 +352,7 @@ class LearnDoFn(beam.DoFn):
             for a in range(0, len(whole), self.cfg.chunk_size):
                 part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
                 yield from self._learn(model, part)
-        stored.write(model.to_bytes())
+        return model
 
     def _learn(self, model, block):
         predictions, dead, skipped = model.learn_block(block)
@@ -348,14 +382,15 @@ class LearnDoFn(beam.DoFn):
     def _checkpoint(self, model):
         """Take the model's checkpoint now; it is written with the others of the bundle before
         the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
-        writes them."""
+        writes them. Returns its table (a ``snapshot``, for the caller to store too)."""
         model.mark_checkpoint()
-        table = model.to_table()
+        table = model.snapshot()
         self.pending.append((model.key, table, model.state.examples_seen,
                              model.progressive_loss()))
         self.pending_bytes += table.nbytes
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
+        return table
 
     def _write_checkpoints(self):
         """Flush every sink, then write the checkpoints taken (see the class docstring), all
@@ -414,8 +449,9 @@ class Learn(beam.PTransform):
 
     One model per model key, held in Beam state, learning every example exactly once and each
     source's examples in input order, however the runner delivers them (see ``LearnDoFn``;
-    the user's own records, which have no positions, in the order they arrive); checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
-    ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
+    the user's own records, which have no positions, in the order they arrive); checkpoints in
+    ``model_dir`` every ``checkpoint_every`` examples or ``checkpoint_seconds`` and at the end
+    of input. Options are those of ``unitless train`` as
     keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
     ``learning_rate=None`` for the algorithm's own, ...; see ``config.configure``). The
     predictions and dead letters are also written to ``predictions`` and ``dead_letter`` (a
