@@ -134,9 +134,14 @@ def test_options_are_checked_when_the_transform_is_made(tmp_path):
 
 def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     """12 model keys, blocks of 8 examples, 2 decoded models kept: the evicted ones are decoded
-    from Beam state again, and every prediction and model is the same as with all kept."""
+    from Beam state again, and every prediction and model is the same as with all kept. Each
+    block is stamped with its first line, so that each key learns block after block as the
+    watermark passes them, the keys taking turns (blocks of a file all stamped alike would be
+    learned key by key, at once, which needs no model decoded again)."""
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from unitless.connectors.records import ExampleBlock
     rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(records(600))]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -147,7 +152,10 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
                     chunk_size=8, model_dir=str(out / "models"), predictions=str(out / "pred"),
                     dead_letter=None, models_in_memory=kept)
         p = beam.Pipeline(runner=FnApiRunner())
-        _ = p | ReadExamples(**opts) | Learn(**opts)
+        _ = (p | ReadExamples(**opts)
+             | beam.Map(lambda b: beam.window.TimestampedValue(b, int(b.positions[0])))
+             .with_output_types(ExampleBlock)
+             | Learn(**opts))
         result = p.run()
         result.wait_until_finish()
         decoded = result.metrics().query(MetricsFilter().with_name("models_decoded"))

@@ -109,3 +109,26 @@ def test_json_lines_parsed_whole_equal_the_per_line_parser():
             a, z = b.indptr[r], b.indptr[r + 1]
             return sorted(zip(b.indices[a:z].tolist(), b.values[a:z].tolist()))
         assert row(whole) == row(careful)
+
+
+@pytest.mark.parametrize("text, kept_once", [
+    ("label,a,b\n1,0.5,3\n-1,2,7e3\n1,1e-4,0.25\n", True),  # every row the same features
+    ("label,a,b\n1,0.5,3\n-1,,7e3\n1,1e-4,0.25\n", False),  # a missing value
+    ("label,a,b\n1,0.5,3\n", False),                          # one row
+])
+def test_a_block_pickles_to_the_same_block(tmp_path, text, kept_once):
+    import pickle
+    path = tmp_path / "x.csv"
+    path.write_text(text)
+    [block] = [b for b, _ in read_file(str(path), "csv", RecordSpec(), 100)]
+    block.raw = None
+    data = pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL)
+    back = pickle.loads(data)
+    for name in ("positions", "labels", "weights", "indptr", "indices", "values"):
+        want, got = getattr(block, name), getattr(back, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert back.ids.equals(block.ids) and back.keys.equals(block.keys)
+    assert back.names == block.names and back.source == block.source
+    # the indices of rows that all carry the same features travel once
+    whole = len(pickle.dumps(dict(block.__dict__), protocol=pickle.HIGHEST_PROTOCOL))
+    assert (len(data) < whole - block.indices.nbytes // 2) == kept_once

