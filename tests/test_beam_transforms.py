@@ -134,10 +134,11 @@ def test_options_are_checked_when_the_transform_is_made(tmp_path):
 
 def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     """12 model keys, blocks of 8 examples, 2 decoded models kept: the evicted ones are decoded
-    from Beam state again, and every prediction and model is the same as with all kept. Each
-    block is stamped with its first line, so that each key learns block after block as the
-    watermark passes them, the keys taking turns (blocks of a file all stamped alike would be
-    learned key by key, at once, which needs no model decoded again)."""
+    from Beam state again, and every prediction and model is the same as with all kept. The
+    blocks are marked as a Kafka partition's are (``restarts_midway``): every key's model is
+    then stored when its first block arrives, and decoded again when the watermark releases
+    its blocks, after the other keys' arrivals (a file's blocks touch no model on arrival, and
+    the runner may fire a key's timers one after the other, needing no model decoded again)."""
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -153,9 +154,7 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
                     dead_letter=None, models_in_memory=kept)
         p = beam.Pipeline(runner=FnApiRunner())
         _ = (p | ReadExamples(**opts)
-             | beam.Map(lambda b: beam.window.TimestampedValue(b, int(b.positions[0])))
-             .with_output_types(ExampleBlock)
-             | Learn(**opts))
+             | beam.Map(_restarts_midway).with_output_types(ExampleBlock) | Learn(**opts))
         result = p.run()
         result.wait_until_finish()
         decoded = result.metrics().query(MetricsFilter().with_name("models_decoded"))
@@ -168,6 +167,11 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     assert few > many  # the bound evicted models, which were decoded again
     assert len(results_few[0]) == len(rows)
     assert results_few == results_many  # bit for bit
+
+
+def _restarts_midway(block):
+    block.restarts_midway = True
+    return block
 
 
 def _state(table):
