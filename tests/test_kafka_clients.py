@@ -71,3 +71,9 @@ def test_a_repeated_librdkafka_line_is_let_through_once_per_interval(monkeypatch
     assert not line("rdkafka#consumer-1", refused)
     clock[0] += 1
     assert line("rdkafka#consumer-1", refused)
+    # distinct lines (e.g. each naming another offset) are not remembered past the interval
+    for i in range(3000):
+        clock[0] += 0.1
+        assert line("rdkafka#consumer-1", f"fetch at offset {i}")
+    assert len(once.last) < 1000 + LOG_REPEAT_S * 10 + 1
+    assert not line("rdkafka#consumer-1", "fetch at offset 2999")

@@ -14,9 +14,10 @@ fastest installed, confluent-kafka when present; or the environment's UNITLESS_K
 Keyed messages go to the partition Kafka's Java client gives their key (murmur2), whichever
 client sends them. Client errors surface as ConnectionError, whichever client; librdkafka's own
 log lines go to the ``unitless.kafka`` logger, each repeated line at most once in
-``LOG_REPEAT_S`` (a broker that is down for a minute is one line per cause, not thousands). Settings (``--kafka-config``) may
-use either client's names: those in ``SETTING_NAMES`` (kafka-python's name: librdkafka's) are
-written the chosen client's way; any other name goes to the client as given.
+``LOG_REPEAT_S`` (a broker that is down for a minute is one line per cause, not thousands).
+Settings (``--kafka-config``) may use either client's names: those in ``SETTING_NAMES``
+(kafka-python's name: librdkafka's) are written the chosen client's way; any other name goes to
+the client as given.
 """
 import logging
 import os
@@ -130,6 +131,8 @@ class _OncePerInterval(logging.Filter):
         now = time.monotonic()
         if now - self.last.get(line, -LOG_REPEAT_S) < LOG_REPEAT_S:
             return False
+        if len(self.last) >= 1000:  # lines not repeated lately need not be remembered
+            self.last = {k: t for k, t in self.last.items() if now - t < LOG_REPEAT_S}
         self.last[line] = now
         return True
 

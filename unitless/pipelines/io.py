@@ -200,7 +200,9 @@ class ReadPartition(beam.DoFn):
                        if streaming else self.cfg.poll_ms)
             records = consumer.poll(wait_ms)
             if not records:
-                if streaming and read_any:  # the bundle's time is up: hand its blocks on
+                # streaming, an empty poll after some that were not: what has come is read
+                # (or the bundle's time is up), so its blocks are handed on
+                if streaming and read_any:
                     yield from self._emit(partition, pending, watermark)
                     tracker.defer_remainder()
                     return
