@@ -118,6 +118,18 @@ def parser():
                        default=LEARN_OPTIONS["model_memory_mib"],
                        help="the most learner state (MiB) the decoded models a worker keeps may "
                             "hold together (the model in use is always kept)")
+    train.add_argument("--shards", type=int, default=LEARN_OPTIONS["shards"],
+                       help="split each model's features over S shards, each its own key (so "
+                            "over workers), exchanging each round's partial predictions "
+                            "through --feedback-topic; needs a streaming runner (default 0: "
+                            "unsharded)")
+    train.add_argument("--max-delay", type=int, default=LEARN_OPTIONS["max_delay"],
+                       help="with --shards: gradients of the examples before it a shard's "
+                            "prediction may miss; 0 (default) gives the unsharded model's "
+                            "results (to rounding), larger ones fewer round trips")
+    train.add_argument("--feedback-topic", metavar="KAFKA_URL",
+                       help="with --shards: kafka://host:port/topic carrying the shards' parts "
+                            "(default for a Kafka input: <its topic>.unitless-feedback)")
     train.add_argument("--log-every", type=float, default=LEARN_OPTIONS["log_every"], help="seconds between progress logs")
     train.add_argument("--max-dead-fraction", type=float, default=0.5,
                        help="fail the run (exit 2) when more than this fraction of the records "
@@ -251,11 +263,13 @@ def _pipeline(beam_args):
 
 def train(args, beam_args):
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
+    from .pipelines.sharded import build_sharded_training
     from .pipelines.train import build_training
     pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
     cfg = _config(args)
     started = time.time()
-    build_training(pipeline, cfg, streaming="--streaming" in beam_args)
+    build = build_sharded_training if cfg.shards else build_training
+    build(pipeline, cfg, streaming="--streaming" in beam_args)
     result = pipeline.run()
     result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),

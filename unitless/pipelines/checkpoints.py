@@ -421,3 +421,79 @@ def partition_starts(earliest, topic):
         if name == topic and partition.isdigit():
             starts[int(partition)] = position + 1
     return starts
+
+
+# --- one model over feature shards (pipelines/sharded.py) --------------------------------------
+# Shard s of S keeps its checkpoints as a model directory of its own, SHARDS/<s>-of-<S>, every
+# shard's file of the same examples named alike (every shard counts every example): the newest
+# count all S hold is a consistent cut. A model's start in a Kafka partition, before it learns
+# anything there, is SHARDS/starts/<key directory>/<hex of the source>: the position.
+SHARDS = "shards"
+SHARD_DIR = re.compile(r"([0-9]+)-of-([0-9]+)")
+
+
+def shard_dir(model_dir, shard, shards):
+    """The model directory of shard ``shard`` of ``shards``."""
+    return join(model_dir, SHARDS, f"{shard}-of-{shards}")
+
+
+def shard_counts(model_dir):
+    """The shard counts S that model_dir holds shard checkpoints of (sorted)."""
+    found = {int(m.group(2)) for m in map(SHARD_DIR.fullmatch, list_dir(join(model_dir, SHARDS))[1])
+             if m}
+    return sorted(found)
+
+
+def consistent_cut(model_dir, key, shards):
+    """The newest example count every shard of the model holds a checkpoint of, or None."""
+    common = None
+    for s in range(shards):
+        names = set(checkpoint_files(key_dir(shard_dir(model_dir, s, shards), key)))
+        common = names if common is None else common & names
+    return int(max(common)[5:17]) if common else None
+
+
+def load_shard(model_dir, key, shard, shards, examples):
+    """(path, table) of shard ``shard``'s checkpoint of ``examples`` examples of the model;
+    ValueError naming the file when it is not valid or not of that model, FileNotFoundError
+    when it is not there."""
+    path = join(key_dir(shard_dir(model_dir, shard, shards), key), checkpoint_name(examples))
+    path, table = load_checkpoint(path)
+    if read_metadata(table).get("model_key") != key:
+        raise ValueError(f"invalid checkpoint {path}: not of model {key!r}")
+    return path, table
+
+
+def sharded_model_keys(model_dir, shards):
+    """The model keys shard 0 of ``shards`` holds checkpoints of."""
+    return model_keys(shard_dir(model_dir, 0, shards))
+
+
+def write_start(model_dir, key, source, position):
+    """Record, durably, that the model starts in ``source`` after ``position`` (it has learned
+    nothing there yet)."""
+    directory = join(model_dir, SHARDS, "starts", key_dir_name(key))
+    makedirs(directory)
+    atomic_write_many([(join(directory, source.encode("utf-8", "surrogatepass").hex()),
+                        json.dumps({"model_key": key, "source": source,
+                                    "position": int(position)}).encode())])
+
+
+def read_starts(model_dir):
+    """{model key: {source: position}} of the start records (``write_start``)."""
+    root = join(model_dir, SHARDS, "starts")
+    starts = {}
+    for directory in list_dir(root)[1]:
+        for name in list_dir(join(root, directory))[0]:
+            path = join(root, directory, name)
+            try:
+                record = json.loads(read_bytes(path))
+                key, source, position = record["model_key"], record["source"], record["position"]
+                if not (isinstance(key, str) and isinstance(source, str)
+                        and isinstance(position, int)):
+                    raise ValueError("not a start record")
+            except (ValueError, KeyError, TypeError, OSError) as err:
+                log.warning("ignoring start record %s: %s", path, _one_line(err))
+                continue
+            starts.setdefault(key, {})[source] = position
+    return starts

@@ -31,7 +31,7 @@ LEARN_OPTIONS = {
     "algorithm": "nag", "loss": "logistic", "model_dir": "out/models", "checkpoint_every": 0,
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
-    "model_memory_mib": 1024,
+    "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -62,6 +62,9 @@ class TrainConfig:
     allow_hyperparameter_change: bool = False  # --resume may change hyperparameters only
     models_in_memory: int = 10_000     # decoded models a worker keeps; the rest stay encoded
     model_memory_mib: int = 1024       # ... and the most state bytes they may hold together
+    shards: int = 0                    # feature shards per model; 0: unsharded (pipelines/sharded)
+    max_delay: int = 0                 # examples whose gradients a shard's part may miss
+    feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
 
 
 def names(value):
@@ -190,7 +193,8 @@ def configure(inputs=None, require_label=True, **options):
         raise ValueError(f"unknown output format {o['output_format']!r}; choose one of: "
                          f"{', '.join(OUTPUT_FORMATS)}")
     for name, low in (("chunk_size", 1), ("checkpoint_every", 0), ("keep_checkpoints", 1),
-                      ("models_in_memory", 1), ("model_memory_mib", 1)):
+                      ("models_in_memory", 1), ("model_memory_mib", 1), ("shards", 0),
+                      ("max_delay", 0)):
         if int(o[name]) < low:
             raise ValueError(f"--{name.replace('_', '-')} wants {low} or more, got {o[name]}")
     for name in ("checkpoint_seconds", "log_every"):
@@ -218,9 +222,33 @@ def configure(inputs=None, require_label=True, **options):
                       int(o["keep_checkpoints"]), bool(o["resume"]), int(o["chunk_size"]),
                       float(o["log_every"]), kafka_settings(o["kafka_config"], o["kafka_client"]),
                       bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
-                      int(o["model_memory_mib"]))
+                      int(o["model_memory_mib"]), int(o["shards"]), int(o["max_delay"]),
+                      sharding_feedback(o, inputs))
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
+
+
+def sharding_feedback(o, inputs):
+    """The feedback topic of a sharded run (None unsharded), its options checked: given, or
+    beside a Kafka input's topic (<topic>.unitless-feedback on the same brokers)."""
+    if not int(o["shards"]):
+        if int(o["max_delay"]) or o["feedback_topic"]:
+            raise ValueError("--max-delay and --feedback-topic are for a sharded model: pass "
+                             "--shards too")
+        return None
+    if not ALGORITHMS[o["algorithm"]].shardable:
+        raise ValueError(f"{o['algorithm']} cannot be split over feature shards; these can: "
+                         f"{', '.join(sorted(a for a, s in ALGORITHMS.items() if s.shardable))}")
+    if int(o["keep_checkpoints"]) < 2:
+        raise ValueError("--shards keeps at least 2 checkpoints per shard (--keep-checkpoints): "
+                         "a shard may be one checkpoint ahead of the others")
+    topic = o["feedback_topic"]
+    if topic is None and inputs and is_kafka(inputs[0]):
+        topic = inputs[0].rstrip("/") + ".unitless-feedback"
+    if not is_kafka(topic):
+        raise ValueError("--shards passes each round's parts between a model's shards through "
+                         "a Kafka topic: pass --feedback-topic kafka://host:port/topic")
+    return topic
 
 
 @dataclass(frozen=True)

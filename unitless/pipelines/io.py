@@ -19,6 +19,8 @@ from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from ..connectors.feedback import EndMessage
+from ..connectors.feedback import decode as decode_feedback
 from ..connectors.files import read_file
 from ..connectors.formats import parse_records
 from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, KafkaTopic,
@@ -272,6 +274,74 @@ class ReadPartitionForever(ReadPartition):
         yield from super().process(element, tracker, watermark)
 
 
+class ReadFeedback(beam.DoFn):
+    """(partition, start, stop) of a sharded run's feedback topic -> ((model key, shard), part)
+    for every shard of the model but the one that wrote the part (``connectors.feedback``), in
+    offset order, until this run's end marker (a splittable DoFn, unbounded until then).
+
+    Messages of other runs and anything else on the topic are skipped (counted, and logged
+    once a minute). Polls are short: every round of a sharded model waits for this reader."""
+
+    def __init__(self, topic, run, shards, poll_ms=20, idle_resume_s=0.01, max_bundle_s=0.1):
+        self.topic, self.run, self.shards = topic, run, shards
+        self.poll_ms, self.idle_resume_s, self.max_bundle_s = poll_ms, idle_resume_s, max_bundle_s
+
+    def setup(self):
+        self.readers = {}
+        self.skipped = Metrics.counter("unitless", "feedback_messages_skipped")
+        self.last_warning = 0.0
+
+    def teardown(self):
+        for reader in self.readers.values():
+            reader.close()
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())):
+        partition = element[0]
+        if partition not in self.readers:
+            self.readers[partition] = open_reader(self.topic, partition, 1024)
+        reader = self.readers[partition]
+        reader.seek(tracker.current_restriction().start)
+        ends = time.time() + self.max_bundle_s
+        read_any = False
+        while True:
+            records = reader.poll(self.poll_ms)
+            if not records:
+                _advance(watermark, Timestamp.now())
+                tracker.defer_remainder(None if read_any else Duration.of(self.idle_resume_s))
+                return
+            for offset, value in zip(records.offsets, records.values):
+                if not tracker.try_claim(offset):
+                    return
+                try:
+                    message = decode_feedback(value)
+                except ValueError as err:
+                    self._skip(partition, offset, err)
+                    continue
+                if message.run != self.run:
+                    continue
+                if isinstance(message, EndMessage):
+                    tracker.try_claim(UNBOUNDED)  # the range is done: the run has ended
+                    return
+                stamp = _advance(watermark, Timestamp.now())
+                for shard in range(self.shards):
+                    if shard != message.shard:
+                        yield TimestampedValue(((message.model, shard), message), stamp)
+            read_any = True
+            if time.time() >= ends:
+                tracker.defer_remainder()
+                return
+
+    def _skip(self, partition, offset, err):
+        self.skipped.inc()
+        if time.time() - self.last_warning >= 60:
+            self.last_warning = time.time()
+            log.warning("feedback topic %s/%s offset %d skipped: %s", self.topic.topic,
+                        partition, offset, err)
+
+
 class WriteToSink(beam.DoFn):
     """Arrow tables -> a sink (part files or Kafka), flushed at the end of every bundle."""
 
@@ -343,23 +413,25 @@ class ReadExamples(beam.PTransform):
                     learner_check(learner) if learner is not None else None,
                     learner.model_dir if learner is not None and learner.resume else None)
 
-    def _setup(self, cfg, streaming, check, resume_dir):
+    def _setup(self, cfg, streaming, check, resume_dir, resume_at=None):
         self.cfg, self.streaming, self.check, self.resume_dir = cfg, streaming, check, resume_dir
+        self.resume_at = resume_at
         self.dead_letters = None
 
     @classmethod
-    def from_config(cls, cfg, streaming=False, check=None, resume_dir=None):
+    def from_config(cls, cfg, streaming=False, check=None, resume_dir=None, resume_at=None):
         """The reader of a run's configuration (the `unitless` command's): ``check(block)``
         names the rows to refuse here; ``resume_dir`` the model directory a resumed run
-        continues."""
+        continues, or ``resume_at`` its positions ({source: earliest}, {source: furthest};
+        see ``expand``)."""
         read = cls.__new__(cls)
         beam.PTransform.__init__(read)
-        read._setup(cfg, streaming, check, resume_dir)
+        read._setup(cfg, streaming, check, resume_dir, resume_at)
         return read
 
     def expand(self, pbegin):
         cfg = self.cfg
-        earliest, furthest = {}, {}
+        earliest, furthest = self.resume_at or ({}, {})
         if self.resume_dir:
             # read once: the earliest position each checkpoint records is where a Kafka
             # source restarts; records refused at or before the furthest have dead letters

@@ -39,6 +39,23 @@ def outcome_columns(state, scores, labels):
     return prediction, prob, pa.array(error, mask=np.isnan(labels))
 
 
+def prediction_table(key, state, ids, labels, result, start, sources, positions,
+                     checkpoint_id=None, event_times=None):
+    """The predictions (PREDICTION_SCHEMA) of examples learned one after the other by the
+    model ``key`` (learner ``state``), the first as its example ``start + 1``: ``result`` its
+    BatchResult, ``sources`` a string array (one per example)."""
+    n = len(labels)
+    prediction, prob, error = outcome_columns(state, result.scores, labels)
+    return pa.table([
+        ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob, pa.array(labels),
+        pa.array(result.losses), error,
+        pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)), sources,
+        pa.array(positions), pa.repeat(pa.scalar(checkpoint_id, pa.string()), n),
+        pa.array(event_times, pa.float64()) if event_times is not None
+        else pa.nulls(n, pa.float64()),
+    ], schema=PREDICTION_SCHEMA)
+
+
 @dataclass
 class KeyedModel:
     key: str
@@ -137,18 +154,13 @@ class KeyedModel:
 
     def _predictions(self, block, result, start):
         n = len(block)
-        prediction, prob, error = outcome_columns(self.state, result.scores, block.labels)
+        table = prediction_table(self.key, self.state, block.ids, block.labels, result, start,
+                                 pa.repeat(pa.scalar(block.source, pa.string()), n),
+                                 block.positions, self.checkpoint_id, block.event_times)
+        error = table.column("error")
         if error.null_count == 0:
             self.errors += float(pc.sum(error).as_py() or 0.0)
-        return pa.table([
-            block.ids, pa.repeat(pa.scalar(self.key, pa.string()), n), prediction, prob,
-            pa.array(block.labels), pa.array(result.losses), error,
-            pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)),
-            pa.repeat(pa.scalar(block.source, pa.string()), n), pa.array(block.positions),
-            pa.repeat(pa.scalar(self.checkpoint_id, pa.string()), n),
-            pa.array(block.event_times, pa.float64()) if block.event_times is not None
-            else pa.nulls(n, pa.float64()),
-        ], schema=PREDICTION_SCHEMA)
+        return table
 
     def progressive_loss(self):
         return self.state.cumulative_loss / max(self.state.examples_seen, 1)

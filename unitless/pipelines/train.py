@@ -293,10 +293,7 @@ class LearnDoFn(beam.DoFn):
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
             return
-        if block.restarts_midway:  # a Kafka partition: where this model starts, before learning
-            model = self._model(key, stored)
-            if model.enter_source(block):
-                stored.write(model.to_bytes(self._checkpoint(model)))
+        self._enter_source(key, block, stored)
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
         first, last = ((int(block.positions.min()), int(block.positions.max()))
@@ -306,6 +303,13 @@ class LearnDoFn(beam.DoFn):
         if release_at is None or timestamp.micros < release_at:
             earliest.write(timestamp.micros)
             release.set(timestamp)
+
+    def _enter_source(self, key, block, stored):
+        """A Kafka partition's block: record where this model starts there, before learning."""
+        if block.restarts_midway:
+            model = self._model(key, stored)
+            if model.enter_source(block):
+                stored.write(model.to_bytes(self._checkpoint(model)))
 
     @on_timer(RELEASE)
     def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
@@ -317,6 +321,7 @@ class LearnDoFn(beam.DoFn):
         model = yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest,
                                                release)
         if model is not None:
+            yield from self._released(key, model)
             stored.write(model.to_bytes())
 
     @on_timer(END)
@@ -325,11 +330,21 @@ class LearnDoFn(beam.DoFn):
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE)):
         learned = yield from self._learn_waiting(key, None, stored, waiting, earliest, release)
+        yield from self._input_ended(key, learned, stored)
+
+    def _released(self, key, model):
+        """What follows a release's learning, before the model is stored (outputs)."""
+        return ()
+
+    def _input_ended(self, key, learned, stored):
+        """The end of the input, once everything waiting is learned (``learned``: the model,
+        when it learned); stores the model, with its last checkpoint (outputs)."""
         model = learned or self._model(key, stored)
         if model.checkpoint_examples != model.state.examples_seen:
             stored.write(model.to_bytes(self._checkpoint(model)))
         elif learned:
             stored.write(model.to_bytes())
+        return ()
 
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,

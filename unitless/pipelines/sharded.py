@@ -1,0 +1,509 @@
+"""One model over feature shards in a Beam pipeline (``--shards S``, ``--max-delay τ``): each
+model's state split over S keys (model key, shard), which a runner spreads over its workers.
+
+The learner's three parts (``learner/sharded.py``) run in three places:
+
+* ``Sequencer`` (keyed by model) orders the model's examples as ``Learn`` does (they wait for
+  the watermark, then go in input order) and cuts them into rounds of τ + 1 examples, numbered
+  0, 1, ...; each shard gets every round, with only its own features (``split_batch``).
+* ``ShardDoFn`` (keyed by (model, shard)) computes its part of round r's ŷ once it has applied
+  the gradients of every round before r, and writes the part to the feedback topic (Kafka).
+  Beam graphs have no cycles: the parts come back through the topic (``io.ReadFeedback``) to
+  every other shard of the model. A shard holding all S parts of round r combines them, as
+  every shard does, into ŷ, the loss and the gradient (``combine``: a pure function of the
+  parts in shard order, so every shard gets the same bits) and applies the gradient to its
+  features. Shard 0 also writes the round's predictions. One round per model is in flight: an
+  example's part misses at most the τ gradients of the examples before it in its round.
+* ``FinishDoFn`` (one key) writes the end marker to the feedback topic once every model's last
+  round is learned, for a bounded input: the feedback reader then ends, and the run with it.
+
+Exactly once: rounds and parts carry their numbers, and a shard takes each once (Beam may
+deliver an element again after a retry; a retried bundle sends its parts again, the same bits,
+since they follow from the committed state); its state says which rounds it has applied. So
+every shard applies every example's gradient once and shard 0 predicts each example once
+(its prediction sink, like ``Learn``'s, writes a retried bundle's rows again: at least once,
+the same rows).
+
+Checkpoints: every shard counts every example, so after the same examples all shards hold a
+checkpoint of the same number, ckpt-<examples>: MODEL_DIR/shards/<s>-of-<S>/<key directory>/
+(``shard_dir``). The newest number every shard of a model holds is a consistent cut
+(``consistent_cut``). Rounds that end a checkpoint interval (``--checkpoint-every`` examples,
+``--checkpoint-seconds``; the Sequencer marks them, so the shards agree) and the last round
+take one.
+
+Needs a streaming runner (Prism, Flink): the shards and the feedback reader run together.
+"""
+import logging
+import pickle
+import time
+import typing
+import uuid
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
+                                              SetStateSpec)
+
+from ..connectors.feedback import PartMessage, encode_end, encode_part
+from ..connectors.kafka import UNBOUNDED, KafkaTopic, is_kafka
+from ..connectors.kafka_clients import open_producer, partition_offsets
+from ..connectors.sinks import open_sink
+from ..learner import from_arrow, read_metadata, to_arrow
+from ..learner.examples import Batch
+from ..learner.online import count_learned
+from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
+from .checkpoints import (consistent_cut, load_shard, read_starts, shard_counts, shard_dir,
+                          sharded_model_keys, write_checkpoints, write_start)
+from .config import check_resume, learner_check, new_learner
+from .io import ReadExamples, ReadFeedback
+from .keyed_model import prediction_table
+from .train import LearnDoFn, check_before_start, key_by_model, weigh_state_without_scanning_modules
+
+log = logging.getLogger("unitless")
+MODELS, DONE = "models", "done"  # output tags: model keys (Sequencer), models learned (shard 0)
+ShardElement = typing.Tuple[typing.Tuple[str, int], typing.Any]
+
+
+class Round(NamedTuple):
+    """Round ``round`` of a model as one shard gets it: every example, the shard's features."""
+    round: int
+    batch: Batch
+    names: dict         # feature index -> name, of this shard's features (where known)
+    checkpoint: bool    # the shards checkpoint once they have applied it
+    meta: object        # shard 0: RoundMeta, to write predictions; others None
+    positions: dict     # source -> the last position learned once this round is
+
+
+class RoundMeta(NamedTuple):
+    ids: pa.Array
+    sources: pa.Array   # string, one per example
+    positions: np.ndarray
+    event_times: np.ndarray
+
+
+class End(NamedTuple):
+    rounds: int  # the model's rounds, all of them (its bounded input has ended)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a resumed model continues: the examples and rounds its shards' newest common
+    checkpoint (``consistent_cut``) holds, the last input position learned per source, and its
+    start records of sources it has learned nothing from (Kafka partitions)."""
+    examples: int = 0
+    rounds: int = 0
+    positions: dict = field(default_factory=dict)
+    starts: dict = field(default_factory=dict)
+
+
+def resume_cuts(cfg):
+    """{model key: Cut} of the sharded models in cfg.model_dir, every shard checkpoint of a
+    cut checked (valid, of the learner this configuration trains); ValueError when the
+    directory holds shards of another count."""
+    counts = shard_counts(cfg.model_dir)
+    if counts and cfg.shards not in counts:
+        raise ValueError(f"--resume: {cfg.model_dir} holds models over {counts[-1]} shards, "
+                         f"not {cfg.shards}: resume with --shards {counts[-1]}")
+    starts = read_starts(cfg.model_dir)
+    cuts = {}
+    for key in sorted(set(sharded_model_keys(cfg.model_dir, cfg.shards)) | set(starts)):
+        examples = consistent_cut(cfg.model_dir, key, cfg.shards)
+        rounds, positions = 0, {}
+        for s in range(cfg.shards if examples is not None else 0):
+            path, table = load_shard(cfg.model_dir, key, s, cfg.shards, examples)
+            check_resume(cfg, from_arrow(table), path)
+            meta = read_metadata(table)
+            rounds = int(meta["rounds"])
+            for source, position in (meta.get("input_positions") or {}).items():
+                positions[source] = min(positions.get(source, position), position)
+        cuts[key] = Cut(examples or 0, rounds, positions,
+                        {source: position for source, position in starts.get(key, {}).items()
+                         if source not in positions})
+    return cuts
+
+
+def resume_reading(cuts):
+    """({source: earliest position}, {source: furthest}) over the cuts: where a Kafka source
+    restarts, and through where its dead letters were written."""
+    earliest, furthest = {}, {}
+    for cut in cuts.values():
+        for source, position in {**cut.starts, **cut.positions}.items():
+            earliest[source] = min(earliest.get(source, position), position)
+            furthest[source] = max(furthest.get(source, position), position)
+    return earliest, furthest
+
+
+@dataclass
+class _Rounds:
+    """A Sequencer's model: rounds cut so far, where in each source, and the blocks of this
+    release (not stored)."""
+    next_round: int = 0
+    examples: int = 0
+    checkpoint_examples: int = 0
+    checkpoint_time: float = field(default_factory=time.time)
+    positions: dict = field(default_factory=dict)  # source -> last position sent to the shards
+    starts: dict = field(default_factory=dict)     # source -> start recorded, nothing learned
+    pending: list = field(default_factory=list)
+
+    def to_bytes(self):
+        return pickle.dumps((self.next_round, self.examples, self.checkpoint_examples,
+                             self.checkpoint_time, self.positions, self.starts))
+
+    @classmethod
+    def from_bytes(cls, data):
+        return cls(*pickle.loads(data))
+
+
+class Sequencer(LearnDoFn):
+    """(model key, ExampleBlock) -> ((model key, shard), Round) for every shard, the model's
+    examples in ``Learn``'s order (the same waiting and release, see ``LearnDoFn``), cut into
+    rounds of ``max_delay + 1`` (a release's last round may be shorter), and at the end of a
+    bounded input ((model key, shard), End); the model key to ``MODELS`` then.
+
+    Resumed (``cuts``), a model continues from its cut: examples at or before the positions
+    it learned are skipped (a source read again). A Kafka partition it has learned nothing
+    from gets a start record before any of its examples go on (``write_start``), as ``Learn``
+    checkpoints one: a restarted partition then starts no later than that."""
+
+    def __init__(self, cfg, cuts=None):
+        super().__init__(cfg)
+        self.cuts = cuts or {}
+
+    def setup(self):
+        weigh_state_without_scanning_modules()
+
+    def teardown(self):
+        pass
+
+    def start_bundle(self):
+        pass
+
+    def finish_bundle(self):
+        pass
+
+    def _enter_source(self, key, block, stored):
+        if not (block.restarts_midway and len(block)):
+            return
+        rounds = self._model(key, stored)
+        start = int(block.positions.min()) - 1
+        if block.source in rounds.positions or rounds.starts.get(block.source, start + 1) <= start:
+            return
+        write_start(self.cfg.model_dir, key, block.source, start)
+        rounds.starts[block.source] = start
+        stored.write(rounds.to_bytes())
+
+    def _model(self, key, stored):
+        data = stored.read()
+        if data is not None:
+            return _Rounds.from_bytes(data)
+        cut = self.cuts.get(key, Cut())
+        return _Rounds(cut.rounds, cut.examples, cut.examples, positions=dict(cut.positions),
+                       starts=dict(cut.starts))
+
+    def _learn(self, model, block):
+        model.pending.append(block)
+        return ()
+
+    def _released(self, key, rounds):
+        return self._cut(key, rounds)
+
+    def _input_ended(self, key, rounds, stored):
+        rounds = rounds or self._model(key, stored)
+        yield from self._cut(key, rounds)
+        stored.write(rounds.to_bytes())
+        for s in range(self.cfg.shards):
+            yield (key, s), End(rounds.next_round)
+        yield beam.pvalue.TaggedOutput(MODELS, key)
+
+    def _cut(self, key, rounds):
+        """The released blocks ``rounds.pending`` as rounds, to every shard (without the
+        examples at or before the positions already learned)."""
+        blocks, pending, rounds.pending = [], rounds.pending, []
+        for b in pending:
+            fresh = np.flatnonzero(b.positions > rounds.positions.get(b.source, -1))
+            if len(fresh):
+                blocks.append(b if len(fresh) == len(b) else b.take(fresh))
+        if not blocks:
+            return
+        batch = concat_batches([b.batch() for b in blocks])
+        ids = pa.concat_arrays([b.ids for b in blocks])
+        sources = pa.concat_arrays([pa.repeat(pa.scalar(b.source, pa.string()), len(b))
+                                    for b in blocks])
+        positions = np.concatenate([b.positions for b in blocks])
+        ends = np.cumsum([len(b) for b in blocks])
+        times = [b.event_times for b in blocks]
+        event_times = None if any(t is None for t in times) else np.concatenate(times)
+        shard_names = self._names_by_shard(blocks)
+        size = self.cfg.max_delay + 1
+        for a in range(0, len(batch), size):
+            b = min(a + size, len(batch))
+            rounds.examples += b - a
+            for block, end in zip(blocks, ends):  # the sources this round reads
+                lo, hi = max(a, end - len(block)), min(b, end)
+                if lo < hi:
+                    rounds.positions[block.source] = max(rounds.positions.get(block.source, -1),
+                                                         int(positions[lo:hi].max()))
+                    rounds.starts.pop(block.source, None)
+            meta = RoundMeta(ids.slice(a, b - a), sources.slice(a, b - a), positions[a:b],
+                             None if event_times is None else event_times[a:b])
+            checkpoint = self._checkpoint_due(rounds)
+            for s, part in enumerate(split_batch(batch.slice(a, b), self.cfg.shards)):
+                yield (key, s), Round(rounds.next_round, part, shard_names[s] if a == 0 else {},
+                                      checkpoint, meta if s == 0 else None,
+                                      dict(rounds.positions))
+            rounds.next_round += 1
+
+    def _names_by_shard(self, blocks):
+        """The blocks' feature names (index -> name), split by the shard holding each."""
+        names = {}
+        for b in blocks:
+            names.update(b.names)
+        where = shard_of(np.fromiter(names, dtype=np.int64, count=len(names)), self.cfg.shards)
+        by_shard = [{} for _ in range(self.cfg.shards)]
+        for (index, name), s in zip(names.items(), where.tolist()):
+            by_shard[s][index] = name
+        return by_shard
+
+    def _checkpoint_due(self, rounds):
+        every, seconds = self.cfg.checkpoint_every, self.cfg.checkpoint_seconds
+        due = ((every and rounds.examples // every > rounds.checkpoint_examples // every)
+               or (seconds and time.time() - rounds.checkpoint_time >= seconds))
+        if due:
+            rounds.checkpoint_examples, rounds.checkpoint_time = rounds.examples, time.time()
+        return bool(due)
+
+
+def concat_batches(batches):
+    """One Batch of the examples of ``batches``, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    lengths = np.concatenate([np.diff(b.indptr) for b in batches])
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    return Batch(indptr, np.concatenate([b.indices for b in batches]),
+                 np.concatenate([b.values for b in batches]),
+                 np.concatenate([b.labels for b in batches]),
+                 np.concatenate([b.weights for b in batches]))
+
+
+@dataclass
+class _Shard:
+    """A shard's learner state and its place in the model's rounds."""
+    state: object               # LearnerState of the shard's features
+    next_round: int = 0         # rounds before it applied
+    in_flight: tuple = None     # (Round, Part): its part computed and sent, not yet applied
+    rounds: int = None          # the model's number of rounds, once its input has ended
+    finished: bool = False
+    positions: dict = field(default_factory=dict)  # source -> last position applied
+
+
+class ShardDoFn(beam.DoFn):
+    """((model key, shard), Round | End | PartMessage) -> predictions (shard 0), and the
+    model key to ``DONE`` when shard 0 has learned the model's last round; see the module."""
+    SHARD = ReadModifyWriteStateSpec("shard", BytesCoder())   # pickled _Shard
+    ROUNDS = BagStateSpec("rounds", BytesCoder())            # round number + pickled Round
+    PARTS = BagStateSpec("parts", BytesCoder())              # pickled PartMessages not yet used
+
+    def __init__(self, cfg, run, cuts=None):
+        self.cfg, self.run, self.cuts = cfg, run, cuts or {}
+        self.examples = Metrics.counter("unitless", "examples")
+        self.checkpoints = Metrics.counter("unitless", "checkpoints")
+        self.rounds_learned = Metrics.counter("unitless", "shard_rounds")
+
+    def setup(self):
+        weigh_state_without_scanning_modules()
+        self.topic = KafkaTopic.parse(self.cfg.feedback_topic, self.cfg.kafka_settings)
+        self.producer = open_producer(self.topic)
+        self.sink = open_sink(self.cfg.predictions, self.cfg.output_format, "predictions",
+                              self.cfg.kafka_settings)
+
+    def teardown(self):
+        self.producer.close()
+        self.sink.close()
+
+    def start_bundle(self):
+        self.sink.discard()
+
+    def finish_bundle(self):
+        self.sink.flush()
+
+    def process(self, element, stored=beam.DoFn.StateParam(SHARD),
+                waiting=beam.DoFn.StateParam(ROUNDS), parts_bag=beam.DoFn.StateParam(PARTS)):
+        (key, s), message = element
+        data = stored.read()
+        shard = self._new_shard(key, s) if data is None else pickle.loads(data)
+        # rounds waiting, by number: each entry's first 8 bytes, so only the one to predict
+        # is unpickled (a bounded input's rounds all come at its end)
+        rounds = {int.from_bytes(data[:8], "little"): data for data in waiting.read()}
+        parts = {(p.round, p.shard): p for p in map(pickle.loads, parts_bag.read())}
+        if isinstance(message, End):
+            shard.rounds = message.rounds
+        elif isinstance(message, Round):
+            if message.round < shard.next_round or message.round in rounds:
+                return  # delivered again
+            data = message.round.to_bytes(8, "little") + pickle.dumps(
+                message, protocol=pickle.HIGHEST_PROTOCOL)
+            rounds[message.round] = data
+            waiting.add(data)
+        elif isinstance(message, PartMessage):
+            if message.round < shard.next_round or (message.round, message.shard) in parts:
+                return  # delivered again, or sent again by a retried bundle
+            parts[message.round, message.shard] = message
+            parts_bag.add(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        first = shard.next_round
+        sent = yield from self._advance(key, s, shard, rounds, parts)
+        if sent:
+            self.producer.flush()  # now: the other shards wait for these parts
+        if shard.next_round != first:  # rounds applied: keep what is still to come
+            done = sum(r < shard.next_round for r in rounds)
+            if 2 * done >= len(rounds):  # rewritten when half of it is done: O(1) a round
+                waiting.clear()
+                for r in sorted(rounds):
+                    if r >= shard.next_round:
+                        waiting.add(rounds[r])
+            parts_bag.clear()
+            for (r, _), p in parts.items():
+                if r >= shard.next_round:
+                    parts_bag.add(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL))
+        stored.write(pickle.dumps(shard, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _new_shard(self, key, s):
+        """Shard s of the model: its checkpoint of the model's cut when resumed, else fresh."""
+        cut = self.cuts.get(key)
+        if cut is None or not cut.examples:
+            return _Shard(new_learner(self.cfg), cut.rounds if cut else 0)
+        path, table = load_shard(self.cfg.model_dir, key, s, self.cfg.shards, cut.examples)
+        log.debug("model %r shard %d resumes from %s", key, s, path)
+        return _Shard(from_arrow(table), cut.rounds, positions=dict(cut.positions))
+
+    def _advance(self, key, s, shard, rounds, parts):
+        """Predict and apply every round that can be now, in order; returns the number of parts
+        sent to the feedback topic."""
+        sent = 0
+        while True:
+            if shard.in_flight is None:
+                data = rounds.get(shard.next_round)
+                if data is None:
+                    break
+                r = pickle.loads(data[8:])
+                part = predict_part(shard.state, r.batch)
+                self.producer.send(*encode_part(self.run, key, r.round, s, part.scores,
+                                                part.scalars))
+                sent += 1
+                shard.in_flight = (r, part)
+                continue
+            r, part = shard.in_flight
+            got = [part if t == s else parts.get((r.round, t)) for t in range(self.cfg.shards)]
+            if any(p is None for p in got):
+                break
+            result, gradients, scalars = combine(
+                shard.state, [Part(p.scores, p.scalars, None) for p in got], r.batch.labels,
+                r.batch.weights)
+            update_part(shard.state, r.batch, part, gradients, scalars)
+            start = shard.state.examples_seen
+            count_learned(shard.state, result.losses)
+            for index, name in r.names.items():
+                shard.state.feature_names.setdefault(index, name)
+            for t in range(self.cfg.shards):
+                parts.pop((r.round, t), None)
+            shard.in_flight = None
+            shard.next_round += 1
+            shard.positions = r.positions
+            self.rounds_learned.inc()
+            if s == 0:
+                m = r.meta
+                table = prediction_table(key, shard.state, m.ids, r.batch.labels, result, start,
+                                         m.sources, m.positions, None, m.event_times)
+                self.examples.inc(table.num_rows)
+                self.sink.write(table)
+                yield table
+            if r.checkpoint:
+                self._checkpoint(key, s, shard)
+        if shard.rounds is not None and shard.next_round == shard.rounds and not shard.finished:
+            shard.finished = True
+            self._checkpoint(key, s, shard)
+            if s == 0:
+                yield beam.pvalue.TaggedOutput(DONE, key)
+        return sent
+
+    def _checkpoint(self, key, s, shard):
+        """The shard's checkpoint, after the predictions written so far are durable."""
+        self.sink.flush()
+        cfg = self.cfg
+        table = to_arrow(shard.state, {"model_key": key, "shard": s, "shards": cfg.shards,
+                                       "max_delay": cfg.max_delay, "rounds": shard.next_round,
+                                       "input_positions": shard.positions})
+        write_checkpoints(shard_dir(cfg.model_dir, s, cfg.shards),
+                          [(key, table, shard.state.examples_seen)], cfg.keep_checkpoints)
+        self.checkpoints.inc()
+
+
+class FinishDoFn(beam.DoFn):
+    """("", ("models", n) | ("done", model key)) -> the end marker on every partition of the
+    feedback topic, once as many models are done as the input had."""
+    TOTAL = ReadModifyWriteStateSpec("total", PickleCoder())
+    DONE_KEYS = SetStateSpec("done", beam.coders.StrUtf8Coder())
+    ENDED = ReadModifyWriteStateSpec("ended", PickleCoder())
+
+    def __init__(self, cfg, run):
+        self.cfg, self.run = cfg, run
+
+    def process(self, element, total=beam.DoFn.StateParam(TOTAL),
+                done=beam.DoFn.StateParam(DONE_KEYS), ended=beam.DoFn.StateParam(ENDED)):
+        kind, value = element[1]
+        if kind == "models":
+            total.write(value)
+        else:
+            done.add(value)
+        n = total.read()
+        if n is not None and not ended.read() and len(list(done.read())) >= n:
+            ended.write(True)
+            topic = KafkaTopic.parse(self.cfg.feedback_topic, self.cfg.kafka_settings)
+            producer = open_producer(topic)
+            try:
+                for partition in producer.partitions():
+                    producer.send(*encode_end(self.run), partition=partition)
+                producer.flush()
+            finally:
+                producer.close()
+            log.info("every model learned its last round: the feedback loop ends")
+
+
+def build_sharded_training(pipeline, cfg, streaming=True):
+    """The `unitless train --shards S` graph: read ``cfg.inputs``, learn each model over its
+    shards; returns (predictions, dead letters of the reader)."""
+    if not streaming:
+        raise ValueError("--shards runs a feedback loop through Kafka, which needs a streaming "
+                         "runner: add --runner PrismRunner --streaming (or a Flink runner with "
+                         "--streaming)")
+    check_before_start(cfg)
+    cuts = resume_cuts(cfg) if cfg.resume else {}
+    run = uuid.uuid4().hex
+    topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
+    # read from the end as it is now: nothing of this run is there yet
+    ranges = [(p, end, UNBOUNDED) for p, (_, end) in sorted(partition_offsets(topic).items())]
+    read = ReadExamples.from_config(cfg, streaming, learner_check(cfg),
+                                    resume_at=resume_reading(cuts) if cfg.resume else None)
+    rounds = (pipeline | "Read" >> read
+              | "Key by model" >> key_by_model(cfg.chunk_size)
+              | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS,
+                                                                            main="rounds"))
+    feedback = (pipeline | "Feedback partitions" >> beam.Create(ranges)
+                | "Read feedback" >> beam.ParDo(ReadFeedback(topic, run, cfg.shards))
+                .with_output_types(ShardElement))
+    learned = ((rounds.rounds | "Rounds" >> beam.Map(lambda e: e).with_output_types(ShardElement),
+                feedback) | "To shards" >> beam.Flatten()
+               | "Learn shards" >> beam.ParDo(ShardDoFn(cfg, run, cuts)).with_outputs(
+                   DONE, main="predictions"))
+    if not is_kafka(cfg.inputs[0]):  # (a Kafka topic, read streaming, has no end)
+        models = (rounds[MODELS] | "Count models" >> beam.combiners.Count.Globally()
+                  | "As total" >> beam.Map(lambda n: ("", ("models", n))))
+        done = learned[DONE] | "As done" >> beam.Map(lambda k: ("", ("done", k)))
+        _ = ((models, done) | "Models and done" >> beam.Flatten()
+             | "Finish" >> beam.ParDo(FinishDoFn(cfg, run)))
+    return learned.predictions, read.dead_letters
