@@ -513,6 +513,7 @@ class TreeWatch:
         import threading
         self.roots, self.interval, self.stop = dict(roots), interval, threading.Event()
         self.peak = {name: 0.0 for name in self.roots}
+        self.largest = {name: 0.0 for name in self.roots}  # one process of the tree's RSS
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self):
@@ -521,6 +522,7 @@ class TreeWatch:
             vals = [v for v in map(_rss_cpu, _proc_tree(root)) if v is not None]
             out[name] = (sum(r for r, _ in vals), sum(c for _, c in vals))
             self.peak[name] = max(self.peak[name], out[name][0])
+            self.largest[name] = max([self.largest[name], *(r for r, _ in vals)])
         return out
 
     def _run(self):
@@ -539,7 +541,9 @@ class TreeWatch:
         return False
 
     def result(self):
-        """{name: {"max_rss_mib", "cpu_s"}} (CPU of processes that exited unreaped is missed)."""
+        """{name: {"max_rss_mib", "largest_process_mib", "cpu_s"}} (CPU of processes that
+        exited unreaped is missed)."""
         return {name: {"max_rss_mib": round(self.peak[name], 1),
+                       "largest_process_mib": round(self.largest[name], 1),
                        "cpu_s": round(self.end[name][1] - self.start[name][1], 2)}
                 for name in self.roots}

@@ -233,11 +233,15 @@ def _flink_defaults(options, beam_args):
     """--runner FlinkRunner without a job server jar: the project's (Beam's Flink 1.19 runner,
     built and cached by deploy/flink/build_job_server.sh, or $UNITLESS_FLINK_JOB_SERVER_JAR;
     Beam's own download is not reachable everywhere), an embedded local Flink cluster and
-    LOOPBACK workers, unless the command line says otherwise."""
-    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PortableOptions
-    from .flink import job_server_jar
+    LOOPBACK workers, unless the command line says otherwise; and the JVM options Flink gives
+    a Java 17 JVM (``flink.JAVA_17_OPENS``) to the job server Beam starts."""
+    from apache_beam.options.pipeline_options import (FlinkRunnerOptions, JobServerOptions,
+                                                      PortableOptions)
+    from .flink import JAVA_17_OPENS, job_server_jar
     given = {a.split("=")[0] for a in beam_args}
     flink = options.view_as(FlinkRunnerOptions)
+    if "--job_server_jvm_properties" not in given:
+        options.view_as(JobServerOptions).job_server_jvm_properties = list(JAVA_17_OPENS)
     if "--flink_job_server_jar" in given or flink.flink_submit_uber_jar:
         return
     try:
@@ -303,11 +307,11 @@ def score(args, beam_args):
 
 
 def inspect(args):
-    from .pipelines.checkpoints import checkpoint_files, model_keys
+    from .pipelines.checkpoints import checkpoint_files, model_keys, shard_counts
     from .pipelines.inspect import summary, render
     from .pipelines.summary import model_lines, render_models
     path = args.checkpoint
-    if is_dir(path) and not checkpoint_files(path) and model_keys(path):
+    if is_dir(path) and not checkpoint_files(path) and (model_keys(path) or shard_counts(path)):
         lines = model_lines(path)  # a whole model directory: one line per model key
         print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
               else render_models(lines, args.top))

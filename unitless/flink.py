@@ -7,6 +7,16 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The JVM options Flink's own launch scripts give a Java 17 JVM (Flink 1.19's
+# env.java.default-opts.all): its serializer (Kryo) reads JDK classes' private fields, e.g. of
+# the lists a streaming splittable DoFn keeps in state, which Java 17 forbids unless opened.
+JAVA_17_OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+    "java.lang", "java.net", "java.io", "java.nio", "sun.nio.ch", "java.lang.reflect",
+    "java.text", "java.time", "java.util", "java.util.concurrent",
+    "java.util.concurrent.atomic", "java.util.concurrent.locks")) + (
+    "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
+    "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED")
 BUILD_SCRIPT = REPO / "deploy" / "flink" / "build_job_server.sh"
 CACHED = ("flink", "beam-2.70.0-flink-1.19", "beam-flink-job-server.jar")  # the script's place
 

@@ -46,7 +46,7 @@ __all__ = ["FlinkJobServer", "FlinkJobServerError", "job_server_jar", "free_port
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script: the repository's unitless
-from unitless.flink import job_server_jar  # noqa: E402  (one home: also the CLI's)
+from unitless.flink import JAVA_17_OPENS, job_server_jar  # noqa: E402  (one home: the CLI's too)
 HOST = "127.0.0.1"
 DEFAULT_STARTUP_TIMEOUT = 120.0
 
@@ -98,7 +98,7 @@ class FlinkJobServer:
         java = os.environ.get("JAVA") or shutil.which("java")
         if not java:
             raise FlinkJobServerError("'java' (11+) not found on PATH")
-        cmd = [java, "-jar", str(self.jar),
+        cmd = [java, *JAVA_17_OPENS, "-jar", str(self.jar),
                "--job-host", HOST, "--job-port", str(self.port),
                "--artifact-port", str(free_port()),
                "--expansion-port", "-1",          # no Java expansion service

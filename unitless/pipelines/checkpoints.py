@@ -497,3 +497,36 @@ def read_starts(model_dir):
                 continue
             starts.setdefault(key, {})[source] = position
     return starts
+
+
+def sharded_models(model_dir, verify=True):
+    """[(model key, shards, checkpoint, shard 0's metadata, the model or None)], one per sharded
+    model under model_dir, of its consistent cut; ``checkpoint`` names its files as a pattern
+    (<model_dir>/shards/*-of-S/<key directory>/ckpt-N.arrow). ``verify``ing, every shard's
+    file is read and checked (a model with one that is not valid is skipped, with a warning),
+    and the model is the unsharded LearnerState they make up (``learner.sharded.merge``);
+    else only shard 0's schema is read."""
+    from ..learner.sharded import merge
+    found = []
+    for shards in shard_counts(model_dir):
+        for key in sharded_model_keys(model_dir, shards):
+            examples = consistent_cut(model_dir, key, shards)
+            if examples is None:
+                continue
+            pattern = join(model_dir, SHARDS, f"*-of-{shards}", key_dir_name(key),
+                           checkpoint_name(examples))
+            try:
+                if verify:
+                    cut = [load_shard(model_dir, key, s, shards, examples)
+                           for s in range(shards)]
+                    meta = read_metadata(cut[0][1])
+                    model = merge([from_arrow(table) for _, table in cut])
+                else:
+                    meta = read_metadata(_schema(join(key_dir(shard_dir(model_dir, 0, shards),
+                                                              key), checkpoint_name(examples))))
+                    model = None
+            except (OSError, ValueError, pa.ArrowException) as err:
+                log.warning("ignoring sharded model %r (%s): %s", key, pattern, _one_line(err))
+                continue
+            found.append((key, shards, pattern, meta, model))
+    return found

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
 from ..learner import example_losses, predict
-from .checkpoints import load_latest, model_keys
+from .checkpoints import load_latest, model_keys, sharded_models
 from .config import configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
 from .keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
@@ -21,7 +21,8 @@ log = logging.getLogger("unitless")
 
 
 def load_models(model_dir):
-    """{model key: learner state} from each key's newest valid checkpoint under model_dir. A key
+    """{model key: learner state} from each key's newest valid checkpoint under model_dir (a
+    model over feature shards: its consistent cut, merged into one state). A key
     none of whose checkpoints is valid gets no model (with a warning: its examples then go to
     the dead letters); FileNotFoundError when no key has a valid checkpoint."""
     models = {}
@@ -32,6 +33,8 @@ def load_models(model_dir):
                         model_dir)
             continue
         models[key] = KeyedModel.from_table(found[1]).state
+    for key, _, _, _, model in sharded_models(model_dir):  # merged: a whole model per worker
+        models[key] = model
     if not models:
         raise FileNotFoundError(f"no valid checkpoints under {model_dir}")
     return models

@@ -44,6 +44,7 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
@@ -300,6 +301,7 @@ class _Shard:
     rounds: int = None          # the model's number of rounds, once its input has ended
     finished: bool = False
     positions: dict = field(default_factory=dict)  # source -> last position applied
+    errors: float = 0.0         # shard 0, classification: examples whose class was wrong
 
 
 class ShardDoFn(beam.DoFn):
@@ -379,7 +381,8 @@ class ShardDoFn(beam.DoFn):
             return _Shard(new_learner(self.cfg), cut.rounds if cut else 0)
         path, table = load_shard(self.cfg.model_dir, key, s, self.cfg.shards, cut.examples)
         log.debug("model %r shard %d resumes from %s", key, s, path)
-        return _Shard(from_arrow(table), cut.rounds, positions=dict(cut.positions))
+        return _Shard(from_arrow(table), cut.rounds, positions=dict(cut.positions),
+                      errors=float(read_metadata(table).get("errors", 0.0)))
 
     def _advance(self, key, s, shard, rounds, parts):
         """Predict and apply every round that can be now, in order; returns the number of parts
@@ -420,6 +423,9 @@ class ShardDoFn(beam.DoFn):
                 table = prediction_table(key, shard.state, m.ids, r.batch.labels, result, start,
                                          m.sources, m.positions, None, m.event_times)
                 self.examples.inc(table.num_rows)
+                error = table.column("error")
+                if error.null_count == 0:
+                    shard.errors += float(pc.sum(error).as_py() or 0.0)
                 self.sink.write(table)
                 yield table
             if r.checkpoint:
@@ -437,7 +443,8 @@ class ShardDoFn(beam.DoFn):
         cfg = self.cfg
         table = to_arrow(shard.state, {"model_key": key, "shard": s, "shards": cfg.shards,
                                        "max_delay": cfg.max_delay, "rounds": shard.next_round,
-                                       "input_positions": shard.positions})
+                                       "input_positions": shard.positions,
+                                       "errors": shard.errors})
         write_checkpoints(shard_dir(cfg.model_dir, s, cfg.shards),
                           [(key, table, shard.state.examples_seen)], cfg.keep_checkpoints)
         self.checkpoints.inc()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
-from .checkpoints import checkpoint_metadata, load_latest, model_keys
+from .checkpoints import checkpoint_metadata, load_latest, model_keys, sharded_models
 
 
 @dataclass
@@ -32,14 +32,17 @@ class ModelLine:
 
 def model_lines(model_dir, verify=True):
     """A ModelLine for each model key with a checkpoint, most examples first: its newest valid
-    one; or, not ``verify``ing, the one its `latest` names, from its metadata alone (a run's
-    own summary of the checkpoints it has just written: with 10,000 keys, verifying them all
-    took 14 s; `unitless inspect` verifies)."""
+    one (a sharded model: its consistent cut); or, not ``verify``ing, the one its `latest`
+    names, from its metadata alone (a run's own summary of the checkpoints it has just written:
+    with 10,000 keys, verifying them all took 14 s; `unitless inspect` verifies)."""
     found = [] if verify else checkpoint_metadata(model_dir)
     for key in model_keys(model_dir) if verify else ():
         newest = load_latest(model_dir, key)
         if newest is not None:
             found.append((key, newest[0], read_metadata(newest[1])))
+    # models over feature shards: their consistent cut (shard 0 counts the errors)
+    found += [(key, pattern, meta) for key, _, pattern, meta, _ in
+              sharded_models(model_dir, verify)]
     lines = []
     for key, path, meta in found:
         seen = int(meta["examples_seen"])
