@@ -90,8 +90,8 @@ def run_one(name, data, out, n, beam_args, shards, delay, broker, watch):
     r = {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
     r.update(examples_per_s=n / r["wall_s"], loss=check_predictions(name, out, n),
              state_mib=largest_state_mib(out / "models", shards),
-             largest_process_mib=max([r["max_rss_mib"], *(s["largest_process_mib"]
-                                                         for s in servers.values())]),
+             largest_process_mib=(servers["workers"]["largest_process_mib"]
+                                  if "workers" in servers else r["max_rss_mib"]),
              servers=servers)
     progress(f"{name}: wall {r['wall_s']:.1f} s, {r['examples_per_s']:,.0f} ex/s, loss "
              f"{r['loss']:.5f}, largest process {r['largest_process_mib']:.0f} MiB, state "

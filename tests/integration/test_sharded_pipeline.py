@@ -106,8 +106,10 @@ def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, b
 def test_a_delay_learns_what_the_reference_protocol_learns_each_example_once(
         tmp_path, examples, broker):
     shards, delay = 3, 4
+    # one decoded shard kept per worker: every element decodes its shard from Beam state
     got = train_sharded(tmp_path / "delay", examples, broker, shards, delay,
-                        "--checkpoint-every", "10", "--keep-checkpoints", "10")
+                        "--checkpoint-every", "10", "--keep-checkpoints", "10",
+                        "--models-in-memory", "1")
     assert sorted(got.column("id").to_pylist()) == sorted(f"r{i}" for i in range(72))
     for key in KEYS:
         mine = got.filter(pa.compute.equal(got.column("model_key"), key))

@@ -38,6 +38,7 @@ import pickle
 import time
 import typing
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -294,28 +295,88 @@ def concat_batches(batches):
 
 @dataclass
 class _Shard:
-    """A shard's learner state and its place in the model's rounds."""
-    state: object               # LearnerState of the shard's features
+    """A shard's learner state and its place in the model's rounds.
+
+    In Beam state: the learner state as of its last compaction (BASE) and each applied round's
+    change to it since (DELTAS: a round touches only its examples' features, a sliver of a
+    2^24 model); the rounds and parts not yet applied (ROUNDS, PARTS; the round in flight
+    stays in ROUNDS, and decoding predicts it again: the same bits, the same changes to the
+    state); the rest pickled (PROGRESS), under a new ``token`` at every change. A worker keeps
+    the shards it decoded, all of that in memory, and uses one again only while its token is
+    still the one in Beam state (a retried bundle's changes are not): an element then reads
+    and writes only what it changes."""
+    state: object = None        # LearnerState of the shard's features
     next_round: int = 0         # rounds before it applied
-    in_flight: tuple = None     # (Round, Part): its part computed and sent, not yet applied
     rounds: int = None          # the model's number of rounds, once its input has ended
     finished: bool = False
     positions: dict = field(default_factory=dict)  # source -> last position applied
     errors: float = 0.0         # shard 0, classification: examples whose class was wrong
+    logged_slots: int = 0       # the state's slots BASE and DELTAS hold
+    delta_bytes: int = 0        # bytes of DELTAS
+    base_bytes: int = 0         # bytes of BASE
+    flying: int = -1            # the round in flight (its part sent, not yet applied), or -1
+    token: str = None
+    # in memory only (in Beam state as ROUNDS, PARTS and BASE + DELTAS):
+    in_flight: tuple = None     # (Round, Part) of the round in flight
+    waiting: dict = None        # round number -> its ROUNDS entry, not yet predicted
+    parts: dict = None          # (round, shard) -> PartMessage, not yet used
+
+    MEMORY = ("state", "in_flight", "waiting", "parts")
+
+    def progress_bytes(self):
+        """The shard without what it keeps in memory only, pickled, under a new token."""
+        self.token = uuid.uuid4().hex
+        kept = {name: getattr(self, name) for name in self.MEMORY}
+        try:
+            for name in self.MEMORY:
+                setattr(self, name, None)
+            return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+        finally:
+            for name, value in kept.items():
+                setattr(self, name, value)
+
+
+def state_delta(shard, batch, names):
+    """What applying a round changed in the shard's learner state: the features given slots
+    since the last delta (in slot order), the round's features' vectors, the scalars and
+    counters, and its feature names."""
+    state = shard.state
+    touched = np.unique(state.find_features(batch.indices))
+    new = state.slot_index[shard.logged_slots:state.n_slots].copy()
+    shard.logged_slots = state.n_slots
+    return pickle.dumps((new, touched, state.V[:, :, touched].copy(), state.S.copy(),
+                         state.examples_seen, state.cumulative_loss, names),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def apply_delta(state, data):
+    """``state_delta``'s change made to the state it was taken after (the same slots: new
+    features are given theirs in the same order)."""
+    new, touched, values, S, examples_seen, cumulative_loss, names = pickle.loads(data)
+    if len(new):
+        state.map_features(new)
+    state.V[:, :, touched] = values
+    state.S[...] = S
+    state.examples_seen, state.cumulative_loss = examples_seen, cumulative_loss
+    for index, name in names.items():
+        state.feature_names.setdefault(index, name)
 
 
 class ShardDoFn(beam.DoFn):
     """((model key, shard), Round | End | PartMessage) -> predictions (shard 0), and the
     model key to ``DONE`` when shard 0 has learned the model's last round; see the module."""
-    SHARD = ReadModifyWriteStateSpec("shard", BytesCoder())   # pickled _Shard
-    ROUNDS = BagStateSpec("rounds", BytesCoder())            # round number + pickled Round
-    PARTS = BagStateSpec("parts", BytesCoder())              # pickled PartMessages not yet used
+    PROGRESS = ReadModifyWriteStateSpec("progress", BytesCoder())  # _Shard.progress_bytes
+    BASE = ReadModifyWriteStateSpec("base", BytesCoder())   # pickled LearnerState
+    DELTAS = BagStateSpec("deltas", BytesCoder())           # state_delta of each round since
+    ROUNDS = BagStateSpec("rounds", BytesCoder())           # round number + pickled Round
+    PARTS = BagStateSpec("parts", BytesCoder())             # pickled PartMessages not yet used
 
     def __init__(self, cfg, run, cuts=None):
         self.cfg, self.run, self.cuts = cfg, run, cuts or {}
         self.examples = Metrics.counter("unitless", "examples")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.rounds_learned = Metrics.counter("unitless", "shard_rounds")
+        self.decoded = Metrics.counter("unitless", "models_decoded")
 
     def setup(self):
         weigh_state_without_scanning_modules()
@@ -323,6 +384,7 @@ class ShardDoFn(beam.DoFn):
         self.producer = open_producer(self.topic)
         self.sink = open_sink(self.cfg.predictions, self.cfg.output_format, "predictions",
                               self.cfg.kafka_settings)
+        self.kept, self.kept_bytes = OrderedDict(), 0  # (key, shard) -> _Shard decoded
 
     def teardown(self):
         self.producer.close()
@@ -334,45 +396,91 @@ class ShardDoFn(beam.DoFn):
     def finish_bundle(self):
         self.sink.flush()
 
-    def process(self, element, stored=beam.DoFn.StateParam(SHARD),
-                waiting=beam.DoFn.StateParam(ROUNDS), parts_bag=beam.DoFn.StateParam(PARTS)):
+    def process(self, element, progress=beam.DoFn.StateParam(PROGRESS),
+                base=beam.DoFn.StateParam(BASE), deltas=beam.DoFn.StateParam(DELTAS),
+                rounds=beam.DoFn.StateParam(ROUNDS), parts=beam.DoFn.StateParam(PARTS)):
         (key, s), message = element
-        data = stored.read()
-        shard = self._new_shard(key, s) if data is None else pickle.loads(data)
-        # rounds waiting, by number: each entry's first 8 bytes, so only the one to predict
-        # is unpickled (a bounded input's rounds all come at its end)
-        rounds = {int.from_bytes(data[:8], "little"): data for data in waiting.read()}
-        parts = {(p.round, p.shard): p for p in map(pickle.loads, parts_bag.read())}
+        shard = self._load(key, s, progress, base, deltas, rounds, parts)
         if isinstance(message, End):
             shard.rounds = message.rounds
         elif isinstance(message, Round):
-            if message.round < shard.next_round or message.round in rounds:
-                return  # delivered again
+            if (message.round < shard.next_round or message.round in shard.waiting
+                    or message.round == shard.flying):
+                return self._keep((key, s), shard)  # delivered again
             data = message.round.to_bytes(8, "little") + pickle.dumps(
                 message, protocol=pickle.HIGHEST_PROTOCOL)
-            rounds[message.round] = data
-            waiting.add(data)
+            shard.waiting[message.round] = data
+            rounds.add(data)
         elif isinstance(message, PartMessage):
-            if message.round < shard.next_round or (message.round, message.shard) in parts:
-                return  # delivered again, or sent again by a retried bundle
-            parts[message.round, message.shard] = message
-            parts_bag.add(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            if (message.round < shard.next_round
+                    or (message.round, message.shard) in shard.parts):
+                return self._keep((key, s), shard)  # delivered again, or sent again by a retry
+            shard.parts[message.round, message.shard] = message
+            parts.add(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         first = shard.next_round
-        sent = yield from self._advance(key, s, shard, rounds, parts)
+        sent = yield from self._advance(key, s, shard, base, deltas)
         if sent:
             self.producer.flush()  # now: the other shards wait for these parts
-        if shard.next_round != first:  # rounds applied: keep what is still to come
-            done = sum(r < shard.next_round for r in rounds)
-            if 2 * done >= len(rounds):  # rewritten when half of it is done: O(1) a round
-                waiting.clear()
-                for r in sorted(rounds):
-                    if r >= shard.next_round:
-                        waiting.add(rounds[r])
-            parts_bag.clear()
-            for (r, _), p in parts.items():
-                if r >= shard.next_round:
-                    parts_bag.add(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL))
-        stored.write(pickle.dumps(shard, protocol=pickle.HIGHEST_PROTOCOL))
+        if shard.next_round != first:  # rounds applied: drop what they used
+            if not shard.waiting and shard.in_flight is None:
+                rounds.clear()  # (all learned; learned rounds stay till then, read by a decode
+                # only: rewriting the rest at each round would write the input over and over)
+            parts.clear()
+            for p in shard.parts.values():
+                parts.add(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL))
+        progress.write(shard.progress_bytes())
+        self._keep((key, s), shard)
+
+    def _load(self, key, s, progress, base, deltas, rounds, parts):
+        """The shard as Beam state holds it: the one this worker kept when its token is still
+        Beam state's, else decoded; a new one is stored whole."""
+        data = progress.read()
+        kept = self.kept.pop((key, s), None)
+        if kept is not None:
+            self.kept_bytes -= kept.state.nbytes
+        if data is None:
+            shard = self._new_shard(key, s)
+            shard.waiting, shard.parts = {}, {}
+            self._compact(shard, base, deltas)
+            progress.write(shard.progress_bytes())
+            return shard
+        shard = pickle.loads(data)
+        if kept is not None and kept.token == shard.token:
+            return kept
+        shard.state = pickle.loads(base.read())
+        for delta in deltas.read():
+            apply_delta(shard.state, delta)
+        shard.waiting = {r: entry for r, entry in ((int.from_bytes(entry[:8], "little"), entry)
+                                                   for entry in rounds.read())
+                         if r >= shard.next_round}
+        if shard.flying >= 0:
+            # predicted again: the same part (sent already), the same changes to the state
+            # (its features' slots; NAG's rescaling)
+            r = pickle.loads(shard.waiting.pop(shard.flying)[8:])
+            shard.in_flight = (r, predict_part(shard.state, r.batch))
+        shard.parts = {(p.round, p.shard): p for p in map(pickle.loads, parts.read())
+                       if p.round >= shard.next_round}
+        self.decoded.inc()
+        return shard
+
+    def _compact(self, shard, base, deltas):
+        """Store the shard's whole learner state as BASE, without deltas: only between rounds
+        (no prediction in flight, whose changes a decode makes again)."""
+        data = pickle.dumps(shard.state, protocol=pickle.HIGHEST_PROTOCOL)
+        base.write(data)
+        deltas.clear()
+        shard.base_bytes, shard.delta_bytes = len(data), 0
+        shard.logged_slots = shard.state.n_slots
+
+    def _keep(self, key, shard):
+        """Keep the decoded shard (most recently used), dropping the least recently used past
+        the count or bytes allowed (--models-in-memory, --model-memory-mib)."""
+        self.kept[key] = shard
+        self.kept_bytes += shard.state.nbytes
+        while len(self.kept) > 1 and (len(self.kept) > self.cfg.models_in_memory
+                                      or self.kept_bytes > self.cfg.model_memory_mib << 20):
+            _, old = self.kept.popitem(last=False)
+            self.kept_bytes -= old.state.nbytes
 
     def _new_shard(self, key, s):
         """Shard s of the model: its checkpoint of the model's cut when resumed, else fresh."""
@@ -384,13 +492,13 @@ class ShardDoFn(beam.DoFn):
         return _Shard(from_arrow(table), cut.rounds, positions=dict(cut.positions),
                       errors=float(read_metadata(table).get("errors", 0.0)))
 
-    def _advance(self, key, s, shard, rounds, parts):
+    def _advance(self, key, s, shard, base, deltas):
         """Predict and apply every round that can be now, in order; returns the number of parts
         sent to the feedback topic."""
         sent = 0
         while True:
             if shard.in_flight is None:
-                data = rounds.get(shard.next_round)
+                data = shard.waiting.pop(shard.next_round, None)
                 if data is None:
                     break
                 r = pickle.loads(data[8:])
@@ -398,10 +506,11 @@ class ShardDoFn(beam.DoFn):
                 self.producer.send(*encode_part(self.run, key, r.round, s, part.scores,
                                                 part.scalars))
                 sent += 1
-                shard.in_flight = (r, part)
+                shard.in_flight, shard.flying = (r, part), r.round
                 continue
             r, part = shard.in_flight
-            got = [part if t == s else parts.get((r.round, t)) for t in range(self.cfg.shards)]
+            got = [part if t == s else shard.parts.get((r.round, t))
+                   for t in range(self.cfg.shards)]
             if any(p is None for p in got):
                 break
             result, gradients, scalars = combine(
@@ -412,9 +521,15 @@ class ShardDoFn(beam.DoFn):
             count_learned(shard.state, result.losses)
             for index, name in r.names.items():
                 shard.state.feature_names.setdefault(index, name)
+            delta = state_delta(shard, r.batch, r.names)
+            if shard.delta_bytes + len(delta) > 4 * shard.base_bytes:  # O(1) a round
+                self._compact(shard, base, deltas)  # (before the next round's prediction)
+            else:
+                deltas.add(delta)
+                shard.delta_bytes += len(delta)
             for t in range(self.cfg.shards):
-                parts.pop((r.round, t), None)
-            shard.in_flight = None
+                shard.parts.pop((r.round, t), None)
+            shard.in_flight, shard.flying = None, -1
             shard.next_round += 1
             shard.positions = r.positions
             self.rounds_learned.inc()
