@@ -5,8 +5,6 @@ every (model, shard) learns exactly what the in-process reference protocol
 (``learner.sharded.learn_with_delay``) learns, each example predicted once; killed and
 resumed, every shard learns every example once."""
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,8 +18,8 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.sharding import (KEYS, PRISM, feedback_topic, reference,  # noqa: E402
-                            shard_states, write_examples)
+from tests.sharding import (KEYS, PRISM, feedback_topic, kill_group,  # noqa: E402
+                            reference, shard_states, write_examples)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
@@ -168,11 +166,7 @@ def test_killed_and_resumed_every_shard_learns_every_example_once(tmp_path, brok
                 break
             time.sleep(0.05)
     finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        first.wait()
+        kill_group(first)
     assert max(cuts.values()) >= 12, (tmp_path / "first.log").read_text()[-3000:]
     cuts = {key: consistent_cut(models, key, shards) or 0 for key in KEYS}  # (after the kill)
     assert min(cuts.values()) < n  # killed while learning
@@ -208,11 +202,7 @@ def stream(args, out, expected, log):
             time.sleep(0.5)
         time.sleep(1.0)  # nothing more may come
     finally:
-        try:
-            os.killpg(run.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        run.wait()
+        kill_group(run)
     got = read_output(str(out)) if out.exists() else None
     assert got is not None and got.num_rows == expected, Path(log).read_text()[-3000:]
     return got.sort_by("id")
