@@ -140,6 +140,19 @@ def test_sharding_refuses_what_it_cannot_do(tmp_path, examples, broker, capsys):
         assert main(["train", "--input", str(examples), "--model-dir", str(tmp_path / "m"),
                      *extra]) == 2
         assert says in capsys.readouterr().err
+    # --resume continues models as they were trained: with shards or without, never switching
+    train(tmp_path / "plain", examples)
+    (tmp_path / "sharded" / "shards" / "0-of-3").mkdir(parents=True)
+    for models, extra, says in (
+            ("plain", ["--shards", "2", "--feedback-topic", "kafka://h:1/t"], "without --shards"),
+            ("sharded", [], "resume with --shards 3"),
+            ("sharded", ["--shards", "2", "--feedback-topic", "kafka://h:1/t"],
+             "resume with --shards 3")):
+        capsys.readouterr()
+        assert main(["train", "--input", str(examples), "--model-dir",
+                     str(tmp_path / models / "models" if models == "plain"
+                         else tmp_path / models), "--resume", *extra]) == 2
+        assert says in capsys.readouterr().err
 
 
 def test_killed_and_resumed_every_shard_learns_every_example_once(tmp_path, broker):

@@ -489,7 +489,10 @@ class ShardDoFn(beam.DoFn):
             return _Shard(new_learner(self.cfg), cut.rounds if cut else 0)
         path, table = load_shard(self.cfg.model_dir, key, s, self.cfg.shards, cut.examples)
         log.debug("model %r shard %d resumes from %s", key, s, path)
-        return _Shard(from_arrow(table), cut.rounds, positions=dict(cut.positions),
+        state = from_arrow(table)
+        if self.cfg.allow_hyperparameter_change:
+            state.hyperparameters = new_learner(self.cfg).hyperparameters
+        return _Shard(state, cut.rounds, positions=dict(cut.positions),
                       errors=float(read_metadata(table).get("errors", 0.0)))
 
     def _advance(self, key, s, shard, base, deltas):
@@ -599,12 +602,12 @@ class FinishDoFn(beam.DoFn):
 def build_sharded_training(pipeline, cfg, streaming=True):
     """The `unitless train --shards S` graph: read ``cfg.inputs``, learn each model over its
     shards; returns (predictions, dead letters of the reader)."""
+    check_before_start(cfg)
+    cuts = resume_cuts(cfg) if cfg.resume else {}
     if not streaming:
         raise ValueError("--shards runs a feedback loop through Kafka, which needs a streaming "
                          "runner: add --runner PrismRunner --streaming (or a Flink runner with "
                          "--streaming)")
-    check_before_start(cfg)
-    cuts = resume_cuts(cfg) if cfg.resume else {}
     run = uuid.uuid4().hex
     topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet

@@ -24,7 +24,7 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .checkpoints import load_latest, model_keys, write_checkpoints
+from .checkpoints import load_latest, model_keys, shard_counts, write_checkpoints
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
@@ -446,12 +446,18 @@ def check_before_start(cfg):
     for target in (cfg.predictions, cfg.dead_letter):
         check_target(target, cfg.kafka_settings)
     check_target(cfg.model_dir)
-    for directory in (cfg.model_dir, cfg.predictions, cfg.dead_letter):
+    for directory, depth in ((cfg.model_dir, 3), (cfg.predictions, 1), (cfg.dead_letter, 1)):
         if directory is not None and not is_kafka(directory):
-            remove_leftovers(directory)
+            remove_leftovers(directory, depth)  # (3: MODEL_DIR/shards/<s>-of-<S>/<key>/)
     if cfg.resume:
-        keys = model_keys(cfg.model_dir)
-        if not keys and any(list_dir(cfg.model_dir)):
+        keys, counts = model_keys(cfg.model_dir), shard_counts(cfg.model_dir)
+        if counts and not cfg.shards:
+            raise ValueError(f"--resume: {cfg.model_dir} holds models over {counts[-1]} feature "
+                             f"shards: resume with --shards {counts[-1]}")
+        if keys and cfg.shards:
+            raise ValueError(f"--resume: {cfg.model_dir} holds models without feature shards: "
+                             "resume without --shards")
+        if not keys and not counts and any(list_dir(cfg.model_dir)):
             log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
                         cfg.model_dir)
         for key in keys:
