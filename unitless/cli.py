@@ -267,13 +267,11 @@ def _pipeline(beam_args):
 
 def train(args, beam_args):
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
-    from .pipelines.sharded import build_sharded_training
     from .pipelines.train import build_training
     pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
     cfg = _config(args)
     started = time.time()
-    build = build_sharded_training if cfg.shards else build_training
-    build(pipeline, cfg, streaming="--streaming" in beam_args)
+    build_training(pipeline, cfg, streaming="--streaming" in beam_args)
     result = pipeline.run()
     result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),

@@ -271,3 +271,36 @@ def test_a_kafka_stream_over_shards_without_delay_equals_the_unsharded_run(tmp_p
     assert sorted(second.column("id").to_pylist()) == sorted(
         r["id"] for r in rows if alone[r["id"]]["examples_seen"] > cuts[r["segment"]])
     same_as_alone(second)
+
+
+def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples, broker):
+    """``Learn(shards=..., max_delay=...)`` in a Beam pipeline of one's own (Prism, streaming),
+    reading with ``ReadExamples``: the reference protocol's predictions, bit for bit, in the
+    transform's output as in its prediction files."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from unitless.beam import Learn, ReadExamples, Rows, WritePredictions
+
+    shards, delay = 2, 5
+    learn = Learn(model_key_column="segment", id_column="id", chunk_size=10, shards=shards,
+                  max_delay=delay, feedback_topic=feedback_topic(broker.bootstrap_servers),
+                  model_dir=str(tmp_path / "models"), predictions=str(tmp_path / "predictions"),
+                  dead_letter=str(tmp_path / "dead"))
+    options = PipelineOptions(["--runner", "PrismRunner", "--prism_location", PRISM,
+                               "--streaming", "--experiments", "prism_disable_sdf_split"])
+    with beam.Pipeline(options=options) as p:
+        predictions = (p | ReadExamples(str(examples), model_key_column="segment",
+                                        id_column="id", chunk_size=10, learner=learn)
+                       | learn)
+        _ = predictions | WritePredictions(str(tmp_path / "output"), "jsonl")
+        _ = predictions | Rows()
+    for directory in ("predictions", "output"):
+        got = read_output(str(tmp_path / directory))
+        assert sorted(got.column("id").to_pylist()) == sorted(f"r{i}" for i in range(72))
+        for key in KEYS:
+            mine = got.filter(pa.compute.equal(got.column("model_key"), key)).sort_by(
+                "examples_seen")
+            result, _ = reference(examples, key, shards, delay)
+            assert mine.column("prediction").to_numpy().tobytes() == \
+                result.scores[:, 0].tobytes()

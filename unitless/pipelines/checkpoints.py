@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -393,13 +394,19 @@ def write_checkpoints(model_dir, checkpoints, keep=3):
 
 def resume_positions(model_dir):
     """({source: earliest position}, {source: furthest position}) over the input positions
-    that the models' latest valid checkpoints record."""
-    earliest, furthest = {}, {}
+    that the models' latest valid checkpoints record (models over feature shards: their cuts'
+    positions, and their starts in sources they have learned nothing from)."""
+    recorded = []
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
-        if found is None:
-            continue
-        for source, position in (read_metadata(found[1]).get("input_positions") or {}).items():
+        if found is not None:
+            recorded.append(read_metadata(found[1]).get("input_positions") or {})
+    for shards in shard_counts(model_dir):  # models over feature shards: their cuts
+        recorded += [{**cut.starts, **cut.positions}
+                     for cut in sharded_cuts(model_dir, shards).values()]
+    earliest, furthest = {}, {}
+    for positions in recorded:
+        for source, position in positions.items():
             earliest[source] = min(earliest.get(source, position), position)
             furthest[source] = max(furthest.get(source, position), position)
     return earliest, furthest
@@ -530,3 +537,37 @@ def sharded_models(model_dir, verify=True):
                 continue
             found.append((key, shards, pattern, meta, model))
     return found
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a sharded model continues: the examples and rounds its shards' newest common
+    checkpoint (``consistent_cut``) holds, the last input position learned per source (the
+    lowest any shard's file records), and its start records of sources it has learned nothing
+    from (Kafka partitions, ``write_start``)."""
+    examples: int = 0
+    rounds: int = 0
+    positions: dict = field(default_factory=dict)
+    starts: dict = field(default_factory=dict)
+
+
+def sharded_cuts(model_dir, shards, check=None):
+    """{model key: Cut} of the models over ``shards`` shards under model_dir (and of those
+    with start records only); ``check(table, path)`` is called on every shard file of a cut."""
+    starts = read_starts(model_dir)
+    cuts = {}
+    for key in sorted(set(sharded_model_keys(model_dir, shards)) | set(starts)):
+        examples = consistent_cut(model_dir, key, shards)
+        rounds, positions = 0, {}
+        for s in range(shards if examples is not None else 0):
+            path, table = load_shard(model_dir, key, s, shards, examples)
+            if check is not None:
+                check(table, path)
+            meta = read_metadata(table)
+            rounds = int(meta["rounds"])
+            for source, position in (meta.get("input_positions") or {}).items():
+                positions[source] = min(positions.get(source, position), position)
+        cuts[key] = Cut(examples or 0, rounds, positions,
+                        {source: position for source, position in starts.get(key, {}).items()
+                         if source not in positions})
+    return cuts

@@ -413,25 +413,23 @@ class ReadExamples(beam.PTransform):
                     learner_check(learner) if learner is not None else None,
                     learner.model_dir if learner is not None and learner.resume else None)
 
-    def _setup(self, cfg, streaming, check, resume_dir, resume_at=None):
+    def _setup(self, cfg, streaming, check, resume_dir):
         self.cfg, self.streaming, self.check, self.resume_dir = cfg, streaming, check, resume_dir
-        self.resume_at = resume_at
         self.dead_letters = None
 
     @classmethod
-    def from_config(cls, cfg, streaming=False, check=None, resume_dir=None, resume_at=None):
+    def from_config(cls, cfg, streaming=False, check=None, resume_dir=None):
         """The reader of a run's configuration (the `unitless` command's): ``check(block)``
         names the rows to refuse here; ``resume_dir`` the model directory a resumed run
-        continues, or ``resume_at`` its positions ({source: earliest}, {source: furthest};
-        see ``expand``)."""
+        continues."""
         read = cls.__new__(cls)
         beam.PTransform.__init__(read)
-        read._setup(cfg, streaming, check, resume_dir, resume_at)
+        read._setup(cfg, streaming, check, resume_dir)
         return read
 
     def expand(self, pbegin):
         cfg = self.cfg
-        earliest, furthest = self.resume_at or ({}, {})
+        earliest, furthest = {}, {}
         if self.resume_dir:
             # read once: the earliest position each checkpoint records is where a Kafka
             # source restarts; records refused at or before the furthest have dead letters

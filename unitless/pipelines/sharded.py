@@ -48,23 +48,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               SetStateSpec)
 
 from ..connectors.feedback import PartMessage, encode_end, encode_part
-from ..connectors.kafka import UNBOUNDED, KafkaTopic, is_kafka
+from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
 from ..connectors.sinks import open_sink
 from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.examples import Batch
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
-from .checkpoints import (consistent_cut, load_shard, read_starts, shard_counts, shard_dir,
-                          sharded_model_keys, write_checkpoints, write_start)
-from .config import check_resume, learner_check, new_learner
-from .io import ReadExamples, ReadFeedback
+from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts,
+                          write_checkpoints, write_start)
+from .config import check_resume, new_learner
+from .io import ReadFeedback
 from .keyed_model import prediction_table
-from .train import LearnDoFn, check_before_start, key_by_model, weigh_state_without_scanning_modules
+from .train import LearnDoFn, key_by_model, weigh_state_without_scanning_modules
 
 log = logging.getLogger("unitless")
 MODELS, DONE = "models", "done"  # output tags: model keys (Sequencer), models learned (shard 0)
@@ -92,52 +93,16 @@ class End(NamedTuple):
     rounds: int  # the model's rounds, all of them (its bounded input has ended)
 
 
-@dataclass(frozen=True)
-class Cut:
-    """Where a resumed model continues: the examples and rounds its shards' newest common
-    checkpoint (``consistent_cut``) holds, the last input position learned per source, and its
-    start records of sources it has learned nothing from (Kafka partitions)."""
-    examples: int = 0
-    rounds: int = 0
-    positions: dict = field(default_factory=dict)
-    starts: dict = field(default_factory=dict)
-
-
 def resume_cuts(cfg):
-    """{model key: Cut} of the sharded models in cfg.model_dir, every shard checkpoint of a
-    cut checked (valid, of the learner this configuration trains); ValueError when the
-    directory holds shards of another count."""
+    """{model key: Cut} of the sharded models in cfg.model_dir, every shard file of a cut
+    checked (valid, of the learner this configuration trains); ValueError when the directory
+    holds models over another number of shards."""
     counts = shard_counts(cfg.model_dir)
     if counts and cfg.shards not in counts:
         raise ValueError(f"--resume: {cfg.model_dir} holds models over {counts[-1]} shards, "
                          f"not {cfg.shards}: resume with --shards {counts[-1]}")
-    starts = read_starts(cfg.model_dir)
-    cuts = {}
-    for key in sorted(set(sharded_model_keys(cfg.model_dir, cfg.shards)) | set(starts)):
-        examples = consistent_cut(cfg.model_dir, key, cfg.shards)
-        rounds, positions = 0, {}
-        for s in range(cfg.shards if examples is not None else 0):
-            path, table = load_shard(cfg.model_dir, key, s, cfg.shards, examples)
-            check_resume(cfg, from_arrow(table), path)
-            meta = read_metadata(table)
-            rounds = int(meta["rounds"])
-            for source, position in (meta.get("input_positions") or {}).items():
-                positions[source] = min(positions.get(source, position), position)
-        cuts[key] = Cut(examples or 0, rounds, positions,
-                        {source: position for source, position in starts.get(key, {}).items()
-                         if source not in positions})
-    return cuts
-
-
-def resume_reading(cuts):
-    """({source: earliest position}, {source: furthest}) over the cuts: where a Kafka source
-    restarts, and through where its dead letters were written."""
-    earliest, furthest = {}, {}
-    for cut in cuts.values():
-        for source, position in {**cut.starts, **cut.positions}.items():
-            earliest[source] = min(earliest.get(source, position), position)
-            furthest[source] = max(furthest.get(source, position), position)
-    return earliest, furthest
+    return sharded_cuts(cfg.model_dir, cfg.shards,
+                        check=lambda table, path: check_resume(cfg, from_arrow(table), path))
 
 
 @dataclass
@@ -599,12 +564,11 @@ class FinishDoFn(beam.DoFn):
             log.info("every model learned its last round: the feedback loop ends")
 
 
-def build_sharded_training(pipeline, cfg, streaming=True):
-    """The `unitless train --shards S` graph: read ``cfg.inputs``, learn each model over its
-    shards; returns (predictions, dead letters of the reader)."""
-    check_before_start(cfg)
+def learn_over_shards(blocks, cfg):
+    """ExampleBlocks -> predictions, every model learned over ``cfg.shards`` feature shards
+    (see the module; ``Learn`` with ``shards``). The pipeline must be streaming."""
     cuts = resume_cuts(cfg) if cfg.resume else {}
-    if not streaming:
+    if not blocks.pipeline.options.view_as(StandardOptions).streaming:
         raise ValueError("--shards runs a feedback loop through Kafka, which needs a streaming "
                          "runner: add --runner PrismRunner --streaming (or a Flink runner with "
                          "--streaming)")
@@ -612,23 +576,20 @@ def build_sharded_training(pipeline, cfg, streaming=True):
     topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet
     ranges = [(p, end, UNBOUNDED) for p, (_, end) in sorted(partition_offsets(topic).items())]
-    read = ReadExamples.from_config(cfg, streaming, learner_check(cfg),
-                                    resume_at=resume_reading(cuts) if cfg.resume else None)
-    rounds = (pipeline | "Read" >> read
-              | "Key by model" >> key_by_model(cfg.chunk_size)
+    rounds = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
               | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS,
                                                                             main="rounds"))
-    feedback = (pipeline | "Feedback partitions" >> beam.Create(ranges)
+    feedback = (blocks.pipeline | "Feedback partitions" >> beam.Create(ranges)
                 | "Read feedback" >> beam.ParDo(ReadFeedback(topic, run, cfg.shards))
                 .with_output_types(ShardElement))
     learned = ((rounds.rounds | "Rounds" >> beam.Map(lambda e: e).with_output_types(ShardElement),
                 feedback) | "To shards" >> beam.Flatten()
                | "Learn shards" >> beam.ParDo(ShardDoFn(cfg, run, cuts)).with_outputs(
                    DONE, main="predictions"))
-    if not is_kafka(cfg.inputs[0]):  # (a Kafka topic, read streaming, has no end)
+    if blocks.is_bounded:  # (a Kafka topic read streaming has no end, nor has this run)
         models = (rounds[MODELS] | "Count models" >> beam.combiners.Count.Globally()
                   | "As total" >> beam.Map(lambda n: ("", ("models", n))))
         done = learned[DONE] | "As done" >> beam.Map(lambda k: ("", ("done", k)))
         _ = ((models, done) | "Models and done" >> beam.Flatten()
              | "Finish" >> beam.ParDo(FinishDoFn(cfg, run)))
-    return learned.predictions, read.dead_letters
+    return learned.predictions

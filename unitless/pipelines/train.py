@@ -500,6 +500,11 @@ class Learn(beam.PTransform):
         check_before_start(cfg)
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
+        if cfg.shards:
+            from .sharded import learn_over_shards  # (it builds on this module)
+            self.dead_letters = parse_dead if parse_dead is not None else (
+                blocks.pipeline | "No dead letters" >> beam.Create([]))
+            return learn_over_shards(blocks, cfg)
         learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
