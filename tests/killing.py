@@ -48,12 +48,18 @@ def run_and_kill(cmd, models, after_checkpoint, at_seconds):
     if process.poll() is not None:
         assert process.returncode == 0, f"{cmd} exited {process.returncode}"
         return True
+    kill_group(process)
+    return False
+
+
+def kill_group(process):
+    """SIGKILL a run started in a session of its own, with the runner processes it started (a
+    Prism runner would outlive its parent otherwise)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except ProcessLookupError:  # the whole group exited already
         pass
     process.wait()
-    return False
 
 
 def campaigns(command, models, check, kills, duration, seed=7):

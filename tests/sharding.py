@@ -2,7 +2,6 @@
 tests/flink/test_flink_sharded.py on Flink): their examples, a fresh feedback topic, each
 shard's newest state, and the one-process reference protocol a run must equal."""
 import os
-import signal
 import uuid
 
 import numpy as np
@@ -64,11 +63,3 @@ def reference(data, key, shards, delay, chunk_size=10):
                         fresh.bias_index, **fresh.hyperparameters)
     return learn_with_delay(states, ExampleBlock.concat(mine).batch(), delay), states
 
-
-def kill_group(process):
-    """SIGKILL a run started in a session of its own, with the Prism runner it started."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the whole group exited already
-        pass
-    process.wait()

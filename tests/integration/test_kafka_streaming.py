@@ -3,7 +3,6 @@ restart it with --resume, or restart the broker under it; every example is learn
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.killing import kill_group  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.pipelines.checkpoints import (latest_checkpoint, load_latest,  # noqa: E402
                                             read_checkpoint)
@@ -55,13 +55,6 @@ def streaming(bootstrap, topic, model_dir, *extra):
     return process
 
 
-def kill(process):
-    """SIGKILL the pipeline and its Prism runner (which would outlive its parent otherwise)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the whole group exited already
-        pass
-    process.wait()
 
 
 def seen(model_dir, key):
@@ -101,7 +94,7 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
         try:
             assert wait_for(lambda: seen(models, "north") >= kill_after, 120, pipeline)
         finally:
-            kill(pipeline)
+            kill_group(pipeline)
         produce(bootstrap, topic, 1000 * (k + 1), 1000)  # more arrives while it is down
     last = streaming(bootstrap, topic, models, "--resume")
     try:
@@ -110,7 +103,7 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
         time.sleep(2)  # nothing is learned twice after the end either
         assert all(seen(models, k) == total // 2 for k in KEYS)
     finally:
-        kill(last)
+        kill_group(last)
 
     assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
     assert_every_example_predicted(bootstrap, topic, total)
@@ -137,7 +130,7 @@ def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
         done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, pipeline)
         assert done, {k: seen(models, k) for k in KEYS}
     finally:
-        kill(pipeline)
+        kill_group(pipeline)
     assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
     assert_every_example_predicted(bootstrap, topic, total)
 

@@ -18,8 +18,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.sharding import (KEYS, PRISM, feedback_topic, kill_group,  # noqa: E402
-                            reference, shard_states, write_examples)
+from tests.killing import kill_group  # noqa: E402
+from tests.sharding import (KEYS, PRISM, feedback_topic, reference,  # noqa: E402
+                            shard_states, write_examples)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402

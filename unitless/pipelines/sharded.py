@@ -38,7 +38,6 @@ import pickle
 import time
 import typing
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -65,7 +64,8 @@ from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts
 from .config import check_resume, new_learner
 from .io import ReadFeedback
 from .keyed_model import prediction_table
-from .train import LearnDoFn, key_by_model, weigh_state_without_scanning_modules
+from .train import (DecodedModels, LearnDoFn, key_by_model,
+                    weigh_state_without_scanning_modules)
 
 log = logging.getLogger("unitless")
 MODELS, DONE = "models", "done"  # output tags: model keys (Sequencer), models learned (shard 0)
@@ -288,17 +288,13 @@ class _Shard:
 
     MEMORY = ("state", "in_flight", "waiting", "parts")
 
+    def __getstate__(self):
+        return {k: (None if k in self.MEMORY else v) for k, v in self.__dict__.items()}
+
     def progress_bytes(self):
         """The shard without what it keeps in memory only, pickled, under a new token."""
         self.token = uuid.uuid4().hex
-        kept = {name: getattr(self, name) for name in self.MEMORY}
-        try:
-            for name in self.MEMORY:
-                setattr(self, name, None)
-            return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
-        finally:
-            for name, value in kept.items():
-                setattr(self, name, value)
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def state_delta(shard, batch, names):
@@ -349,7 +345,7 @@ class ShardDoFn(beam.DoFn):
         self.producer = open_producer(self.topic)
         self.sink = open_sink(self.cfg.predictions, self.cfg.output_format, "predictions",
                               self.cfg.kafka_settings)
-        self.kept, self.kept_bytes = OrderedDict(), 0  # (key, shard) -> _Shard decoded
+        self.kept = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
 
     def teardown(self):
         self.producer.close()
@@ -400,9 +396,7 @@ class ShardDoFn(beam.DoFn):
         """The shard as Beam state holds it: the one this worker kept when its token is still
         Beam state's, else decoded; a new one is stored whole."""
         data = progress.read()
-        kept = self.kept.pop((key, s), None)
-        if kept is not None:
-            self.kept_bytes -= kept.state.nbytes
+        kept = self.kept.pop((key, s))  # (kept again once this element is done)
         if data is None:
             shard = self._new_shard(key, s)
             shard.waiting, shard.parts = {}, {}
@@ -438,14 +432,7 @@ class ShardDoFn(beam.DoFn):
         shard.logged_slots = shard.state.n_slots
 
     def _keep(self, key, shard):
-        """Keep the decoded shard (most recently used), dropping the least recently used past
-        the count or bytes allowed (--models-in-memory, --model-memory-mib)."""
-        self.kept[key] = shard
-        self.kept_bytes += shard.state.nbytes
-        while len(self.kept) > 1 and (len(self.kept) > self.cfg.models_in_memory
-                                      or self.kept_bytes > self.cfg.model_memory_mib << 20):
-            _, old = self.kept.popitem(last=False)
-            self.kept_bytes -= old.state.nbytes
+        self.kept.keep(key, shard, shard.state.nbytes)
 
     def _new_shard(self, key, s):
         """Shard s of the model: its checkpoint of the model's cut when resumed, else fresh."""

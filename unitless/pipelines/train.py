@@ -148,6 +148,36 @@ def weigh_state_without_scanning_modules():
     statecache.get_deep_size = get_deep_size
 
 
+class DecodedModels:
+    """The decoded models a worker keeps between a key's elements (the rest stay encoded in
+    Beam state), least recently used first: at most ``count`` of them, holding at most ``mib``
+    MiB of learner state together (sizes as of each model's last use); the one in use is
+    always kept."""
+
+    def __init__(self, count, mib):
+        self.count, self.limit = count, mib << 20
+        self.models, self.sizes, self.held = OrderedDict(), {}, 0
+
+    def get(self, key):
+        return self.models.get(key)
+
+    def pop(self, key):
+        """The key's model, no longer kept (None if it is not)."""
+        self.held -= self.sizes.pop(key, 0)
+        return self.models.pop(key, None)
+
+    def keep(self, key, model, nbytes):
+        """Keep the key's model (most recently used), of ``nbytes``; drop the least recently
+        used others past the count or the bytes."""
+        self.held += nbytes - self.sizes.get(key, 0)
+        self.sizes[key] = nbytes
+        self.models[key] = model
+        self.models.move_to_end(key)
+        while len(self.models) > 1 and (len(self.models) > self.count or self.held > self.limit):
+            old, _ = self.models.popitem(last=False)
+            self.held -= self.sizes.pop(old)
+
+
 def waiting_entry(header, block):
     """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
     first and last position) apart from the block, so that ordering reads no block."""
@@ -237,9 +267,8 @@ class LearnDoFn(beam.DoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
-        # key -> KeyedModel last written to state (skips decoding), least recently used first,
-        # at most cfg.models_in_memory holding cfg.model_memory_mib; the bytes each held
-        self.models, self.model_bytes, self.held = OrderedDict(), {}, 0
+        # key -> KeyedModel last written to state (skips decoding)
+        self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.started = self.last_log = time.time()
         self.seen = 0
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
@@ -270,20 +299,8 @@ class LearnDoFn(beam.DoFn):
         else:
             model = KeyedModel.from_bytes(data)
             self.decoded.inc()
-        self._keep(key, model)
+        self.models.keep(key, model, model.state.nbytes)
         return model
-
-    def _keep(self, key, model):
-        """Keep the key's model decoded (most recently used), dropping the least recently used
-        others past the count or the bytes allowed (bytes as of each model's last use)."""
-        self.held += model.state.nbytes - self.model_bytes.get(key, 0)
-        self.model_bytes[key] = model.state.nbytes
-        self.models[key] = model
-        self.models.move_to_end(key)
-        while len(self.models) > 1 and (len(self.models) > self.cfg.models_in_memory
-                                        or self.held > self.cfg.model_memory_mib << 20):
-            old, _ = self.models.popitem(last=False)
-            self.held -= self.model_bytes.pop(old)
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
