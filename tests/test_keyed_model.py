@@ -43,3 +43,32 @@ def test_a_replayed_block_is_skipped_up_to_the_last_learned_position():
     predictions, dead, skipped = m.learn_block(block(rows))  # a source replays from the start
     assert skipped == 4 and dead == [] and predictions.column("id").to_pylist() == ["e4", "e5"]
     assert predictions.column("examples_seen").to_pylist() == [5, 6]
+
+
+def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_there():
+    """Offsets 1..10 of a Kafka-like partition, read whole (span 0..12: the reader started at
+    0, and 11 and 12 were refused or were another key's); cut into parts of 3, each part's span
+    starts where the one before ends; a model continues from a part only right after the one
+    it learned, also after a round trip through Beam state."""
+    rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(10)]
+    whole = block(rows)
+    whole.restarts_midway, whole.span = True, (0, 12)
+    parts = whole.parts(3)
+    assert [p.span for p in parts] == [(0, 3), (4, 6), (7, 9), (10, 12)]
+    assert [p.positions.tolist() for p in parts] == [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10]]
+    m = model()
+    m.enter_source(parts[0])
+    assert not m.continues(parts[0])  # a model's first block there waits for the watermark
+    m.learn_block(parts[0])
+    assert m.continues(parts[1]) and not m.continues(parts[2])
+    m.learn_block(parts[1])
+    m = KeyedModel.from_bytes(m.to_bytes())
+    assert m.continues(parts[2]) and not m.continues(parts[3])
+    m.learn_block(parts[2])
+    m.learn_block(parts[3])
+    assert m.through == {"src": 12} and m.positions == {"src": 10}
+    after = block(rows[:1])
+    after.restarts_midway, after.positions, after.span = True, np.array([13]), (13, 13)
+    assert m.continues(after)
+    after.span = (14, 14)  # offset 13 not read: what it held may come later
+    assert not m.continues(after)

@@ -78,8 +78,112 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
         assert beam_models[key][1:] == cli_models[key][1:]
 
 
+@pytest.mark.parametrize("disorder", ["none", "reversed", "shuffled"])
+def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, disorder):
+    """One file's blocks, each with the span of lines it was read from (as ``ReadFiles`` gives
+    them when a run reads one file): delivered in order, models learn them as they arrive
+    (counted), nothing waiting for the end of the input; delivered reversed or shuffled, those
+    out of order wait. Either way: the command's predictions and models, bit for bit."""
+    from apache_beam.metrics.metric import MetricsFilter
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    path = tmp_path / "a.csv"
+    write_examples(path, 1500, 3)
+    options = dict(id_column="id", model_key_column="key", chunk_size=64)
+    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "key", "--chunk-size", "64", "--model-dir", str(tmp_path / "cli" / "models"),
+                 "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
+                 str(tmp_path / "cli" / "d")]) == 0
+    cfg = configure([str(path)], **options)
+    blocks, start = [], 0
+    for b, _ in read_file(str(path), "csv", cfg.spec, 64):
+        b.raw, b.span = None, (start, int(b.positions[-1]))
+        start = b.span[1] + 1
+        blocks.append(b)
+    if disorder == "reversed":
+        blocks.reverse()
+    elif disorder == "shuffled":
+        random.Random(2).shuffle(blocks)
+    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, **options)
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = p | beam.Create(blocks).with_output_types(ExampleBlock) | learn
+    result = p.run()
+    result.wait_until_finish()
+    outputs = [{(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
+                for r in read_output(str(tmp_path / run / "p")).to_pylist()}
+               for run in ("cli", "beam")]
+    assert len(outputs[0]) == 1500 and outputs[0] == outputs[1]
+    models = [final_models(str(tmp_path / run / "models")) for run in ("cli", "beam")]
+    for key in KEYS:
+        assert models[0][key][0].equals(models[1][key][0])
+        assert models[0][key][1:] == models[1][key][1:]
+    on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))
+    learned_on_arrival = sum(c.committed or 0 for c in on_arrival["counters"])
+    if disorder == "none":
+        assert learned_on_arrival > 0
+
+
 def test_examples_skipped_in_a_run_that_did_not_resume_fail_the_run():
     counts = RunCounts(examples=900, refused=0, seconds=1.0, skipped=100)
     problem = refusal_problem(counts, 0.5, resumed=False)
     assert problem and "skipped as learned before" in problem and "did not resume" in problem
     assert refusal_problem(counts, 0.5, resumed=True) is None
+
+
+def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order(tmp_path):
+    """Streaming (Prism, TestStream): blocks of a Kafka-like partition (``restarts_midway``, each
+    with its ``span`` of offsets) arrive with the watermark behind them, one of them before the
+    block it follows. Those that continue where their model's learning ends are learned as they
+    arrive (counted), the others wait for the watermark: every example learned once, in offset
+    order, bit for bit as the command learns the file in order."""
+    from apache_beam.metrics.metric import MetricsFilter
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+    from apache_beam.utils.timestamp import Timestamp
+
+    from tests.sharding import PRISM
+    path = tmp_path / "p.csv"
+    write_examples(path, 300, 7)
+    options = dict(id_column="id", model_key_column="key", chunk_size=25)
+    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column", "key",
+                 "--chunk-size", "25", "--model-dir", str(tmp_path / "cli" / "models"),
+                 "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
+                 str(tmp_path / "cli" / "d")]) == 0
+    expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
+                for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
+    cfg = configure([str(path)], **options)
+    blocks = [b for b, _ in read_file(str(path), "csv", cfg.spec, 25)]
+    assert len(blocks) == 12
+    for b in blocks:
+        b.raw, b.restarts_midway = None, True
+        b.span = (int(b.positions[0]), int(b.positions[-1]))
+
+    def add(i):
+        return TimestampedValue(blocks[i], Timestamp(i + 1))
+    # 3 arrives before 2 (each watermark step lets the runner deliver what came before it):
+    # 3 waits, 2 continues 1, 4 follows 3 (waiting), the watermark then releases 3 and 4
+    stream = (TestStream().add_elements([add(0)]).advance_watermark_to(2)
+              .add_elements([add(1)]).advance_watermark_to(2.5)
+              .add_elements([add(3)]).advance_watermark_to(2.6)
+              .add_elements([add(2)]).add_elements([add(4)]).advance_watermark_to(6))
+    for i in range(5, 12):
+        stream = stream.add_elements([add(i)])
+    stream = stream.advance_watermark_to_infinity()
+    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, **options)
+    # (a job server of its own: Beam shares one per process, which an earlier pipeline of
+    # this process may have made without --prism_location)
+    p = beam.Pipeline(options=PipelineOptions([
+        "--runner", "PrismRunner", "--prism_location", PRISM, "--streaming",
+        "--experiments", "disable_prism_server_singleton"]))
+    _ = p | stream.with_output_types(ExampleBlock) | learn
+    result = p.run()
+    result.wait_until_finish()
+    got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
+           for r in read_output(str(tmp_path / "beam" / "p")).to_pylist()}
+    assert len(got) == len(expected) == 300
+    assert got == expected  # every example once, in offset order: bit-identical
+    on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))
+    assert sum(c.committed or 0 for c in on_arrival["counters"]) > 0

@@ -89,7 +89,8 @@ def checkpoint(path):
                       if table.schema.field(name).type != "string"
                       else table.column(name).to_pylist())
                for name in table.column_names}
-    for field in ("input_positions", "unlearned_sources"):  # by file name: the same file anywhere
+    # by file name: the same file anywhere
+    for field in ("input_positions", "unlearned_sources", "learned_through"):
         meta[field] = {source.rsplit("/", 1)[-1]: position
                        for source, position in (meta.get(field) or {}).items()}
     return {k: v for k, v in meta.items() if k not in RUN_FIELDS}, columns

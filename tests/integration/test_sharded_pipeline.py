@@ -289,7 +289,10 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples,
                   model_dir=str(tmp_path / "models"), predictions=str(tmp_path / "predictions"),
                   dead_letter=str(tmp_path / "dead"))
     options = PipelineOptions(["--runner", "PrismRunner", "--prism_location", PRISM,
-                               "--streaming", "--experiments", "prism_disable_sdf_split"])
+                               "--streaming", "--experiments", "prism_disable_sdf_split",
+                               # a job server of its own: Beam shares one per process, which
+                               # an earlier pipeline may have made without --prism_location
+                               "--experiments", "disable_prism_server_singleton"])
     with beam.Pipeline(options=options) as p:
         predictions = (p | ReadExamples(str(examples), model_key_column="segment",
                                         id_column="id", chunk_size=10, learner=learn)

@@ -7,7 +7,8 @@ fastest installed, confluent-kafka when present; or the environment's UNITLESS_K
   the messages as ``Records`` (columns: offsets, keys, values as bytes or None, timestamps in
   ms).
 * ``partition_offsets(topic, timeout_s)``: {partition: (first offset, end offset)}.
-* ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``flush``
+* ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``send_all``
+  (keys, values: one message each, in order), ``flush``
   (returns once the broker acknowledged every message sent; raises ConnectionError for any
   that failed), ``partitions``, ``close``.
 
@@ -313,6 +314,10 @@ class _PythonProducer:
         self.pending.append(self.producer.send(self.topic.topic, key=key, value=value,
                                                partition=partition, headers=headers))
 
+    def send_all(self, keys, values):
+        for key, value in zip(keys, values):
+            self.send(key, value)
+
     def flush(self, timeout_s=None):
         self.producer.flush(timeout=timeout_s)
         failed = next((f for f in self.pending if f.failed() or not f.is_done), None)
@@ -356,6 +361,22 @@ class _ConfluentProducer:
                                       on_delivery=self._delivered, **args)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.05)
+
+    def send_all(self, keys, values):
+        """``send`` each (key, value) in order, handed to librdkafka in batches (one call, not
+        one per message)."""
+        from confluent_kafka import KafkaError
+        messages = [{"key": k, "value": v} for k, v in zip(keys, values)]
+        while messages:
+            self.producer.produce_batch(self.topic.topic, messages, on_delivery=self._delivered)
+            refused = [m for m in messages if "_error" in m]
+            for m in refused:
+                if m["_error"].code() != KafkaError._QUEUE_FULL and self.failed is None:
+                    self.failed = m["_error"]  # (flush raises it)
+            # those the full local queue refused (the tail) go again once deliveries drain it
+            messages = [m for m in refused if m.pop("_error").code() == KafkaError._QUEUE_FULL]
+            if messages:
                 self.producer.poll(0.05)
 
     def flush(self, timeout_s=None):

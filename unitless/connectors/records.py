@@ -26,6 +26,12 @@ class ExampleBlock:
     # a resumed run restarts the source at the earliest position its models' checkpoints
     # record (a Kafka partition), not at its start (a file, read again whole)
     restarts_midway: bool = False
+    # (first, last) positions of the source read whole into this block (a Kafka partition's
+    # offsets, or a file's lines or rows): every example of its model keys in that range is in
+    # it or was refused, so a model that learns it has learned all of its own there. Kept by
+    # ``split_by_key``, ``screen`` and ``concat`` (of blocks whose spans tile), cut by
+    # ``parts``; None from any other subset, and where the reader sets none
+    span: tuple = None
 
     def __len__(self):
         return len(self.labels)
@@ -82,8 +88,26 @@ class ExampleBlock:
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         grouped = self.take(order)  # one gather; each key's examples are then a slice of it
-        return [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
-                if bounds[k + 1] > bounds[k]]
+        pieces = [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
+                  if bounds[k + 1] > bounds[k]]
+        for _, piece in pieces:
+            piece.span = self.span  # all of the key's examples in the span
+        return pieces
+
+    def parts(self, size):
+        """The block in consecutive parts of up to ``size`` examples (itself if it is no
+        larger); a span is cut between them, each part's ending at its last example (the last
+        part's where the block's does)."""
+        if len(self) <= size:
+            return [self]
+        parts = [self.slice(a, min(a + size, len(self))) for a in range(0, len(self), size)]
+        if self.span is not None:
+            first = self.span[0]
+            for part in parts:
+                part.span = (first, int(part.positions[-1]))
+                first = part.span[1] + 1
+            parts[-1].span = (parts[-1].span[0], self.span[1])
+        return parts
 
     def slice(self, start, stop):
         """Examples start..stop-1 as a new block (without the raw records): numpy views, and
@@ -121,6 +145,9 @@ class ExampleBlock:
             restarts_midway=blocks[0].restarts_midway)
         if (np.diff(block.positions) < 0).any():
             block = block.take(np.argsort(block.positions, kind="stable"))
+        spans = sorted(b.span for b in blocks if b.span is not None)
+        if len(spans) == len(blocks) and all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:])):
+            block.span = (spans[0][0], spans[-1][1])
         return block
 
     def screen(self, problems):
@@ -131,7 +158,7 @@ class ExampleBlock:
         dead = [DeadLetter(self.source, int(self.positions[r]), self.raw_record(r), reason)
                 for r, reason in problems]
         kept = self.take(np.setdiff1d(np.arange(len(self)), [r for r, _ in problems]))
-        kept.blank_lines = self.blank_lines
+        kept.blank_lines, kept.span = self.blank_lines, self.span
         return kept, dead
 
     def raw_record(self, r):

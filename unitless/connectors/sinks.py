@@ -71,8 +71,7 @@ class KafkaSink:
         send = self.producer.send
         if self.kind == "predictions":
             keys = [(k or "").encode() for k in table.column("model_key").to_pylist()]
-            for key, value in zip(keys, prediction_messages(table)):
-                send(key, value)
+            self.producer.send_all(keys, prediction_messages(table))
         else:
             for row in table.to_pylist():
                 headers = [("unitless.source", row["source"].encode()),

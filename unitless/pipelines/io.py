@@ -65,13 +65,19 @@ class ReadFiles(beam.DoFn):
 
     ``check(block)`` names the rows to refuse, [(row, reason)]; they become dead letters here,
     where the raw records are at hand, and blocks travel on without them.
+
+    With ``spans`` (a run that reads one file), each block carries the span of lines or rows it
+    was read from, the file's first from its start: a model then learns each block as it
+    arrives, when it comes in order (see ``LearnDoFn``), instead of holding the file in Beam
+    state until the end of the input. Several files get none: their blocks wait, so that
+    files are learned in the order of their names on every runner.
     """
 
     def __init__(self, fmt, spec, chunk_size, check, dead_letter, kafka_settings=None,
-                 logged_through=None):
+                 logged_through=None, spans=False):
         self.fmt, self.spec, self.chunk_size, self.check = fmt, spec, chunk_size, check
         self.dead_letter, self.kafka_settings = dead_letter, kafka_settings
-        self.logged_through = logged_through
+        self.logged_through, self.spans = logged_through, spans
         self.blank = Metrics.counter("unitless", "blank_lines")
 
     def setup(self):
@@ -81,8 +87,12 @@ class ReadFiles(beam.DoFn):
         self.dead.close()
 
     def process(self, path):
+        start = 0  # of the lines or rows read, not yet in a block handed on
         for block, dead in read_file(path, self.fmt, self.spec, self.chunk_size):
             self.blank.inc(block.blank_lines)
+            if self.spans and len(block):
+                block.span = (start, int(block.positions[-1]))
+                start = block.span[1] + 1
             yield from _hand_on(block, dead, self.check, self.dead, path)
 
 
@@ -183,7 +193,7 @@ class ReadPartition(beam.DoFn):
             tracker.defer_remainder(Duration.of(1.0))  # a broker down for now: streams go on
             return
         consumer.seek(restriction.start)
-        position = restriction.start
+        position = start = restriction.start  # start: of the offsets read, not yet handed on
         streaming = restriction.stop == UNBOUNDED
         ends = time.time() + self.cfg.max_bundle_s  # (streaming: when this bundle hands on)
         # claimed, not yet handed on: one block per bundle (or per max_records) however few
@@ -193,7 +203,7 @@ class ReadPartition(beam.DoFn):
         read_any = False
         while True:
             if not streaming and position >= restriction.stop:
-                yield from self._emit(partition, pending, watermark)
+                yield from self._emit(partition, pending, watermark, start)
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
             # streaming, a poll waits no longer than the bundle has left: confluent-kafka's
@@ -205,7 +215,7 @@ class ReadPartition(beam.DoFn):
                 # streaming, an empty poll after some that were not: what has come is read
                 # (or the bundle's time is up), so its blocks are handed on
                 if streaming and read_any:
-                    yield from self._emit(partition, pending, watermark)
+                    yield from self._emit(partition, pending, watermark, start)
                     tracker.defer_remainder()
                     return
                 if streaming:
@@ -218,31 +228,33 @@ class ReadPartition(beam.DoFn):
             # claimed at once: those before the range's end (a checkpoint may move it)
             claimable = bisect.bisect_left(records.offsets, tracker.current_restriction().stop)
             if claimable and not tracker.try_claim(records.offsets[claimable - 1]):
-                yield from self._emit(partition, pending, watermark)
+                yield from self._emit(partition, pending, watermark, start)
                 return  # split off meanwhile: the residual reads them
             if claimable:
                 position = records.offsets[claimable - 1] + 1
                 read_any = True
                 if sum(map(len, pending)) + claimable > self.cfg.max_records:
-                    yield from self._emit(partition, pending, watermark)
+                    start = yield from self._emit(partition, pending, watermark, start)
                 pending.append(records.head(claimable))
             if claimable < len(records):
-                yield from self._emit(partition, pending, watermark)
+                yield from self._emit(partition, pending, watermark, start)
                 tracker.try_claim(records.offsets[claimable])  # past the end: the range is done
                 return
             if streaming and time.time() >= ends:
-                yield from self._emit(partition, pending, watermark)
+                yield from self._emit(partition, pending, watermark, start)
                 tracker.defer_remainder()
                 return
 
-    def _emit(self, partition, pending, watermark):
-        """Hand on the claimed polls ``pending`` as one block (and its dead letters); empties
-        ``pending``."""
+    def _emit(self, partition, pending, watermark, start):
+        """Hand on the claimed polls ``pending``, read from offset ``start`` on, as one block
+        (and its dead letters); empties ``pending``. Returns the offset the next block starts
+        at."""
         if not pending:
-            return
+            return start
         records = Records.concat(pending) if len(pending) > 1 else pending[0]
         pending.clear()
         block, dead = parse_messages(self.cfg, partition, records)
+        block.span = (start, records.offsets[-1])  # every offset in it read (gaps included)
         table = self.dead.write(block.source, dead)
         if table is not None:
             yield beam.pvalue.TaggedOutput(DEAD, table)
@@ -252,6 +264,8 @@ class ReadPartition(beam.DoFn):
             # key's blocks by these stamps. Not the messages' own timestamps: a producer's clock
             # far ahead would hold every model's learning back until that time.
             yield TimestampedValue(block, _advance(watermark, Timestamp.now()))
+            return block.span[1] + 1
+        return start  # (none learnable: the next block's span covers these offsets too)
 
 
 def _advance(watermark, stamp):
@@ -382,7 +396,8 @@ def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kaf
     else:
         read = (pipeline | "Files" >> beam.Create(inputs)
                 | "Read and parse" >> beam.ParDo(ReadFiles(
-                    fmt, spec, chunk_size, check, dead_letter, kafka_settings, furthest)
+                    fmt, spec, chunk_size, check, dead_letter, kafka_settings, furthest,
+                    spans=len(inputs) == 1)
                 ).with_output_types(ExampleBlock).with_outputs(DEAD, main="blocks"))
     return read.blocks, read[DEAD]
 

@@ -67,13 +67,16 @@ class KeyedModel:
     token: str = None
     errors: float = 0.0  # classification: examples whose predicted class was wrong (weighted 1)
     unlearned: dict = field(default_factory=dict)  # source -> start position, nothing learned yet
+    # source -> the position through which every example of this key there is learned (its
+    # last example's position, or a block's span's end)
+    through: dict = field(default_factory=dict)
 
     def to_table(self):
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "token": self.token, "time": time.time(), "errors": self.errors,
-            "unlearned_sources": self.unlearned})
+            "unlearned_sources": self.unlearned, "learned_through": self.through})
 
     def snapshot(self):
         """The model as a table (``to_table``) under a new token: a version of it that
@@ -99,7 +102,8 @@ class KeyedModel:
                    {k: int(v) for k, v in (meta.get("input_positions") or {}).items()},
                    int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), meta.get("token"), float(meta.get("errors", 0.0)),
-                   {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()})
+                   {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
+                   {k: int(v) for k, v in (meta.get("learned_through") or {}).items()})
 
     @classmethod
     def from_bytes(cls, data):
@@ -125,6 +129,20 @@ class KeyedModel:
         self.positions[block.source] = self.unlearned[block.source] = start
         return True
 
+    def continues(self, block):
+        """True when the block holds this model's next examples of its source, all of them
+        from right after those it has learned there (``through``; nothing yet, for a file read
+        from its start; unknown for a Kafka partition it has learned nothing from), in order:
+        nothing it must learn before them can be elsewhere."""
+        if block.span is None or not len(block) or block.source in self.unlearned:
+            return False
+        done = self.through.get(block.source, self.positions.get(block.source))
+        if done is None:
+            if block.restarts_midway:
+                return False
+            done = -1
+        return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
+
     def learn_block(self, block):
         """Learn the block's new examples in order: (predictions table, dead letters, skipped).
 
@@ -137,12 +155,16 @@ class KeyedModel:
             done = self.positions.get(block.source, -1)
             fresh = np.flatnonzero(block.positions > done)
             skipped = len(block) - len(fresh)
+            span = block.span
             if skipped:
                 block = block.take(fresh)
             if not len(block):
                 return None, [], skipped
-            self.positions[block.source] = int(block.positions.max())
+            last = self.positions[block.source] = int(block.positions.max())
             self.unlearned.pop(block.source, None)
+            # (learned in position order: nothing of its own before ``last`` is still to come)
+            self.through[block.source] = max(last, span[1] if span else last,
+                                             self.through.get(block.source, -1))
         start = self.state.examples_seen
         _, result, refused = learn_or_refuse(self.state, block.batch())
         # refused: what a resumed model's settings refuse beyond the source's checks, and

@@ -137,6 +137,8 @@ class Sequencer(LearnDoFn):
     from gets a start record before any of its examples go on (``write_start``), as ``Learn``
     checkpoints one: a restarted partition then starts no later than that."""
 
+    LEARNS_ON_ARRIVAL = False  # rounds are cut in the waiting order only
+
     def __init__(self, cfg, cuts=None):
         super().__init__(cfg)
         self.cuts = cuts or {}

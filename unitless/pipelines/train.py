@@ -88,9 +88,7 @@ class KeyByModel(beam.DoFn):
         pieces = whole.split_by_key()
         del whole
         for key, piece in pieces:
-            for a in range(0, len(piece), self.size):
-                part = piece if len(piece) <= self.size else piece.slice(
-                    a, min(a + self.size, len(piece)))
+            for part in piece.parts(self.size):
                 yield WindowedValue((key, part), timestamp, [window])
 
 
@@ -225,6 +223,14 @@ class LearnDoFn(beam.DoFn):
     the end of the input and are learned in file and line order). So a model learns each
     source's examples in input order on every runner, and the replay check (examples at or
     before the position a model learned) drops only examples it learned before a restart.
+    One exception, for streaming latency and rate and for memory: a block whose ``span`` (the
+    positions its reader read whole into it: a Kafka partition's offsets, a run's one file's
+    lines or rows) starts right after what the model has learned from that source
+    (``KeyedModel.continues``) holds all of the model's next examples there, so it is learned
+    as it arrives, without waiting in state for the watermark; blocks that must follow it wait
+    as before. Only the order between different Kafka partitions' examples then follows their
+    arrival, not stamps (a model's first block of a partition waits; several files' blocks
+    carry no span, so files are still learned in the order of their names).
 
     Delivery: a checkpoint records the input positions its model learned up to, and a resumed
     run starts after them. So before any checkpoint is written, everything this DoFn wrote to
@@ -253,6 +259,7 @@ class LearnDoFn(beam.DoFn):
     EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+    LEARNS_ON_ARRIVAL = True  # a block that continues its model (see the docstring)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
     PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
 
@@ -264,6 +271,7 @@ class LearnDoFn(beam.DoFn):
         self.loss = Metrics.distribution("unitless", "loss_micros")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.decoded = Metrics.counter("unitless", "models_decoded")
+        self.on_arrival = Metrics.counter("unitless", "blocks_learned_on_arrival")
 
     def setup(self):
         weigh_state_without_scanning_modules()
@@ -311,6 +319,13 @@ class LearnDoFn(beam.DoFn):
         if not len(block):
             return
         self._enter_source(key, block, stored)
+        if self.LEARNS_ON_ARRIVAL and block.span is not None:
+            model = self._model(key, stored)
+            if model.continues(block):  # nothing it needs first can be waiting: learn it now
+                self.on_arrival.inc()
+                yield from self._learn(model, block)
+                stored.write(model.to_bytes())
+                return
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
         first, last = ((int(block.positions.min()), int(block.positions.max()))
