@@ -574,3 +574,24 @@ def test_train_with_hostile_keys_keeps_every_model_inside_the_model_dir(tmp_path
         assert info["model_key"] == key and info["examples_seen"] == 50
         assert info["file"] == os.path.join(directory, "ckpt-000000000050.arrow")
     assert load_checkpoint(key_dir(str(models), ".."))[0].startswith(str(models) + os.sep)
+
+
+def test_a_restarted_partition_begins_where_no_model_could_miss_an_example(tmp_path):
+    """Model a learned offsets up to 1190 of a partition on arrival, but the watermark passed
+    only up to 999 (its restart position); model b's checkpoint is from before restart
+    positions existed. The partition restarts after the smallest restart position (999), not
+    after what a learned (a key first seen after 999 may have no checkpoint yet); dead letters
+    count as written up to the furthest position learned."""
+    from unitless.pipelines.checkpoints import resume_positions
+    state = new_state("nag", 1 << 6, "logistic", bias_index=0)
+    a = KeyedModel("a", state, {"t/0": 1190}, restart={"t/0": 999})
+    b = KeyedModel("b", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1500,
+                                                                           "t/1": 7})
+    write_checkpoint(str(tmp_path), "a", a.snapshot(), 1)
+    old = b.snapshot()
+    meta = json.loads(old.schema.metadata[METADATA_KEY])
+    del meta["restart_positions"]
+    old = old.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+    write_checkpoint(str(tmp_path), "b", old, 1)
+    assert resume_positions(str(tmp_path)) == ({"t/0": 999, "t/1": 7}, {"t/0": 1500, "t/1": 7})
+    assert KeyedModel.from_table(old).restart == {"t/0": 1500, "t/1": 7}  # as it restarted

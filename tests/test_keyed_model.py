@@ -58,8 +58,10 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert [p.positions.tolist() for p in parts] == [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10]]
     m = model()
     m.enter_source(parts[0])
+    assert m.restart == {"src": 0}  # where it starts there
     assert not m.continues(parts[0])  # a model's first block there waits for the watermark
     m.learn_block(parts[0])
+    m.passed("src", 3)  # (the watermark passed it)
     assert m.continues(parts[1]) and not m.continues(parts[2])
     m.learn_block(parts[1])
     m = KeyedModel.from_bytes(m.to_bytes())
@@ -67,6 +69,10 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     m.learn_block(parts[2])
     m.learn_block(parts[3])
     assert m.through == {"src": 12} and m.positions == {"src": 10}
+    # learned on arrival, not yet passed by the watermark: a restart still begins after 3
+    assert m.restart == {"src": 3}
+    m.passed("src", 10)
+    assert m.restart == {"src": 10}
     after = block(rows[:1])
     after.restarts_midway, after.positions, after.span = True, np.array([13]), (13, 13)
     assert m.continues(after)

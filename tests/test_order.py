@@ -3,6 +3,7 @@ delivers its blocks (Beam promises no order after the shuffle; Flink's batch mod
 interleaves them). Blocks fed to Learn shuffled, reversed and from two files interleaved give
 the predictions and checkpoints of the command's in-order run, and nothing is skipped."""
 import json
+import os
 import random
 
 import apache_beam as beam
@@ -14,7 +15,8 @@ from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
-from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+from unitless.pipelines.checkpoints import (checkpoint_files, key_dir, latest_checkpoint,
+                                            read_checkpoint)
 from unitless.pipelines.config import configure
 from unitless.pipelines.summary import RunCounts, refusal_problem
 
@@ -172,7 +174,8 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
         stream = stream.add_elements([add(i)])
     stream = stream.advance_watermark_to_infinity()
     learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
-                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, **options)
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None,
+                  checkpoint_every=20, keep_checkpoints=1000, **options)
     # (a job server of its own: Beam shares one per process, which an earlier pipeline of
     # this process may have made without --prism_location)
     p = beam.Pipeline(options=PipelineOptions([
@@ -187,3 +190,15 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     assert got == expected  # every example once, in offset order: bit-identical
     on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))
     assert sum(c.committed or 0 for c in on_arrival["counters"]) > 0
+    # a checkpoint taken while the watermark trailed what its model learned on arrival names an
+    # earlier restart position (another key's first examples there may not be recorded yet);
+    # once the watermark passed everything, where it learned to
+    source = blocks[0].source
+    for key in KEYS:
+        directory = key_dir(str(tmp_path / "beam" / "models"), key)
+        metas = [json.loads(read_checkpoint(os.path.join(directory, name)).schema.metadata[
+            b"unitless"]) for name in checkpoint_files(directory)]
+        assert all(m["restart_positions"][source] <= m["input_positions"][source]
+                   for m in metas)
+        assert any(m["restart_positions"][source] < m["input_positions"][source] for m in metas)
+        assert metas[-1]["restart_positions"] == metas[-1]["input_positions"]

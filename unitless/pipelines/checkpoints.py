@@ -395,19 +395,23 @@ def write_checkpoints(model_dir, checkpoints, keep=3):
 def resume_positions(model_dir):
     """({source: earliest position}, {source: furthest position}) over the input positions
     that the models' latest valid checkpoints record (models over feature shards: their cuts'
-    positions, and their starts in sources they have learned nothing from)."""
-    recorded = []
+    positions, and their starts in sources they have learned nothing from). Earliest: where
+    each may restart (``restart_positions``, which lag what a model learned on arrival)."""
+    recorded = []  # (positions learned, positions to restart after)
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
         if found is not None:
-            recorded.append(read_metadata(found[1]).get("input_positions") or {})
+            meta = read_metadata(found[1])
+            positions = meta.get("input_positions") or {}
+            recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
     for shards in shard_counts(model_dir):  # models over feature shards: their cuts
-        recorded += [{**cut.starts, **cut.positions}
+        recorded += [({**cut.starts, **cut.positions},) * 2
                      for cut in sharded_cuts(model_dir, shards).values()]
     earliest, furthest = {}, {}
-    for positions in recorded:
-        for source, position in positions.items():
+    for positions, restart in recorded:
+        for source, position in restart.items():
             earliest[source] = min(earliest.get(source, position), position)
+        for source, position in positions.items():
             furthest[source] = max(furthest.get(source, position), position)
     return earliest, furthest
 

@@ -70,13 +70,20 @@ class KeyedModel:
     # source -> the position through which every example of this key there is learned (its
     # last example's position, or a block's span's end)
     through: dict = field(default_factory=dict)
+    # Kafka partition -> the position a resumed run may restart it after, as far as this model
+    # knows: its start there, then what it learned once the watermark passed it. Not what it
+    # learned on arrival (``continues``): another key's first examples in the same block may
+    # not have their start recorded yet, and a restart past them would lose them
+    restart: dict = field(default_factory=dict)
+    checkpoint_restart: dict = None  # ``restart`` at the last checkpoint this process took
 
     def to_table(self):
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "token": self.token, "time": time.time(), "errors": self.errors,
-            "unlearned_sources": self.unlearned, "learned_through": self.through})
+            "unlearned_sources": self.unlearned, "learned_through": self.through,
+            "restart_positions": self.restart})
 
     def snapshot(self):
         """The model as a table (``to_table``) under a new token: a version of it that
@@ -98,12 +105,15 @@ class KeyedModel:
     @classmethod
     def from_table(cls, table):
         meta = read_metadata(table)
-        return cls(meta.get("model_key", ""), from_arrow(table),
-                   {k: int(v) for k, v in (meta.get("input_positions") or {}).items()},
+        positions = {k: int(v) for k, v in (meta.get("input_positions") or {}).items()}
+        # (a checkpoint from before learning on arrival: its positions are where to restart)
+        restart = meta.get("restart_positions", positions)
+        return cls(meta.get("model_key", ""), from_arrow(table), positions,
                    int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), meta.get("token"), float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
-                   {k: int(v) for k, v in (meta.get("learned_through") or {}).items()})
+                   {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},
+                   {k: int(v) for k, v in restart.items()})
 
     @classmethod
     def from_bytes(cls, data):
@@ -127,7 +137,14 @@ class KeyedModel:
                                                    and start < self.positions[block.source]):
             return False
         self.positions[block.source] = self.unlearned[block.source] = start
+        self.restart[block.source] = start
         return True
+
+    def passed(self, source, last):
+        """The watermark passed a block of ``source`` up to position ``last`` that this model
+        learned: every key's start there up to it is recorded (see ``restart``)."""
+        if source in self.restart:
+            self.restart[source] = max(self.restart[source], last)
 
     def continues(self, block):
         """True when the block holds this model's next examples of its source, all of them
@@ -196,7 +213,14 @@ class KeyedModel:
             return True
         return bool(every_seconds) and time.time() - self.checkpoint_time >= every_seconds
 
+    def checkpoint_behind(self):
+        """True when the last checkpoint misses examples learned since, or (as far as this
+        process knows) restart positions the watermark has passed since."""
+        return (self.checkpoint_examples != self.state.examples_seen
+                or self.checkpoint_restart not in (None, self.restart))
+
     def mark_checkpoint(self):
+        self.checkpoint_restart = dict(self.restart)
         self.checkpoint_examples = self.state.examples_seen
         self.checkpoint_time = time.time()
         self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"

@@ -176,6 +176,9 @@ class DecodedModels:
             self.held -= self.sizes.pop(old)
 
 
+LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting
+
+
 def waiting_entry(header, block):
     """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
     first and last position) apart from the block, so that ordering reads no block."""
@@ -247,9 +250,13 @@ class LearnDoFn(beam.DoFn):
     Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
     due. Those recording where a model starts in a source, and those at the end of input, are
     taken then and written together before the bundle ends (the sinks flushed first, once): no
-    other model can learn an example of a source past this block's before the bundle holding
-    it ends (the watermark waits for it), so that is early enough, and many keys starting or
-    ending together write one prediction part file, not one each.
+    other model can restart a source past this block's before the bundle holding it ends, so
+    that is early enough, and many keys starting or ending together write one prediction part
+    file, not one each. (A model learning on arrival does learn past it before then; so a
+    checkpoint records, apart from the positions its model learned, where a resumed run may
+    restart each partition: what it learned once the watermark passed it, which waits for the
+    bundle holding any other key's start. A block learned on arrival leaves a mark in the
+    waiting state for that: ``KeyedModel.restart``, ``resume_positions``.)
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
@@ -319,18 +326,25 @@ class LearnDoFn(beam.DoFn):
         if not len(block):
             return
         self._enter_source(key, block, stored)
+        learned = False
         if self.LEARNS_ON_ARRIVAL and block.span is not None:
             model = self._model(key, stored)
-            if model.continues(block):  # nothing it needs first can be waiting: learn it now
+            learned = model.continues(block)  # nothing it needs first can be waiting
+            if learned:
                 self.on_arrival.inc()
                 yield from self._learn(model, block)
                 stored.write(model.to_bytes())
-                return
+                if not block.restarts_midway:
+                    return
         # the user's own records have no source and no positions: they keep arrival order
         # (the sort is stable), which is all the order they have
         first, last = ((int(block.positions.min()), int(block.positions.max()))
                        if block.source is not None else (-1, -1))
-        waiting.add(waiting_entry((timestamp.micros, block.source or "", first, last), block))
+        header = (timestamp.micros, block.source or "", first, last)
+        # a partition's block learned on arrival waits as a mark: where a resumed run may
+        # restart the partition moves past it once the watermark passes it (KeyedModel.restart)
+        waiting.add(waiting_entry(header + (LEARNED,), None) if learned
+                    else waiting_entry(header, block))
         release_at = earliest.read()
         if release_at is None or timestamp.micros < release_at:
             earliest.write(timestamp.micros)
@@ -372,7 +386,7 @@ class LearnDoFn(beam.DoFn):
         """The end of the input, once everything waiting is learned (``learned``: the model,
         when it learned); stores the model, with its last checkpoint (outputs)."""
         model = learned or self._model(key, stored)
-        if model.checkpoint_examples != model.state.examples_seen:
+        if model.checkpoint_behind():
             stored.write(model.to_bytes(self._checkpoint(model)))
         elif learned:
             stored.write(model.to_bytes())
@@ -385,6 +399,8 @@ class LearnDoFn(beam.DoFn):
         blocks = [(waiting_header(data), data) for data in waiting.read()]
         ready = sorted((b for b in blocks if upto is None or b[0][0] <= upto),
                        key=lambda b: b[0][:3])
+        passed = [h for h, _ in ready]  # what the watermark passed, blocks and marks
+        ready = [(h, data) for h, data in ready if h[4:] != (LEARNED,)]
         later = [(h, data) for h, data in blocks if upto is not None and h[0] > upto]
         waiting.clear()
         earliest.clear()
@@ -394,7 +410,7 @@ class LearnDoFn(beam.DoFn):
             first = min(h[0] for h, _ in later)
             earliest.write(first)
             release.set(Timestamp(micros=first))
-        if not ready:
+        if not passed:
             return None
         model = self._model(key, stored)
         for blocks in learning_order(ready):
@@ -405,7 +421,15 @@ class LearnDoFn(beam.DoFn):
             for a in range(0, len(whole), self.cfg.chunk_size):
                 part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
                 yield from self._learn(model, part)
+        self._watermark_passed(model, passed)
         return model
+
+    def _watermark_passed(self, model, headers):
+        """The watermark passed these waiting entries (blocks just learned, and marks of
+        blocks learned on arrival): their restart positions hold (``KeyedModel.restart``)."""
+        for _, source, _, last, *_ in headers:
+            if source:
+                model.passed(source, last)
 
     def _learn(self, model, block):
         predictions, dead, skipped = model.learn_block(block)
