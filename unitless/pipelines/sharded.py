@@ -178,8 +178,8 @@ class Sequencer(LearnDoFn):
         model.pending.append(block)
         return ()
 
-    def _watermark_passed(self, rounds, headers):
-        pass  # (rounds are cut in the waiting order only: a restart follows the cuts)
+    def _watermark_passed(self, rounds, past, at):
+        return []  # (rounds are cut in the waiting order only: a restart follows the cuts)
 
     def _released(self, key, rounds):
         return self._cut(key, rounds)

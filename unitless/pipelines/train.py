@@ -187,6 +187,12 @@ def waiting_entry(header, block):
                                                                  protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def due(header):
+    """When a waiting entry is released (µs): a block when the watermark reaches its stamp; a
+    mark once the watermark is past it: the next millisecond (timers fire at whole ones)."""
+    return (header[0] // 1000 + 1) * 1000 if header[4:] == (LEARNED,) else header[0]
+
+
 def waiting_header(data):
     return pickle.loads(data[4:4 + int.from_bytes(data[:4], "little")])
 
@@ -343,12 +349,13 @@ class LearnDoFn(beam.DoFn):
         header = (timestamp.micros, block.source or "", first, last)
         # a partition's block learned on arrival waits as a mark: where a resumed run may
         # restart the partition moves past it once the watermark passes it (KeyedModel.restart)
-        waiting.add(waiting_entry(header + (LEARNED,), None) if learned
-                    else waiting_entry(header, block))
+        if learned:
+            header += (LEARNED,)
+        waiting.add(waiting_entry(header, block if not learned else None))
         release_at = earliest.read()
-        if release_at is None or timestamp.micros < release_at:
-            earliest.write(timestamp.micros)
-            release.set(timestamp)
+        if release_at is None or due(header) < release_at:
+            earliest.write(due(header))
+            release.set(Timestamp(micros=due(header)))
 
     def _enter_source(self, key, block, stored):
         """A Kafka partition's block: record where this model starts there, before learning."""
@@ -396,40 +403,47 @@ class LearnDoFn(beam.DoFn):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
         source, position) order; the others wait on, the timer set for the earliest of them.
         Returns the model when it learned (for the caller to store), else None."""
-        blocks = [(waiting_header(data), data) for data in waiting.read()]
-        ready = sorted((b for b in blocks if upto is None or b[0][0] <= upto),
-                       key=lambda b: b[0][:3])
-        passed = [h for h, _ in ready]  # what the watermark passed, blocks and marks
-        ready = [(h, data) for h, data in ready if h[4:] != (LEARNED,)]
-        later = [(h, data) for h, data in blocks if upto is not None and h[0] > upto]
+        entries = [(waiting_header(data), data) for data in waiting.read()]
+        released = sorted(((h, data) for h, data in entries if upto is None or due(h) <= upto),
+                          key=lambda b: b[0][:3])
+        later = [(h, data) for h, data in entries if upto is not None and due(h) > upto]
+        model = None
+        if released:
+            model = self._model(key, stored)
+            ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
+            for blocks in learning_order(ready):
+                if len(blocks) == 1:
+                    yield from self._learn(model, waiting_block(blocks[0]))
+                    continue
+                whole = ExampleBlock.concat([waiting_block(data) for data in blocks])
+                for a in range(0, len(whole), self.cfg.chunk_size):
+                    part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
+                    yield from self._learn(model, part)
+            # what the watermark is past, not just at (another key's element stamped ``upto``
+            # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
+            at = [h for h, _ in ready if upto is not None and h[0] >= upto]
+            for h in self._watermark_passed(
+                    model, [h for h, _ in released if upto is None or h[0] < upto], at):
+                later.append((h + (LEARNED,), waiting_entry(h + (LEARNED,), None)))
         waiting.clear()
         earliest.clear()
         for _, data in later:
             waiting.add(data)
         if later:
-            first = min(h[0] for h, _ in later)
+            first = min(due(h) for h, _ in later)
             earliest.write(first)
             release.set(Timestamp(micros=first))
-        if not passed:
-            return None
-        model = self._model(key, stored)
-        for blocks in learning_order(ready):
-            if len(blocks) == 1:
-                yield from self._learn(model, waiting_block(blocks[0]))
-                continue
-            whole = ExampleBlock.concat([waiting_block(data) for data in blocks])
-            for a in range(0, len(whole), self.cfg.chunk_size):
-                part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
-                yield from self._learn(model, part)
-        self._watermark_passed(model, passed)
         return model
 
-    def _watermark_passed(self, model, headers):
-        """The watermark passed these waiting entries (blocks just learned, and marks of
-        blocks learned on arrival): their restart positions hold (``KeyedModel.restart``)."""
-        for _, source, _, last, *_ in headers:
+    def _watermark_passed(self, model, past, at):
+        """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
+        of blocks learned on arrival): the model may restart their sources after them
+        (``KeyedModel.restart``). Returns those of the blocks learned at the watermark's own
+        time, ``at``, that need a mark to do so once it is past them."""
+        for _, source, _, last, *_ in past:
             if source:
                 model.passed(source, last)
+        return [h for h in at if h[1] in model.restart]
 
     def _learn(self, model, block):
         predictions, dead, skipped = model.learn_block(block)
