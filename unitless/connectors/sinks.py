@@ -68,11 +68,11 @@ class KafkaSink:
     def write(self, table):
         if not table.num_rows:
             return
-        send = self.producer.send
         if self.kind == "predictions":
             keys = [(k or "").encode() for k in table.column("model_key").to_pylist()]
             self.producer.send_all(keys, prediction_messages(table))
         else:
+            send = self.producer.send
             for row in table.to_pylist():
                 headers = [("unitless.source", row["source"].encode()),
                            ("unitless.position", str(row["position"]).encode()),

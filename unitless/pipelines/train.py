@@ -10,7 +10,6 @@ import typing
 from collections import OrderedDict
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
@@ -416,8 +415,7 @@ class LearnDoFn(beam.DoFn):
                     yield from self._learn(model, waiting_block(blocks[0]))
                     continue
                 whole = ExampleBlock.concat([waiting_block(data) for data in blocks])
-                for a in range(0, len(whole), self.cfg.chunk_size):
-                    part = whole.take(np.arange(a, min(a + self.cfg.chunk_size, len(whole))))
+                for part in whole.parts(self.cfg.chunk_size):
                     yield from self._learn(model, part)
             # what the watermark is past, not just at (another key's element stamped ``upto``
             # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
