@@ -587,8 +587,8 @@ def test_a_restarted_partition_begins_where_no_model_could_miss_an_example(tmp_p
     a = KeyedModel("a", state, {"t/0": 1190}, restart={"t/0": 999})
     b = KeyedModel("b", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1500,
                                                                            "t/1": 7})
-    write_checkpoint(str(tmp_path), "a", a.snapshot(), 1)
-    old = b.snapshot()
+    write_checkpoint(str(tmp_path), "a", a.to_table(), 1)
+    old = b.to_table()
     meta = json.loads(old.schema.metadata[METADATA_KEY])
     del meta["restart_positions"]
     old = old.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})

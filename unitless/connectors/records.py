@@ -80,18 +80,70 @@ class ExampleBlock:
 
     def split_by_key(self):
         """(key, block) for each model key present, examples in their original order."""
-        encoded = self.keys.dictionary_encode()
+        return ExampleBlock.by_key([self])
+
+    @staticmethod
+    def by_key(blocks):
+        """(key, block) for each model key in ``blocks`` (all of one source), each key's
+        examples in position order (where positions do not order them, as the blocks hold
+        them), without raw records; each keeps the blocks' span where their spans tile (all
+        of the key's examples there are in it). A single block of a single key is itself.
+
+        One gather of all examples into the keys' order, of which each key's block is a slice
+        (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
+        block by block into place: ``blocks`` is emptied as they are, so that a block's memory
+        can go as soon as it is copied, rather than all of them being held beside a
+        concatenated copy and then a sorted one."""
+        every_key = pa.concat_arrays([b.keys for b in blocks])
+        encoded = every_key.dictionary_encode()
         keys = encoded.dictionary.to_pylist()
-        if len(keys) <= 1:
-            return [(keys[0] if keys else "", self)]
+        if len(keys) <= 1 and len(blocks) == 1:
+            return [(keys[0] if keys else "", blocks[0])]
         codes = encoded.indices.to_numpy(zero_copy_only=False)
-        order = np.argsort(codes, kind="stable")
+        positions = np.concatenate([b.positions for b in blocks])
+        by_position = np.arange(len(positions))
+        if (np.diff(positions) < 0).any():
+            by_position = np.argsort(positions, kind="stable")
+        order = by_position[np.argsort(codes[by_position], kind="stable")]
+        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
+        indptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths[order], out=indptr[1:])
+        where = np.empty(len(order), dtype=np.int64)  # the new row of each example
+        where[order] = np.arange(len(order))
+        times = [b.event_times for b in blocks]
+        grouped = ExampleBlock(
+            blocks[0].source, positions[order], pa.concat_arrays([b.ids for b in blocks]).take(
+                order), every_key.take(order),
+            np.concatenate([b.labels for b in blocks])[order],
+            np.concatenate([b.weights for b in blocks])[order], indptr,
+            np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1]),
+            {i: name for b in blocks for i, name in b.names.items()}, None,
+            None if any(t is None for t in times) else np.concatenate(times)[order],
+            restarts_midway=blocks[0].restarts_midway)
+        span = _tiled([b.span for b in blocks])
+        uniform = len(lengths) and (lengths == lengths[0]).all()
+        first = 0
+        while blocks:
+            b = blocks.pop(0)
+            n, a = len(b), b.indptr[0]
+            rows = where[first:first + n]
+            if uniform:  # (whole rows of 2-D views: no index per entry)
+                k = int(lengths[0])
+                grouped.indices.reshape(-1, k)[rows] = b.indices[a:a + n * k].reshape(n, k)
+                grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)
+            else:  # entry e of row r goes to the row's new start + (e - the row's old start)
+                own = np.diff(b.indptr)
+                to = (np.repeat(indptr[rows] - (b.indptr[:-1] - a), own)
+                      + np.arange(b.indptr[-1] - a))
+                grouped.indices[to] = b.indices[a:b.indptr[-1]]
+                grouped.values[to] = b.values[a:b.indptr[-1]]
+            first += n
+            del b
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-        grouped = self.take(order)  # one gather; each key's examples are then a slice of it
         pieces = [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
                   if bounds[k + 1] > bounds[k]]
         for _, piece in pieces:
-            piece.span = self.span  # all of the key's examples in the span
+            piece.span = span
         return pieces
 
     def parts(self, size):
@@ -145,9 +197,7 @@ class ExampleBlock:
             restarts_midway=blocks[0].restarts_midway)
         if (np.diff(block.positions) < 0).any():
             block = block.take(np.argsort(block.positions, kind="stable"))
-        spans = sorted(b.span for b in blocks if b.span is not None)
-        if len(spans) == len(blocks) and all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:])):
-            block.span = (spans[0][0], spans[-1][1])
+        block.span = _tiled([b.span for b in blocks])
         return block
 
     def screen(self, problems):
@@ -170,6 +220,17 @@ class ExampleBlock:
                 str(i): float(v) for i, v in zip(self.indices[self.indptr[r]:self.indptr[r + 1]],
                                                  self.values[self.indptr[r]:self.indptr[r + 1]])}})
         return raw
+
+
+def _tiled(spans):
+    """The span of blocks whose spans tile (each starting right after another ends), else
+    None."""
+    if not spans or any(span is None for span in spans):
+        return None
+    spans = sorted(spans)
+    if all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:])):
+        return spans[0][0], spans[-1][1]
+    return None
 
 
 class TextLines:

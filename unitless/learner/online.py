@@ -33,6 +33,20 @@ def check_batch(state, batch):
 
 def check_examples(batch, dim, n_classes, loss):
     """``check_batch`` for a learner of that dimension, number of classes and loss."""
+    y, w = batch.labels, batch.weights
+    bad_value = ~(np.abs(batch.values) <= MAX_MAGNITUDE)  # NaN fails the comparison
+    bad_index = (batch.indices < 0) | (batch.indices >= dim)
+    bad_label = ~(np.abs(y) <= MAX_MAGNITUDE)
+    if n_classes > 1:
+        not_a_class = ~((y == np.round(y)) & (y >= 1) & (y <= n_classes))
+    elif loss in CLASSIFICATION_LOSSES:
+        not_a_class = ~((y == 1.0) | (y == 0.0) | (y == -1.0))
+    else:
+        not_a_class = None
+    bad_weight = ~((w >= 0) & (w <= MAX_MAGNITUDE))
+    if not (bad_value.any() or bad_index.any() or bad_label.any() or bad_weight.any()
+            or (not_a_class is not None and not_a_class.any())):
+        return []  # (each mask once: this runs for every block, however small)
     problems = {}
 
     def flag(rows, reason):
@@ -40,7 +54,6 @@ def check_examples(batch, dim, n_classes, loss):
             problems.setdefault(int(r), reason(int(r)))
 
     row_of = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
-    bad_value = ~(np.abs(batch.values) <= MAX_MAGNITUDE)  # NaN fails the comparison
     if bad_value.any():
         first = {}
         for pos in np.flatnonzero(bad_value)[::-1]:
@@ -48,24 +61,18 @@ def check_examples(batch, dim, n_classes, loss):
         flag(np.isin(np.arange(len(batch)), list(first)),
              lambda r: f"feature value {batch.values[first[r]]} (feature index "
                        f"{batch.indices[first[r]]}) is not finite with |x| ≤ {MAX_MAGNITUDE:g}")
-    bad_index = (batch.indices < 0) | (batch.indices >= dim)
     if bad_index.any():
         rows = np.zeros(len(batch), bool)
         rows[row_of[bad_index]] = True
         flag(rows, lambda r: f"a feature index is outside 0..{dim - 1}")
-    y = batch.labels
-    flag(~(np.abs(y) <= MAX_MAGNITUDE),
-         lambda r: f"label {y[r]} is not finite with |y| ≤ {MAX_MAGNITUDE:g}")
+    flag(bad_label, lambda r: f"label {y[r]} is not finite with |y| ≤ {MAX_MAGNITUDE:g}")
     if n_classes > 1:
-        ok = (y == np.round(y)) & (y >= 1) & (y <= n_classes)
-        flag(np.isfinite(y) & ~ok,
+        flag(np.isfinite(y) & not_a_class,
              lambda r: f"label {y[r]} is not a class in 1..{n_classes}")
-    elif loss in CLASSIFICATION_LOSSES:
-        flag(np.isfinite(y) & ~np.isin(y, (-1.0, 0.0, 1.0)),
+    elif not_a_class is not None:
+        flag(np.isfinite(y) & not_a_class,
              lambda r: f"label {y[r]} is not a {loss} label (-1/+1, or 0/1)")
-    w = batch.weights
-    flag(~((w >= 0) & (w <= MAX_MAGNITUDE)),
-         lambda r: f"importance weight {w[r]} is not in 0..{MAX_MAGNITUDE:g}")
+    flag(bad_weight, lambda r: f"importance weight {w[r]} is not in 0..{MAX_MAGNITUDE:g}")
     return sorted(problems.items())
 
 
@@ -164,10 +171,12 @@ class _Snapshot:
 
     def __init__(self, state, slots):
         n = state.n_slots
-        self.touched = np.arange(n) if state.M.shape[0] else np.unique(slots)
-        t = self.touched
-        self.V = state.V[:, :, t]
-        self.M = state.M[:, :, t][:, :, :, t] if state.M.shape[0] else None
+        # every slot (a slice: copies, not gathers) where there are no more of them than the
+        # batch's feature occurrences, which finding the batch's own would cost as much
+        whole = state.M.shape[0] or n <= len(slots)
+        self.touched = t = slice(0, n) if whole else np.unique(slots)
+        self.V = state.V[:, :, t].copy()
+        self.M = state.M[:, :, t, t].copy() if state.M.shape[0] else None  # (t a slice)
         self.S = state.S.copy()
         self.counters = (state.examples_seen, state.cumulative_loss)
 
@@ -179,7 +188,7 @@ class _Snapshot:
             return "the loss is not finite"
         t = self.touched
         if not (np.isfinite(state.V[:, :, t]).all() and np.isfinite(state.S).all()
-                and (self.M is None or np.isfinite(state.M[:, :, t][:, :, :, t]).all())):
+                and (self.M is None or np.isfinite(state.M[:, :, t, t]).all())):
             return "learning it makes the learner's state non-finite"
         return None
 
@@ -190,7 +199,7 @@ class _Snapshot:
         if self.M is not None:
             state.M[:, :, n:, :] = 0.0
             state.M[:, :, :, n:] = 0.0
-            state.M[np.ix_(range(state.M.shape[0]), range(state.M.shape[1]), t, t)] = self.M
+            state.M[:, :, t, t] = self.M
         state.S[...] = self.S
         state.examples_seen, state.cumulative_loss = self.counters
 

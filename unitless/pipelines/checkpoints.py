@@ -99,6 +99,11 @@ def checksum(table):
     meta = read_metadata(table)
     if not isinstance(meta, dict):
         raise ValueError("its metadata is not a JSON object")
+    return _checksum(table, meta)
+
+
+def _checksum(table, meta):
+    """``checksum`` of the table with metadata ``meta`` (a dict)."""
     meta = {k: v for k, v in meta.items() if k != CHECKSUM_FIELD}
     h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
     _hash_part(h, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
@@ -130,8 +135,15 @@ def _hash_array(h, array):
         _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
           or pa.types.is_large_binary(kind)):
-        filled = array.cast(pa.large_binary()).fill_null(b"")
-        offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[
+        if array.null_count == len(array):  # (what the general form below gives, cheaper)
+            _hash_part(h, bytes(8 * len(array)))
+            _hash_part(h, b"")
+            return
+        if array.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+            filled, width = array, "<i4"  # (its own 32-bit offsets: the same, without a cast)
+        else:
+            filled, width = array.cast(pa.large_binary()).fill_null(b""), "<i8"
+        offsets = np.frombuffer(filled.buffers()[1], dtype=width)[
             filled.offset:filled.offset + len(filled) + 1]
         _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
         data = filled.buffers()[2]
@@ -150,9 +162,7 @@ def seal(table, key):
         raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
                          f"model {key!r}")
     meta["model_key"] = key
-    meta.pop(CHECKSUM_FIELD, None)
-    table = _with_metadata(table, meta)
-    meta[CHECKSUM_FIELD] = checksum(table)
+    meta[CHECKSUM_FIELD] = _checksum(table, meta)
     return _with_metadata(table, meta)
 
 

@@ -42,10 +42,9 @@ class KeyByModel(beam.DoFn):
     block later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
 
     A group's blocks are held whole and split by key together, one gather for all of them
-    (split one at a time, 10,000 keys cut 1M examples into 1M pieces, each a block of its own
-    to build and then to concatenate: half of such a run): when the group holds ``size``
-    examples for each key in it (one key: as soon as it holds ``size``), when all groups
-    together hold ``gather_bytes``, and at the bundle's end.
+    (``ExampleBlock.by_key``): when the group holds ``size`` examples for each key in it (one
+    key: as soon as it holds ``size``), when all groups together hold ``gather_bytes``, and at
+    the bundle's end.
     """
 
     def __init__(self, size, gather_bytes=256 << 20):
@@ -78,14 +77,11 @@ class KeyByModel(beam.DoFn):
         self.held = 0
 
     def _split(self, group, blocks):
-        """The group's examples, handed on by key; ``blocks`` is emptied before the gather (so
-        it holds no copy of them the while)."""
+        """The group's examples, handed on by key (``ExampleBlock.by_key``, which empties
+        ``blocks`` as it copies them)."""
         _, timestamp, window = group
         self.held -= sum(b.nbytes for b in blocks)
-        whole = ExampleBlock.concat(blocks)
-        blocks.clear()
-        pieces = whole.split_by_key()
-        del whole
+        pieces = ExampleBlock.by_key(blocks)
         for key, piece in pieces:
             for part in piece.parts(self.size):
                 yield WindowedValue((key, part), timestamp, [window])
@@ -361,7 +357,8 @@ class LearnDoFn(beam.DoFn):
         if block.restarts_midway:
             model = self._model(key, stored)
             if model.enter_source(block):
-                stored.write(model.to_bytes(self._checkpoint(model)))
+                self._checkpoint(model)
+                stored.write(model.to_bytes())
 
     @on_timer(RELEASE)
     def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
@@ -381,7 +378,10 @@ class LearnDoFn(beam.DoFn):
                      waiting=beam.DoFn.StateParam(WAITING),
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE)):
-        learned = yield from self._learn_waiting(key, None, stored, waiting, earliest, release)
+        learned = None
+        if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
+            learned = yield from self._learn_waiting(key, None, stored, waiting, earliest,
+                                                     release)
         yield from self._input_ended(key, learned, stored)
 
     def _released(self, key, model):
@@ -390,12 +390,15 @@ class LearnDoFn(beam.DoFn):
 
     def _input_ended(self, key, learned, stored):
         """The end of the input, once everything waiting is learned (``learned``: the model,
-        when it learned); stores the model, with its last checkpoint (outputs)."""
+        when it learned): its last checkpoint, then the model leaves Beam state and this
+        worker's memory (nothing of this key comes after the end; a run drained and restored
+        from a runner's savepoint resumes it from that checkpoint, with ``--resume``), which
+        frees both as keys finish. Outputs."""
         model = learned or self._model(key, stored)
         if model.checkpoint_behind():
-            stored.write(model.to_bytes(self._checkpoint(model)))
-        elif learned:
-            stored.write(model.to_bytes())
+            self._checkpoint(model)
+        stored.clear()
+        self.models.pop(key)
         return ()
 
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
@@ -471,9 +474,9 @@ class LearnDoFn(beam.DoFn):
     def _checkpoint(self, model):
         """Take the model's checkpoint now; it is written with the others of the bundle before
         the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
-        writes them. Returns its table (a ``snapshot``, for the caller to store too)."""
+        writes them."""
         model.mark_checkpoint()
-        table = model.snapshot()
+        table = model.to_table()
         self.pending.append((model.key, table, model.state.examples_seen,
                              model.progressive_loss()))
         self.pending_bytes += table.nbytes
