@@ -4,7 +4,6 @@ import json
 import logging
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from unitless.cli import main

@@ -1,6 +1,6 @@
 """Parsed examples travel between pipeline stages as ExampleBlocks: columnar, one source each."""
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -37,24 +37,39 @@ class ExampleBlock:
         return len(self.labels)
 
     def __getstate__(self):
-        """The block as pickled (Beam's coders, blocks waiting in state): when every row carries
-        the same features in the same order (a CSV's numeric columns, none missing), their
-        indices once, not once per row: 45% of such a block's bytes."""
-        state = dict(self.__dict__)
-        n, indptr = len(self.labels), self.indptr
-        k = int(indptr[1] - indptr[0]) if n else 0
-        if n > 1 and indptr[0] == 0 and (np.diff(indptr) == k).all():
-            rows = self.indices.reshape(n, k)
-            if (rows == rows[:1]).all():
-                state["indptr"], state["indices"] = None, rows[0].copy()
-        return state
+        """The block as pickled (Beam's coders, blocks waiting in state): ``compact``."""
+        return dict(self.compact().__dict__)
 
     def __setstate__(self, state):
-        if state["indptr"] is None:  # see __getstate__: the one row of indices every row has
-            n, row = len(state["labels"]), state["indices"]
-            state["indptr"] = np.arange(n + 1, dtype=np.int64) * len(row)
-            state["indices"] = np.tile(row, n)
         self.__dict__.update(state)
+        if self.indptr is None:  # (compact)
+            full = self.full()
+            self.indptr, self.indices = full.indptr, full.indices
+
+    def compact(self):
+        """The block with the features every example carries once, where every example
+        carries the same ones in the same order (a CSV's numeric columns, none missing):
+        ``indptr`` None and ``indices`` that one row, 45% fewer bytes; else the block itself.
+        Blocks take that form only where they are pickled and where ``KeyByModel`` holds them,
+        for ``by_key``, which takes either form and hands on the full one."""
+        n, indptr = len(self.labels), self.indptr
+        if n < 2 or indptr is None or indptr[0] != 0:
+            return self
+        k = int(indptr[1])
+        if not (np.diff(indptr) == k).all():
+            return self
+        rows = self.indices.reshape(n, k)
+        if not (rows == rows[:1]).all():
+            return self
+        return replace(self, indptr=None, indices=rows[0].copy())
+
+    def full(self):
+        """The block with its features' indices once per example (itself unless compact)."""
+        if self.indptr is not None:
+            return self
+        n, row = len(self.labels), self.indices
+        return replace(self, indptr=np.arange(n + 1, dtype=np.int64) * len(row),
+                       indices=np.tile(row, n))
 
     @property
     def nbytes(self):
@@ -87,7 +102,7 @@ class ExampleBlock:
         """(key, block) for each model key in ``blocks`` (all of one source), each key's
         examples in position order (where positions do not order them, as the blocks hold
         them), without raw records; each keeps the blocks' span where their spans tile (all
-        of the key's examples there are in it). A single block of a single key is itself.
+        of the key's examples there are in it). A single block of a single key is itself (full).
 
         One gather of all examples into the keys' order, of which each key's block is a slice
         (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
@@ -98,14 +113,15 @@ class ExampleBlock:
         encoded = every_key.dictionary_encode()
         keys = encoded.dictionary.to_pylist()
         if len(keys) <= 1 and len(blocks) == 1:
-            return [(keys[0] if keys else "", blocks[0])]
+            return [(keys[0] if keys else "", blocks.pop().full())]
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         positions = np.concatenate([b.positions for b in blocks])
         by_position = np.arange(len(positions))
         if (np.diff(positions) < 0).any():
             by_position = np.argsort(positions, kind="stable")
         order = by_position[np.argsort(codes[by_position], kind="stable")]
-        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
+        lengths = np.concatenate([np.diff(b.indptr) if b.indptr is not None
+                                  else np.full(len(b), len(b.indices)) for b in blocks])
         indptr = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lengths[order], out=indptr[1:])
         where = np.empty(len(order), dtype=np.int64)  # the new row of each example
@@ -121,19 +137,26 @@ class ExampleBlock:
             None if any(t is None for t in times) else np.concatenate(times)[order],
             restarts_midway=blocks[0].restarts_midway)
         span = _tiled([b.span for b in blocks])
-        uniform = len(lengths) and (lengths == lengths[0]).all()
+        uniform = len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all()
+        shared = uniform and all(b.indptr is None and np.array_equal(b.indices, blocks[0].indices)
+                                 for b in blocks)  # (compact, one row of features for all)
+        if shared:
+            grouped.indices.reshape(-1, len(blocks[0].indices))[:] = blocks[0].indices
         first = 0
         while blocks:
             b = blocks.pop(0)
-            n, a = len(b), b.indptr[0]
+            n, a = len(b), (b.indptr[0] if b.indptr is not None else 0)
             rows = where[first:first + n]
             if uniform:  # (whole rows of 2-D views: no index per entry)
                 k = int(lengths[0])
-                grouped.indices.reshape(-1, k)[rows] = b.indices[a:a + n * k].reshape(n, k)
+                if not shared:
+                    grouped.indices.reshape(-1, k)[rows] = (
+                        b.indices[a:a + n * k].reshape(n, k) if b.indptr is not None
+                        else np.broadcast_to(b.indices, (n, k)))
                 grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)
             else:  # entry e of row r goes to the row's new start + (e - the row's old start)
-                own = np.diff(b.indptr)
-                to = (np.repeat(indptr[rows] - (b.indptr[:-1] - a), own)
+                b = b.full()
+                to = (np.repeat(indptr[rows] - (b.indptr[:-1] - a), np.diff(b.indptr))
                       + np.arange(b.indptr[-1] - a))
                 grouped.indices[to] = b.indices[a:b.indptr[-1]]
                 grouped.values[to] = b.values[a:b.indptr[-1]]
@@ -180,7 +203,8 @@ class ExampleBlock:
         without raw records."""
         if len(blocks) == 1:
             return blocks[0]
-        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
+        lengths = np.concatenate([np.diff(b.indptr) if b.indptr is not None
+                                  else np.full(len(b), len(b.indices)) for b in blocks])
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         names = {}

@@ -161,10 +161,20 @@ def modified(path):
 # --- writing -----------------------------------------------------------------------------------
 
 def makedirs(directory):
+    """Make the directory (and its parents) unless it exists; True when this call made it
+    (an object store has no directories: False)."""
     if scheme(directory) is None:
-        os.makedirs(directory, exist_ok=True)
-    elif scheme(directory) not in OBJECT_STORES and not _fs(directory).exists(directory):
+        try:
+            os.makedirs(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            return False
+        return True
+    if scheme(directory) not in OBJECT_STORES and not _fs(directory).exists(directory):
         _fs(directory).mkdirs(directory)
+        return True
+    return False
 
 
 def atomic_write(path, data):

@@ -377,19 +377,23 @@ def write_checkpoints(model_dir, checkpoints, keep=3):
     directory are ever removed.
     """
     written = {}  # key directory -> names written there
+    made = set()  # directories this call made: they hold only what it writes (not listed)
     paths = []
     for key, table, examples_seen in checkpoints:
         directory = key_dir(model_dir, key)
-        if directory not in written:
-            makedirs(directory)
+        if directory not in written and makedirs(directory):
+            made.add(directory)
         written.setdefault(directory, []).append(checkpoint_name(examples_seen))
         paths.append(join(directory, written[directory][-1]))
     atomic_write_many([(path, table_to_bytes(seal(table, key)))
                        for path, (key, table, _) in zip(paths, checkpoints)])
     kept, pointers = {}, []
     for directory, names in written.items():
-        files = checkpoint_files(directory)
-        current = _pointer(directory, files) or (files[-1] if files else None)
+        if directory in made:
+            files, current = sorted(set(names)), None
+        else:
+            files = checkpoint_files(directory)
+            current = _pointer(directory, files) or (files[-1] if files else None)
         if current is None or current <= max(names):
             pointers.append((join(directory, LATEST), max(names).encode()))
             current = max(names)
