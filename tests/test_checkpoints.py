@@ -595,3 +595,25 @@ def test_a_restarted_partition_begins_where_no_model_could_miss_an_example(tmp_p
     write_checkpoint(str(tmp_path), "b", old, 1)
     assert resume_positions(str(tmp_path)) == ({"t/0": 999, "t/1": 7}, {"t/0": 1500, "t/1": 7})
     assert KeyedModel.from_table(old).restart == {"t/0": 1500, "t/1": 7}  # as it restarted
+
+
+def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
+    """Key k has no checkpoint, only start records (written by the reading stage): the
+    partition restarts after its earliest (40), though model a has learned far past it; a's
+    own start records count too (a's restart position there may not cover a block of its own
+    still in flight) until they are pruned, which removes a key's records of the given
+    partitions only."""
+    from unitless.pipelines.checkpoints import (prune_starts, read_starts, resume_positions,
+                                                starts_dir, write_starts)
+    a = KeyedModel("a", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1190},
+                   restart={"t/0": 999})
+    write_checkpoint(str(tmp_path), "a", a.to_table(), 1)
+    root = starts_dir(str(tmp_path))
+    write_starts(root, [("k", "t/0", 70), ("a", "t/0", 10), ("a", "t/0", -1), ("a", "t/1", 5)])
+    write_starts(root, [("k", "t/0", 40)])  # another worker saw k earlier: a file of its own
+    assert read_starts(root) == {"k": {"t/0": 40}, "a": {"t/0": -1, "t/1": 5}}
+    assert resume_positions(str(tmp_path)) == ({"t/0": -1, "t/1": 5}, {"t/0": 1190})
+    prune_starts(root, "a", ["t/0"])
+    assert read_starts(root) == {"k": {"t/0": 40}, "a": {"t/1": 5}}
+    assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 5}, {"t/0": 1190})
+    assert model_keys(str(tmp_path)) == ["a"]  # (the records' directory is no model's)

@@ -2,6 +2,7 @@
 memory, and each key's checkpoint is exactly what the plain learner makes of that key's examples
 alone."""
 import json
+import os
 import subprocess
 import sys
 
@@ -178,3 +179,48 @@ def test_split_by_key_gathers_blocks_into_each_keys_examples_in_position_order()
     back = pickle.loads(pickle.dumps(compact))
     assert np.array_equal(back.indptr, np.arange(11) * 3)
     assert np.array_equal(back.indices, np.tile([7, 3, 9], 10))
+
+
+def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handing_it_on(
+        tmp_path):
+    """On a real runner, KeyByModel with ``starts`` writes each key's start record in a Kafka
+    partition (the position before its first example there) before any piece of that key goes
+    on: a step right after it finds the record there for every piece; once per key and
+    partition (a later block adds none); none for a file's blocks."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from unitless.pipelines.checkpoints import read_starts
+    from unitless.pipelines.train import key_by_model
+
+    rng = np.random.default_rng(8)
+
+    def block(source, start, n, restarts):
+        keys = [f"k{int(k)}" for k in rng.integers(0, 6, n)]
+        return ExampleBlock(source, np.arange(start, start + n, dtype=np.int64),
+                            pa.array([None] * n, pa.string()), pa.array(keys), np.ones(n),
+                            np.ones(n), np.arange(n + 1, dtype=np.int64),
+                            np.zeros(n, dtype=np.int64), np.ones(n), restarts_midway=restarts)
+
+    blocks = [block("t/0", 100, 40, True), block("t/0", 140, 40, True),
+              block("t/1", 7, 30, True), block("file.csv", 0, 30, False)]
+    root = str(tmp_path / "starts")
+    expected = {}
+    for b in blocks[:3]:
+        for key, p in zip(b.keys.to_pylist(), b.positions):
+            expected.setdefault(key, {}).setdefault(b.source, int(p) - 1)
+
+    def recorded_before(pair):
+        key, piece = pair
+        if piece.restarts_midway:
+            assert read_starts(root)[key][piece.source] <= int(piece.positions.min()) - 1
+        return key
+
+    with beam.Pipeline() as p:
+        keys = (p | beam.Create(blocks, reshuffle=False)
+                | key_by_model(10, starts=root) | beam.Map(recorded_before))
+        assert_that(keys | beam.Distinct(), equal_to(sorted({k for b in blocks
+                                                              for k in b.keys.to_pylist()})))
+    assert read_starts(root) == expected
+    files = sum(len(files) for _, _, files in os.walk(root))
+    assert files == sum(len(v) for v in expected.values())  # once per key and partition

@@ -1,5 +1,6 @@
 """The training pipeline against a real Kafka broker (KRaft, started by deploy/kafka)."""
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,8 @@ from kafka.partitioner.default import murmur2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
-from unitless.pipelines.checkpoints import key_dir, read_checkpoint  # noqa: E402
+from unitless.pipelines.checkpoints import (key_dir, read_checkpoint, read_starts,  # noqa: E402
+                                            starts_dir)
 
 KEYS = ("alpha", "beta", "gamma")
 
@@ -117,8 +119,13 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     first, second = examples(600, seed=2), examples(450, seed=3)
     produce(bootstrap, topic, first)
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="resumed")
+    # the reading stage's start records are gone once every model's restart position passed
+    # them (at the end of the input at the latest): a resume restarts from the checkpoints
+    starts = starts_dir(str(tmp_path / "resumed" / "models"))
+    assert os.path.isdir(starts) and read_starts(starts) == {}
     produce(bootstrap, topic, second)
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", "--resume", name="resumed")
+    assert read_starts(starts) == {}
     # one uninterrupted run over everything, into a fresh model dir
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="whole")
     for key in KEYS:

@@ -2,7 +2,8 @@
 whenever it is read.
 
 Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
-MODEL_DIR/<key directory>/latest holding the name of the newest file. MODEL_DIR may be local or
+MODEL_DIR/<key directory>/latest holding the name of the newest file; MODEL_DIR/starts holds
+start records of models in Kafka partitions (``write_starts``). MODEL_DIR may be local or
 any file system Beam knows (gs://, s3://, hdfs://); files are written whole or not at all
 (``storage.atomic_write``: locally to a temporary name, fsynced and renamed; on an object store
 as one upload), so a crash never leaves a half-written checkpoint or pointer. `latest` is the
@@ -409,8 +410,11 @@ def write_checkpoints(model_dir, checkpoints, keep=3):
 def resume_positions(model_dir):
     """({source: earliest position}, {source: furthest position}) over the input positions
     that the models' latest valid checkpoints record (models over feature shards: their cuts'
-    positions, and their starts in sources they have learned nothing from). Earliest: where
-    each may restart (``restart_positions``, which lag what a model learned on arrival)."""
+    positions, and their starts in sources they have learned nothing from), and the start
+    records the reading stage wrote (``write_starts``; a model's go once its restart position
+    there moved with the watermark, ``KeyedModel.passed_partitions``).
+    Earliest: where each may restart (``restart_positions``, which lag what a model learned on
+    arrival)."""
     recorded = []  # (positions learned, positions to restart after)
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
@@ -418,6 +422,7 @@ def resume_positions(model_dir):
             meta = read_metadata(found[1])
             positions = meta.get("input_positions") or {}
             recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
+    recorded += [({}, starts) for starts in read_starts(starts_dir(model_dir)).values()]
     for shards in shard_counts(model_dir):  # models over feature shards: their cuts
         recorded += [({**cut.starts, **cut.positions},) * 2
                      for cut in sharded_cuts(model_dir, shards).values()]
@@ -452,8 +457,9 @@ def partition_starts(earliest, topic):
 # Shard s of S keeps its checkpoints as a model directory of its own, SHARDS/<s>-of-<S>, every
 # shard's file of the same examples named alike (every shard counts every example): the newest
 # count all S hold is a consistent cut. A model's start in a Kafka partition, before it learns
-# anything there, is SHARDS/starts/<key directory>/<hex of the source>: the position.
+# anything there, is a start record under SHARDS/STARTS (``write_starts``).
 SHARDS = "shards"
+STARTS = "starts"
 SHARD_DIR = re.compile(r"([0-9]+)-of-([0-9]+)")
 
 
@@ -494,19 +500,31 @@ def sharded_model_keys(model_dir, shards):
     return model_keys(shard_dir(model_dir, 0, shards))
 
 
-def write_start(model_dir, key, source, position):
-    """Record, durably, that the model starts in ``source`` after ``position`` (it has learned
-    nothing there yet)."""
-    directory = join(model_dir, SHARDS, "starts", key_dir_name(key))
-    makedirs(directory)
-    atomic_write_many([(join(directory, source.encode("utf-8", "surrogatepass").hex()),
-                        json.dumps({"model_key": key, "source": source,
-                                    "position": int(position)}).encode())])
+def starts_dir(model_dir, sharded=False):
+    """Where the start records of model_dir's models are (``write_starts``): STARTS, or for
+    models over feature shards SHARDS/STARTS."""
+    return join(model_dir, SHARDS, STARTS) if sharded else join(model_dir, STARTS)
 
 
-def read_starts(model_dir):
-    """{model key: {source: position}} of the start records (``write_start``)."""
-    root = join(model_dir, SHARDS, "starts")
+def write_starts(root, records):
+    """Record, durably and together, that each model key starts in a source after a position,
+    [(key, source, position)]: a file each, ROOT/<key directory>/<hex of the source>-<the
+    position>, never replaced (a source's earliest record for a key is the one that counts)."""
+    items, made = [], set()
+    for key, source, position in records:
+        directory = join(root, key_dir_name(key))
+        if directory not in made:
+            makedirs(directory)
+            made.add(directory)
+        name = f"{source.encode('utf-8', 'surrogatepass').hex()}-{int(position)}"
+        items.append((join(directory, name), json.dumps(
+            {"model_key": key, "source": source, "position": int(position)}).encode()))
+    atomic_write_many(items)
+
+
+def read_starts(root):
+    """{model key: {source: its earliest start position}} of the start records under ``root``
+    (``write_starts``; also those of earlier versions, one file per key and source)."""
     starts = {}
     for directory in list_dir(root)[1]:
         for name in list_dir(join(root, directory))[0]:
@@ -520,8 +538,19 @@ def read_starts(model_dir):
             except (ValueError, KeyError, TypeError, OSError) as err:
                 log.warning("ignoring start record %s: %s", path, _one_line(err))
                 continue
-            starts.setdefault(key, {})[source] = position
+            known = starts.setdefault(key, {})
+            known[source] = min(known.get(source, position), position)
     return starts
+
+
+def prune_starts(root, key, sources):
+    """Remove the key's start records of ``sources`` (a checkpoint of its model, durable now,
+    records where it may restart there)."""
+    directory = join(root, key_dir_name(key))
+    hexes = {source.encode("utf-8", "surrogatepass").hex() for source in sources}
+    for name in list_dir(directory)[0]:
+        if name.split("-", 1)[0] in hexes:  # (hex has no '-'; a position may: -1)
+            remove(join(directory, name))
 
 
 def sharded_models(model_dir, verify=True):
@@ -562,7 +591,7 @@ class Cut:
     """Where a sharded model continues: the examples and rounds its shards' newest common
     checkpoint (``consistent_cut``) holds, the last input position learned per source (the
     lowest any shard's file records), and its start records of sources it has learned nothing
-    from (Kafka partitions, ``write_start``)."""
+    from (Kafka partitions, ``write_starts``)."""
     examples: int = 0
     rounds: int = 0
     positions: dict = field(default_factory=dict)
@@ -572,7 +601,7 @@ class Cut:
 def sharded_cuts(model_dir, shards, check=None):
     """{model key: Cut} of the models over ``shards`` shards under model_dir (and of those
     with start records only); ``check(table, path)`` is called on every shard file of a cut."""
-    starts = read_starts(model_dir)
+    starts = read_starts(starts_dir(model_dir, sharded=True))
     cuts = {}
     for key in sorted(set(sharded_model_keys(model_dir, shards)) | set(starts)):
         examples = consistent_cut(model_dir, key, shards)

@@ -84,6 +84,10 @@ class KeyedModel:
     # not have their start recorded yet, and a restart past them would lose them
     restart: dict = field(default_factory=dict)
     checkpoint_restart: dict = None  # ``restart`` at the last checkpoint this process took
+    # partitions where ``restart`` has moved with the watermark (``passed``) since this model
+    # was decoded from a checkpoint: there it covers every example of its own before it (on
+    # any runner: its own blocks reach one worker), so its start records there can go
+    passed_partitions: set = field(default_factory=set)
 
     def to_table(self):
         """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
@@ -148,6 +152,7 @@ class KeyedModel:
         learned: every key's start there up to it is recorded (see ``restart``)."""
         if source in self.restart:
             self.restart[source] = max(self.restart[source], last)
+            self.passed_partitions.add(source)
 
     def continues(self, block):
         """True when the block holds this model's next examples of its source, all of them

@@ -59,8 +59,8 @@ from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.examples import Batch
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
-from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts,
-                          write_checkpoints, write_start)
+from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts, starts_dir,
+                          write_checkpoints, write_starts)
 from .config import check_resume, new_learner
 from .io import ReadFeedback
 from .keyed_model import prediction_table
@@ -134,7 +134,7 @@ class Sequencer(LearnDoFn):
 
     Resumed (``cuts``), a model continues from its cut: examples at or before the positions
     it learned are skipped (a source read again). A Kafka partition it has learned nothing
-    from gets a start record before any of its examples go on (``write_start``), as ``Learn``
+    from gets a start record before any of its examples go on (``write_starts``), as ``Learn``
     checkpoints one: a restarted partition then starts no later than that."""
 
     LEARNS_ON_ARRIVAL = False  # rounds are cut in the waiting order only
@@ -162,7 +162,7 @@ class Sequencer(LearnDoFn):
         start = int(block.positions.min()) - 1
         if block.source in rounds.positions or rounds.starts.get(block.source, start + 1) <= start:
             return
-        write_start(self.cfg.model_dir, key, block.source, start)
+        write_starts(starts_dir(self.cfg.model_dir, sharded=True), [(key, block.source, start)])
         rounds.starts[block.source] = start
         stored.write(rounds.to_bytes())
 
@@ -568,7 +568,8 @@ def learn_over_shards(blocks, cfg):
     topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet
     ranges = [(p, end, UNBOUNDED) for p, (_, end) in sorted(partition_offsets(topic).items())]
-    rounds = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
+    rounds = (blocks | "Key by model" >> key_by_model(
+                  cfg.chunk_size, starts=starts_dir(cfg.model_dir, sharded=True))
               | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS,
                                                                             main="rounds"))
     feedback = (blocks.pipeline | "Feedback partitions" >> beam.Create(ranges)

@@ -18,12 +18,14 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
+import numpy as np
 
 from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .checkpoints import load_latest, model_keys, shard_counts, write_checkpoints
+from .checkpoints import (load_latest, model_keys, prune_starts, shard_counts, starts_dir,
+                          write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
@@ -48,8 +50,11 @@ class KeyByModel(beam.DoFn):
     when all groups together hold ``gather_bytes``, and at the bundle's end.
     """
 
-    def __init__(self, size, gather_bytes=256 << 20):
-        self.size, self.gather_bytes = size, gather_bytes
+    def __init__(self, size, gather_bytes=256 << 20, starts=None):
+        self.size, self.gather_bytes, self.starts = size, gather_bytes, starts
+
+    def setup(self):
+        self.started = set()  # (source, key): start records this worker wrote
 
     def start_bundle(self):
         self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys in them]
@@ -60,6 +65,8 @@ class KeyByModel(beam.DoFn):
             for key, piece in block.split_by_key():
                 yield key, piece
             return
+        if self.starts is not None and block.restarts_midway and len(block):
+            self._record_starts(block)
         group = (block.source, timestamp, window)
         entry = self.groups.setdefault(group, [[], 0, set()])
         entry[1] += len(block)
@@ -72,6 +79,26 @@ class KeyByModel(beam.DoFn):
             yield from self.finish_bundle()
         elif entry[1] >= self.size * len(entry[2]):
             yield from self._split(group, self.groups.pop(group)[0])
+
+    def _record_starts(self, block):
+        """Before any of a key's examples of a Kafka partition go on, a durable record of where
+        it starts there (just before its first in the block; ``checkpoints.write_starts``),
+        once per key and partition in this worker: a resumed run restarts the partition no
+        later than that until the key's model has a checkpoint of its own there, however far
+        other keys' models have learned (``resume_positions``). Written here, before the
+        shuffle, not by the key's model: another key's model may move its restart position
+        past this block as soon as the watermark has passed it, which tells that every stage
+        before the shuffle has processed the block (and so written this), but not that the
+        key's own model has, on a runner whose workers each keep a watermark (Flink)."""
+        encoded = block.keys.dictionary_encode()
+        keys = encoded.dictionary.to_pylist()
+        first = np.full(len(keys), np.iinfo(np.int64).max)
+        np.minimum.at(first, encoded.indices.to_numpy(zero_copy_only=False), block.positions)
+        new = [(key, block.source, int(first[k]) - 1) for k, key in enumerate(keys)
+               if (block.source, key) not in self.started]
+        if new:
+            write_starts(self.starts, new)
+            self.started.update((block.source, key) for key, _, _ in new)
 
     def finish_bundle(self):
         while self.groups:
@@ -91,8 +118,8 @@ class KeyByModel(beam.DoFn):
 
 
 def key_by_model(size, **options):
-    """ExampleBlock -> (model key, block), see ``KeyByModel``; str keys (a deterministic
-    coder)."""
+    """ExampleBlock -> (model key, block), see ``KeyByModel`` (``starts``: the directory of
+    the start records it writes, None for none); str keys (a deterministic coder)."""
     return beam.ParDo(KeyByModel(size, **options)).with_output_types(
         typing.Tuple[str, typing.Any])
 
@@ -481,7 +508,7 @@ class LearnDoFn(beam.DoFn):
         model.mark_checkpoint()
         table = model.to_table()
         self.pending.append((model.key, table, model.state.examples_seen,
-                             model.progressive_loss()))
+                             model.progressive_loss(), list(model.passed_partitions)))
         self.pending_bytes += table.nbytes
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
@@ -494,9 +521,11 @@ class LearnDoFn(beam.DoFn):
             return
         self._flush()
         write_checkpoints(self.cfg.model_dir, [(key, table, examples)
-                                               for key, table, examples, _ in self.pending],
+                                               for key, table, examples, _, _ in self.pending],
                           self.cfg.keep_checkpoints)
-        for key, _, examples, loss in self.pending:
+        for key, _, examples, loss, partitions in self.pending:
+            if partitions:  # (where its restart position now covers its start records)
+                prune_starts(starts_dir(self.cfg.model_dir), key, partitions)
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
                 self.loss.update(int(1e6 * loss))
@@ -579,7 +608,8 @@ class Learn(beam.PTransform):
             self.dead_letters = parse_dead if parse_dead is not None else (
                 blocks.pipeline | "No dead letters" >> beam.Create([]))
             return learn_over_shards(blocks, cfg)
-        learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size)
+        learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size,
+                                                           starts=starts_dir(cfg.model_dir))
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
             (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
