@@ -603,8 +603,8 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
     own start records count too (a's restart position there may not cover a block of its own
     still in flight) until they are pruned, which removes a key's records of the given
     partitions only."""
-    from unitless.pipelines.checkpoints import (prune_starts, read_starts, resume_positions,
-                                                starts_dir, write_starts)
+    from unitless.pipelines.checkpoints import (covered_partitions, prune_starts, read_starts,
+                                                resume_positions, starts_dir, write_starts)
     a = KeyedModel("a", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1190},
                    restart={"t/0": 999})
     write_checkpoint(str(tmp_path), "a", a.to_table(), 1)
@@ -617,3 +617,10 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
     assert read_starts(root) == {"k": {"t/0": 40}, "a": {"t/1": 5}}
     assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 5}, {"t/0": 1190})
     assert model_keys(str(tmp_path)) == ["a"]  # (the records' directory is no model's)
+    # once a's checkpoint records that the watermark moved its restart position in t/1, its
+    # records there are superseded, pruned or not, and the reading stage writes none
+    a.restart["t/1"] = 2
+    a.passed("t/1", 9)
+    write_checkpoint(str(tmp_path), "a", a.to_table(), 2)
+    assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 9}, {"t/0": 1190})
+    assert covered_partitions(str(tmp_path)) == {("a", "t/1")}

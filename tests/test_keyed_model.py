@@ -62,8 +62,10 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert not m.continues(parts[0])  # a model's first block there waits for the watermark
     m.learn_block(parts[0])
     assert m.passed_partitions == set()  # (its start records there still count)
+    m.mark_checkpoint()
     m.passed("src", 3)  # (the watermark passed it)
-    assert m.passed_partitions == {"src"}
+    assert m.passed_partitions == {"src"} and m.checkpoint_behind()
+    assert KeyedModel.from_table(m.to_table()).passed_partitions == {"src"}
     assert m.continues(parts[1]) and not m.continues(parts[2])
     m.learn_block(parts[1])
     m = KeyedModel.from_bytes(m.to_bytes())

@@ -116,7 +116,10 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     bootstrap = broker.bootstrap_servers
     topic = "stream"
     create_topics(bootstrap, topic, f"{topic}-predictions", f"{topic}-dead")
-    first, second = examples(600, seed=2), examples(450, seed=3)
+    # (gamma has nothing new after the restart: what the resumed run reads again of it is all
+    # replays, and it must not leave a start record holding the partition back)
+    first = examples(600, seed=2)
+    second = [r for r in examples(450, seed=3) if r["segment"] != "gamma"]
     produce(bootstrap, topic, first)
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="resumed")
     # the reading stage's start records are gone once every model's restart position passed

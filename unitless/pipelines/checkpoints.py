@@ -411,28 +411,45 @@ def resume_positions(model_dir):
     """({source: earliest position}, {source: furthest position}) over the input positions
     that the models' latest valid checkpoints record (models over feature shards: their cuts'
     positions, and their starts in sources they have learned nothing from), and the start
-    records the reading stage wrote (``write_starts``; a model's go once its restart position
-    there moved with the watermark, ``KeyedModel.passed_partitions``).
+    records the reading stage wrote (``write_starts``), but those of a model in a partition
+    where its checkpoint's restart position moved with the watermark (``watermark_passed``,
+    ``KeyedModel.passed_partitions``): that covers them."""
+    return _resume_positions(model_dir)[:2]
+
+
+def covered_partitions(model_dir):
+    """{(model key, partition)} where the model's latest valid checkpoint's restart position
+    moved with the watermark: no start record is needed there (``KeyByModel``)."""
+    return _resume_positions(model_dir)[2]
+
+
+def _resume_positions(model_dir):
+    """(earliest, furthest, covered): see ``resume_positions``, ``covered_partitions``.
     Earliest: where each may restart (``restart_positions``, which lag what a model learned on
-    arrival)."""
+    arrival). Sharded models' partitions with a cut position are covered too."""
     recorded = []  # (positions learned, positions to restart after)
+    passed = {}  # model key -> the partitions its restart positions cover (watermark_passed)
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
         if found is not None:
             meta = read_metadata(found[1])
             positions = meta.get("input_positions") or {}
             recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
-    recorded += [({}, starts) for starts in read_starts(starts_dir(model_dir)).values()]
+            passed[key] = set(meta.get("watermark_passed") or ())
+    for key, starts in read_starts(starts_dir(model_dir)).items():  # (superseded: not pruned yet)
+        recorded.append(({}, {s: p for s, p in starts.items() if s not in passed.get(key, ())}))
+    covered = {(key, source) for key, sources in passed.items() for source in sources}
     for shards in shard_counts(model_dir):  # models over feature shards: their cuts
-        recorded += [({**cut.starts, **cut.positions},) * 2
-                     for cut in sharded_cuts(model_dir, shards).values()]
+        for key, cut in sharded_cuts(model_dir, shards).items():
+            recorded.append(({**cut.starts, **cut.positions},) * 2)
+            covered |= {(key, source) for source in cut.positions}
     earliest, furthest = {}, {}
     for positions, restart in recorded:
         for source, position in restart.items():
             earliest[source] = min(earliest.get(source, position), position)
         for source, position in positions.items():
             furthest[source] = max(furthest.get(source, position), position)
-    return earliest, furthest
+    return earliest, furthest, covered
 
 
 def resume_offsets(model_dir, topic):

@@ -84,10 +84,12 @@ class KeyedModel:
     # not have their start recorded yet, and a restart past them would lose them
     restart: dict = field(default_factory=dict)
     checkpoint_restart: dict = None  # ``restart`` at the last checkpoint this process took
-    # partitions where ``restart`` has moved with the watermark (``passed``) since this model
-    # was decoded from a checkpoint: there it covers every example of its own before it (on
-    # any runner: its own blocks reach one worker), so its start records there can go
+    # partitions where ``restart`` has moved with the watermark (``passed``): there it covers
+    # every example of its own before it (on any runner: a key's blocks all reach one worker),
+    # so the reading stage's start records of it there are superseded (checkpoints.py,
+    # ``write_starts``); persisted as ``watermark_passed``
     passed_partitions: set = field(default_factory=set)
+    checkpoint_passed: set = None  # ``passed_partitions`` at the last checkpoint taken or read
 
     def to_table(self):
         """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
@@ -96,7 +98,8 @@ class KeyedModel:
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "time": time.time(), "errors": self.errors,
             "unlearned_sources": self.unlearned, "learned_through": self.through,
-            "restart_positions": self.restart})
+            "restart_positions": self.restart,
+            "watermark_passed": sorted(self.passed_partitions)})
 
     def to_bytes(self):
         """The form kept in Beam state: a new token (32 ASCII bytes), then the model pickled,
@@ -117,12 +120,14 @@ class KeyedModel:
         positions = {k: int(v) for k, v in (meta.get("input_positions") or {}).items()}
         # (a checkpoint from before learning on arrival: its positions are where to restart)
         restart = meta.get("restart_positions", positions)
+        passed = set(meta.get("watermark_passed") or ())
         return cls(meta.get("model_key", ""), from_arrow(table), positions,
                    int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), None, float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
                    {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},
-                   {k: int(v) for k, v in restart.items()})
+                   {k: int(v) for k, v in restart.items()}, passed_partitions=passed,
+                   checkpoint_passed=set(passed))
 
     @staticmethod
     def from_bytes(data):
@@ -213,8 +218,10 @@ class KeyedModel:
         return self.state.cumulative_loss / max(self.state.examples_seen, 1)
 
     def checkpoint_due(self, every_examples, every_seconds):
-        """Due every N examples or T seconds (and at the end of input, by the caller)."""
-        if self.state.examples_seen == self.checkpoint_examples:
+        """Due every N examples, or T seconds when the last checkpoint is behind (so also when
+        only restart positions moved: a model learning only replays records that too); and at
+        the end of input, by the caller."""
+        if not self.checkpoint_behind():
             return False
         if every_examples and (self.state.examples_seen // every_examples
                                > max(self.checkpoint_examples, 0) // every_examples):
@@ -223,12 +230,14 @@ class KeyedModel:
 
     def checkpoint_behind(self):
         """True when the last checkpoint misses examples learned since, or (as far as this
-        process knows) restart positions the watermark has passed since."""
+        process knows) restart positions or partitions the watermark has passed since."""
         return (self.checkpoint_examples != self.state.examples_seen
-                or self.checkpoint_restart not in (None, self.restart))
+                or self.checkpoint_restart not in (None, self.restart)
+                or self.passed_partitions != (self.checkpoint_passed or set()))
 
     def mark_checkpoint(self):
         self.checkpoint_restart = dict(self.restart)
+        self.checkpoint_passed = set(self.passed_partitions)
         self.checkpoint_examples = self.state.examples_seen
         self.checkpoint_time = time.time()
         self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"

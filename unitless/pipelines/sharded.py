@@ -568,8 +568,9 @@ def learn_over_shards(blocks, cfg):
     topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet
     ranges = [(p, end, UNBOUNDED) for p, (_, end) in sorted(partition_offsets(topic).items())]
+    covered = [(key, source) for key, cut in cuts.items() for source in cut.positions]
     rounds = (blocks | "Key by model" >> key_by_model(
-                  cfg.chunk_size, starts=starts_dir(cfg.model_dir, sharded=True))
+                  cfg.chunk_size, starts=starts_dir(cfg.model_dir, sharded=True), covered=covered)
               | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS,
                                                                             main="rounds"))
     feedback = (blocks.pipeline | "Feedback partitions" >> beam.Create(ranges)

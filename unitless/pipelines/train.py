@@ -24,8 +24,8 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .checkpoints import (load_latest, model_keys, prune_starts, shard_counts, starts_dir,
-                          write_checkpoints, write_starts)
+from .checkpoints import (covered_partitions, load_latest, model_keys, prune_starts,
+                          shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
@@ -50,11 +50,13 @@ class KeyByModel(beam.DoFn):
     when all groups together hold ``gather_bytes``, and at the bundle's end.
     """
 
-    def __init__(self, size, gather_bytes=256 << 20, starts=None):
+    def __init__(self, size, gather_bytes=256 << 20, starts=None, covered=()):
         self.size, self.gather_bytes, self.starts = size, gather_bytes, starts
+        self.covered = frozenset((source, key) for key, source in covered)
 
     def setup(self):
-        self.started = set()  # (source, key): start records this worker wrote
+        # (source, key): start records this worker wrote, or needs none (``covered``)
+        self.started = set(self.covered)
 
     def start_bundle(self):
         self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys in them]
@@ -83,9 +85,10 @@ class KeyByModel(beam.DoFn):
     def _record_starts(self, block):
         """Before any of a key's examples of a Kafka partition go on, a durable record of where
         it starts there (just before its first in the block; ``checkpoints.write_starts``),
-        once per key and partition in this worker: a resumed run restarts the partition no
-        later than that until the key's model has a checkpoint of its own there, however far
-        other keys' models have learned (``resume_positions``). Written here, before the
+        once per key and partition in this worker, unless the key's model has a checkpoint
+        whose restart position there moved with the watermark (``covered``): a resumed run
+        restarts the partition no later than that until the key's model has such a checkpoint,
+        however far other keys' models have learned (``resume_positions``). Written here, before the
         shuffle, not by the key's model: another key's model may move its restart position
         past this block as soon as the watermark has passed it, which tells that every stage
         before the shuffle has processed the block (and so written this), but not that the
@@ -119,7 +122,8 @@ class KeyByModel(beam.DoFn):
 
 def key_by_model(size, **options):
     """ExampleBlock -> (model key, block), see ``KeyByModel`` (``starts``: the directory of
-    the start records it writes, None for none); str keys (a deterministic coder)."""
+    the start records it writes, None for none; ``covered``: the (model key, partition) pairs
+    that need none, ``checkpoints.covered_partitions``); str keys (a deterministic coder)."""
     return beam.ParDo(KeyByModel(size, **options)).with_output_types(
         typing.Tuple[str, typing.Any])
 
@@ -608,8 +612,9 @@ class Learn(beam.PTransform):
             self.dead_letters = parse_dead if parse_dead is not None else (
                 blocks.pipeline | "No dead letters" >> beam.Create([]))
             return learn_over_shards(blocks, cfg)
-        learned = (blocks | "Key by model" >> key_by_model(cfg.chunk_size,
-                                                           starts=starts_dir(cfg.model_dir))
+        covered = covered_partitions(cfg.model_dir) if cfg.resume else ()
+        learned = (blocks | "Key by model" >> key_by_model(
+                       cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
             (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
