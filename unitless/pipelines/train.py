@@ -87,12 +87,13 @@ class KeyByModel(beam.DoFn):
         it starts there (just before its first in the block; ``checkpoints.write_starts``),
         once per key and partition in this worker, unless the key's model has a checkpoint
         whose restart position there moved with the watermark (``covered``): a resumed run
-        restarts the partition no later than that until the key's model has such a checkpoint,
-        however far other keys' models have learned (``resume_positions``). Written here, before the
-        shuffle, not by the key's model: another key's model may move its restart position
-        past this block as soon as the watermark has passed it, which tells that every stage
-        before the shuffle has processed the block (and so written this), but not that the
-        key's own model has, on a runner whose workers each keep a watermark (Flink)."""
+        restarts the partition no later than that until the key's model has such a
+        checkpoint, however far other keys' models have learned (``resume_positions``).
+        Written here, before the shuffle, not by the key's model: another key's model may move
+        its restart position past this block as soon as the watermark has passed it, which
+        tells that every stage before the shuffle has processed the block (and so written
+        this), but not that the key's own model has, on a runner whose workers each keep a
+        watermark (Flink)."""
         encoded = block.keys.dictionary_encode()
         keys = encoded.dictionary.to_pylist()
         first = np.full(len(keys), np.iinfo(np.int64).max)
@@ -509,10 +510,11 @@ class LearnDoFn(beam.DoFn):
         """Take the model's checkpoint now; it is written with the others of the bundle before
         the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
         writes them."""
+        passed = model.passed_partitions - (model.checkpoint_passed or set())  # (news only)
         model.mark_checkpoint()
         table = model.to_table()
         self.pending.append((model.key, table, model.state.examples_seen,
-                             model.progressive_loss(), list(model.passed_partitions)))
+                             model.progressive_loss(), sorted(passed)))
         self.pending_bytes += table.nbytes
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
@@ -528,7 +530,7 @@ class LearnDoFn(beam.DoFn):
                                                for key, table, examples, _, _ in self.pending],
                           self.cfg.keep_checkpoints)
         for key, _, examples, loss, partitions in self.pending:
-            if partitions:  # (where its restart position now covers its start records)
+            if partitions:  # (its restart position there now covers them: see KeyByModel)
                 prune_starts(starts_dir(self.cfg.model_dir), key, partitions)
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
