@@ -73,8 +73,7 @@ class KeyByModel(beam.DoFn):
         entry = self.groups.setdefault(group, [[], 0, set()])
         entry[1] += len(block)
         entry[2].update(block.keys.unique().to_pylist())
-        if entry[1] < self.size * len(entry[2]):
-            block = block.compact()  # (held a while: the features every example has, once)
+        block = block.compact()  # (held: the features every example has, once; see by_key)
         entry[0].append(block)
         self.held += block.nbytes
         if self.held >= self.gather_bytes:
