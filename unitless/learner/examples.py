@@ -32,15 +32,6 @@ class Batch:
     def take(self, rows):
         """The examples at the given positions, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
-        n, k = len(self), (int(self.indptr[1] - self.indptr[0]) if len(self) else 0)
-        if n and self.indptr[-1] - self.indptr[0] == n * k and (np.diff(self.indptr) == k).all():
-            # every row k features (a CSV's numeric columns): whole rows of a 2-D view, without
-            # an index per entry (10,000 keys' split of 1M rows: 1.4 s, two nnz-long arrays)
-            a = self.indptr[0]
-            return Batch(np.arange(len(rows) + 1, dtype=np.int64) * k,
-                         self.indices[a:a + n * k].reshape(n, k)[rows].reshape(-1),
-                         self.values[a:a + n * k].reshape(n, k)[rows].reshape(-1),
-                         self.labels[rows], self.weights[rows])
         lengths = np.diff(self.indptr)[rows]
         indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
