@@ -49,7 +49,8 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     """Offsets 1..10 of a Kafka-like partition, read whole (span 0..12: the reader started at
     0, and 11 and 12 were refused or were another key's); cut into parts of 3, each part's span
     starts where the one before ends; a model continues from a part only right after the one
-    it learned, also after a round trip through Beam state."""
+    it learned, also after a round trip through Beam state; a model that learned nothing there
+    only from the run's first block there (span from -1)."""
     rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(10)]
     whole = block(rows)
     whole.restarts_midway, whole.span = True, (0, 12)
@@ -60,6 +61,13 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     m.enter_source(parts[0])
     assert m.restart == {"src": 0}  # where it starts there
     assert not m.continues(parts[0])  # a model's first block there waits for the watermark
+    opening = whole.parts(3)[0]
+    opening.span = (-1, 3)  # ... but the run's first block there (read from where it started)
+    assert m.continues(opening) and not model().continues(parts[0])
+    fresh = model()
+    assert fresh.continues(opening)  # (also before it entered the source)
+    fresh.enter_source(parts[1])  # a later block came first, then the run's first one
+    assert not fresh.continues(parts[1]) and fresh.continues(opening)
     m.learn_block(parts[0])
     assert m.passed_partitions == set()  # (its start records there still count)
     m.mark_checkpoint()

@@ -132,8 +132,9 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
 def test_split_by_key_gathers_blocks_into_each_keys_examples_in_position_order():
     """ExampleBlock.by_key over several blocks (arriving out of order; rows of equal or unequal
     length; held compact, their one row of features once, or whole) gives each key exactly its
-    examples of all the blocks, in position order, as full blocks; the span of blocks that
-    tile, none where one is missing; a compact block pickles back whole."""
+    examples of all the blocks, in position order, compact where all blocks are compact with
+    one row, and slices of those too; the span of blocks that tile, none where one is missing;
+    a compact block pickles back whole. With more than 1,024 keys too (rows written in order)."""
     import pickle
     rng = np.random.default_rng(11)
 
@@ -149,29 +150,37 @@ def test_split_by_key_gathers_blocks_into_each_keys_examples_in_position_order()
                             span=(start, start + n - 1))
 
     columns = ("positions", "labels", "weights", "indptr", "indices", "values", "event_times")
-    for trial in range(80):
-        n, count = 20, int(rng.integers(1, 5))
+    for trial in range(88):
+        many = trial >= 80  # (over 1,024 keys: rows written in order)
+        n, count = (3000 if many else 20), int(rng.integers(1, 5))
         kind = trial % 4  # 0: one shared row of features, 1: equal lengths, 2: unequal, 3: none
         lengths = {0: 3, 1: 3, 2: None, 3: 0}[kind]
         blocks = [block(n * i, n, rng.integers(0, 5, n) if lengths is None
-                        else np.full(n, lengths), kind == 0, int(rng.integers(1, 6)))
+                        else np.full(n, lengths), kind == 0,
+                        2000 if many else int(rng.integers(1, 6)))
                   for i in range(count)]
         if trial % 4 == 1:
             blocks = blocks[::-1]
         if trial % 5 == 2 and count > 1:
             blocks[-1].span = None
         whole = ExampleBlock.concat(blocks)  # (position order)
-        held = [b.compact() if trial % 2 else b for b in blocks]
-        if kind == 0 and count > 0:
-            assert held[0].indptr is None or trial % 2 == 0
+        compact = (trial // 4) % 2 == 1
+        held = [b.compact() if compact else b for b in blocks]
+        if kind == 0:
+            assert (held[0].indptr is None) == compact
         got = dict(ExampleBlock.by_key(held))
         assert held == []  # emptied as copied
         keys = whole.keys.to_numpy(zero_copy_only=False)
         assert sorted(got) == sorted(set(keys))
         for key, piece in got.items():
             expected = whole.take(np.flatnonzero(keys == key))
+            assert (piece.indptr is None) == (kind == 0 and compact), trial
+            half = piece.slice(len(piece) // 2, len(piece)).full()
+            piece = piece.full()
             for c in columns:
                 assert np.array_equal(getattr(piece, c), getattr(expected, c)), (trial, c)
+                assert np.array_equal(getattr(half, c), getattr(piece.slice(
+                    len(piece) // 2, len(piece)), c)), (trial, c)
             assert piece.ids.equals(expected.ids) and set(piece.keys.to_pylist()) == {key}
             assert piece.span == whole.span
     compact = block(0, 10, np.full(10, 3), True, 2).compact()

@@ -191,3 +191,50 @@ def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_
     assert len(dead) == 2 and "invalid JSON" in reasons[0], reasons
     assert "no model for key 'delta'" in reasons[1], reasons
     assert sorted(m.value for m in dead) == sorted([b"{broken", json.dumps(unknown).encode()])
+
+
+def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker, tmp_path):
+    """The Kafka reader on the FnApiRunner over a real topic: each partition's blocks tile the
+    offsets read, the first one's span from -1 (nothing before it is read in this run, so a
+    model learns it on arrival: ``KeyedModel.continues``), also when the run starts midway (a
+    resumed run); a range that is not where the run started gets no such span."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+
+    from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic
+    from unitless.pipelines.config import configure
+    from unitless.pipelines.io import ReadPartition
+    from unitless.pipelines.train import learner_check
+    bootstrap = broker.bootstrap_servers
+    topic = "tiles"
+    create_topics(bootstrap, topic, partitions=1)
+    produce(bootstrap, topic, examples(250, seed=4))
+    cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
+                    model_key_column="segment", chunk_size=100)
+    source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,
+                               learner_check(cfg), 60)
+
+    def spans(element, expected):
+        def check(blocks):
+            got = sorted((b.span, int(b.positions[0]), int(b.positions[-1])) for b in blocks)
+            assert [s for s, _, _ in got] == expected, got
+            assert all(s[1] == last for s, _, last in got)
+        with beam.Pipeline() as p:
+            blocks = (p | beam.Create([element]) | beam.ParDo(ReadPartition(source))
+                      .with_outputs("dead", main="blocks")).blocks
+            assert_that(blocks, check)
+
+    spans((0, 0, 250), [(-1, 59), (60, 119), (120, 179), (180, 239), (240, 249)])
+    spans((0, 100, 250), [(-1, 159), (160, 219), (220, 249)])  # (resumed at 100)
+
+    # a range split off the run's (here by hand: from 100 on), which is not where it started
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+    reader = ReadPartition(source)
+    reader.setup()
+    try:
+        out = list(reader.process((0, 0, 250), OffsetRestrictionTracker(OffsetRange(100, 250)),
+                                  ManualWatermarkEstimator(None)))
+    finally:
+        reader.teardown()
+    assert [b.value.span for b in out] == [(100, 159), (160, 219), (220, 249)]

@@ -218,10 +218,16 @@ class _ConfluentReader:
     def __init__(self, topic, partition, max_records):
         from confluent_kafka import Consumer
         self.topic, self.partition, self.max_records = topic.topic, partition, max_records
-        # assign() joins no group; librdkafka still wants a group id, one of its own
-        self.consumer = Consumer(_confluent_config(topic, **{
+        # assign() joins no group; librdkafka still wants a group id, one of its own. Once
+        # it holds queued.min.messages (100,000) fetched ahead, librdkafka fetches again only
+        # after fetch.queue.backoff.ms (1 s by default), by when a reader taking 8,192 a poll
+        # has emptied its queue: polls came back empty for up to their whole wait (a backlog
+        # of 300,000 examples read in 1.6 s instead of 0.7 s); a setting of the user's wins
+        config = _confluent_config(topic, **{
             "group.id": f"unitless-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "auto.offset.reset": "earliest"}))
+            "enable.auto.offset.store": False, "auto.offset.reset": "earliest"})
+        config.setdefault("fetch.queue.backoff.ms", 10)
+        self.consumer = Consumer(config)
         self.position = None
 
     def seek(self, offset):

@@ -28,7 +28,8 @@ class ExampleBlock:
     restarts_midway: bool = False
     # (first, last) positions of the source read whole into this block (a Kafka partition's
     # offsets, or a file's lines or rows): every example of its model keys in that range is in
-    # it or was refused, so a model that learns it has learned all of its own there. Kept by
+    # it or was refused, so a model that learns it has learned all of its own there (first -1:
+    # from where this run started reading, a Kafka partition's first block in the run). Kept by
     # ``split_by_key``, ``screen`` and ``concat`` (of blocks whose spans tile), cut by
     # ``parts``; None from any other subset, and where the reader sets none
     span: tuple = None
@@ -80,7 +81,8 @@ class ExampleBlock:
                 + self.keys.nbytes)
 
     def batch(self):
-        return make_batch(self.indptr, self.indices, self.values, self.labels, self.weights)
+        full = self.full()
+        return make_batch(full.indptr, full.indices, full.values, full.labels, full.weights)
 
     def take(self, rows):
         """The examples at positions ``rows`` (in that order) as a new block (without the raw
@@ -102,7 +104,9 @@ class ExampleBlock:
         """(key, block) for each model key in ``blocks`` (all of one source), each key's
         examples in position order (where positions do not order them, as the blocks hold
         them), without raw records; each keeps the blocks' span where their spans tile (all
-        of the key's examples there are in it). A single block of a single key is itself (full).
+        of the key's examples there are in it). Compact (``compact``) where every block is
+        compact with the same row of features, else full; a single block of a single key is
+        itself.
 
         One gather of all examples into the keys' order, of which each key's block is a slice
         (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
@@ -113,7 +117,7 @@ class ExampleBlock:
         encoded = every_key.dictionary_encode()
         keys = encoded.dictionary.to_pylist()
         if len(keys) <= 1 and len(blocks) == 1:
-            return [(keys[0] if keys else "", blocks.pop().full())]
+            return [(keys[0] if keys else "", blocks.pop())]
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         positions = np.concatenate([b.positions for b in blocks])
         by_position = np.arange(len(positions))
@@ -122,26 +126,27 @@ class ExampleBlock:
         order = by_position[np.argsort(codes[by_position], kind="stable")]
         lengths = np.concatenate([np.diff(b.indptr) if b.indptr is not None
                                   else np.full(len(b), len(b.indices)) for b in blocks])
-        indptr = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(lengths[order], out=indptr[1:])
         where = np.empty(len(order), dtype=np.int64)  # the new row of each example
         where[order] = np.arange(len(order))
+        uniform = len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all()
+        shared = uniform and all(b.indptr is None and np.array_equal(b.indices, blocks[0].indices)
+                                 for b in blocks)  # (compact, one row of features for all)
+        if shared:
+            indptr, indices = None, blocks[0].indices.copy()
+        else:
+            indptr = np.zeros(len(order) + 1, dtype=np.int64)
+            np.cumsum(lengths[order], out=indptr[1:])
+            indices = np.empty(indptr[-1], dtype=np.int64)
         times = [b.event_times for b in blocks]
         grouped = ExampleBlock(
             blocks[0].source, positions[order], pa.concat_arrays([b.ids for b in blocks]).take(
                 order), every_key.take(order),
             np.concatenate([b.labels for b in blocks])[order],
-            np.concatenate([b.weights for b in blocks])[order], indptr,
-            np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1]),
-            {i: name for b in blocks for i, name in b.names.items()}, None,
-            None if any(t is None for t in times) else np.concatenate(times)[order],
+            np.concatenate([b.weights for b in blocks])[order], indptr, indices,
+            np.empty(int(lengths.sum())), {i: name for b in blocks for i, name in b.names.items()},
+            None, None if any(t is None for t in times) else np.concatenate(times)[order],
             restarts_midway=blocks[0].restarts_midway)
         span = _tiled([b.span for b in blocks])
-        uniform = len(lengths) and lengths[0] > 0 and (lengths == lengths[0]).all()
-        shared = uniform and all(b.indptr is None and np.array_equal(b.indices, blocks[0].indices)
-                                 for b in blocks)  # (compact, one row of features for all)
-        if shared:
-            grouped.indices.reshape(-1, len(blocks[0].indices))[:] = blocks[0].indices
         first = 0
         while blocks:
             b = blocks.pop(0)
@@ -149,11 +154,15 @@ class ExampleBlock:
             rows = where[first:first + n]
             if uniform:  # (whole rows of 2-D views: no index per entry)
                 k = int(lengths[0])
+                source = slice(None)
+                if len(keys) > 1024:  # (measured: rows in order, or the writes go to 10,000
+                    source = np.argsort(rows)  # places at once: 8 times slower)
+                    rows = rows[source]
                 if not shared:
                     grouped.indices.reshape(-1, k)[rows] = (
                         b.indices[a:a + n * k].reshape(n, k) if b.indptr is not None
-                        else np.broadcast_to(b.indices, (n, k)))
-                grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)
+                        else np.broadcast_to(b.indices, (n, k)))[source]
+                grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)[source]
             else:  # entry e of row r goes to the row's new start + (e - the row's old start)
                 b = b.full()
                 to = (np.repeat(indptr[rows] - (b.indptr[:-1] - a), np.diff(b.indptr))
@@ -186,14 +195,19 @@ class ExampleBlock:
 
     def slice(self, start, stop):
         """Examples start..stop-1 as a new block (without the raw records): numpy views, and
-        Arrow arrays of their own (a pickled Arrow slice would carry its parent's buffers)."""
-        a, b = self.indptr[start], self.indptr[stop]
+        Arrow arrays of their own (a pickled Arrow slice would carry its parent's buffers);
+        compact if the block is."""
+        if self.indptr is None:  # (compact: every example has the row ``indices``)
+            indptr, indices = None, self.indices
+            a, b = start * len(indices), stop * len(indices)
+        else:
+            a, b = self.indptr[start], self.indptr[stop]
+            indptr, indices = self.indptr[start:stop + 1] - a, self.indices[a:b]
         return ExampleBlock(self.source, self.positions[start:stop],
                             pa.concat_arrays([self.ids.slice(start, stop - start)]),
                             pa.concat_arrays([self.keys.slice(start, stop - start)]),
-                            self.labels[start:stop],
-                            self.weights[start:stop], self.indptr[start:stop + 1] - a,
-                            self.indices[a:b], self.values[a:b], self.names, None,
+                            self.labels[start:stop], self.weights[start:stop], indptr,
+                            indices, self.values[a:b], self.names, None,
                             self.event_times[start:stop] if self.event_times is not None
                             else None, restarts_midway=self.restarts_midway)
 
@@ -203,8 +217,8 @@ class ExampleBlock:
         without raw records."""
         if len(blocks) == 1:
             return blocks[0]
-        lengths = np.concatenate([np.diff(b.indptr) if b.indptr is not None
-                                  else np.full(len(b), len(b.indices)) for b in blocks])
+        blocks = [b.full() for b in blocks]
+        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         names = {}
@@ -240,9 +254,10 @@ class ExampleBlock:
         parsed values."""
         raw = self.raw[r] if self.raw is not None else None
         if raw is None:
+            full = self.full()
+            a, b = full.indptr[r:r + 2]
             return json.dumps({"label": float(self.labels[r]), "features": {
-                str(i): float(v) for i, v in zip(self.indices[self.indptr[r]:self.indptr[r + 1]],
-                                                 self.values[self.indptr[r]:self.indptr[r + 1]])}})
+                str(i): float(v) for i, v in zip(full.indices[a:b], self.values[a:b])}})
         return raw
 
 

@@ -173,10 +173,12 @@ class ReadPartition(beam.DoFn):
             reader.close()
         self.dead.close()
 
-    def _reader_for(self, partition):
+    def _reader_for(self, partition, start):
         if partition not in self.readers:
             self.readers[partition] = open_reader(self.cfg.topic, partition,
                                                   self.cfg.max_records)
+            log.info("Kafka %s/%d: reading from offset %d", self.cfg.topic.topic, partition,
+                     start)
         return self.readers[partition]
 
     def process(self, element, tracker=beam.DoFn.RestrictionParam(_OffsetRangeProvider()),
@@ -185,7 +187,7 @@ class ReadPartition(beam.DoFn):
         partition = element[0]
         restriction = tracker.current_restriction()
         try:
-            consumer = self._reader_for(partition)
+            consumer = self._reader_for(partition, restriction.start)
         except ConnectionError as err:
             if restriction.stop != UNBOUNDED:
                 raise
@@ -194,6 +196,8 @@ class ReadPartition(beam.DoFn):
             return
         consumer.seek(restriction.start)
         position = start = restriction.start  # start: of the offsets read, not yet handed on
+        if start == element[1]:  # where this run starts reading the partition: see _emit
+            start = -1
         streaming = restriction.stop == UNBOUNDED
         ends = time.time() + self.cfg.max_bundle_s  # (streaming: when this bundle hands on)
         # claimed, not yet handed on: one block per bundle (or per max_records) however few
@@ -248,7 +252,9 @@ class ReadPartition(beam.DoFn):
     def _emit(self, partition, pending, watermark, start):
         """Hand on the claimed polls ``pending``, read from offset ``start`` on, as one block
         (and its dead letters); empties ``pending``. Returns the offset the next block starts
-        at."""
+        at. The first block of the partition in this run (``start`` -1) has a span from -1:
+        nothing before it is read in this run, so it holds every example of its keys there
+        that comes before its end (a model learns it on arrival: ``KeyedModel.continues``)."""
         if not pending:
             return start
         records = Records.concat(pending) if len(pending) > 1 else pending[0]

@@ -162,14 +162,15 @@ class KeyedModel:
     def continues(self, block):
         """True when the block holds this model's next examples of its source, all of them
         from right after those it has learned there (``through``; nothing yet, for a file read
-        from its start; unknown for a Kafka partition it has learned nothing from), in order:
-        nothing it must learn before them can be elsewhere."""
-        if block.span is None or not len(block) or block.source in self.unlearned:
+        from its start, and for a Kafka partition it has learned nothing from, where only a
+        block whose span starts at -1, the first read there in this run, holds them), in
+        order: nothing it must learn before them can be elsewhere."""
+        if block.span is None or not len(block):
             return False
         done = self.through.get(block.source, self.positions.get(block.source))
-        if done is None:
-            if block.restarts_midway:
-                return False
+        if block.source in self.unlearned or (done is None and block.restarts_midway):
+            done = -2  # (not known: only a span from -1 goes on from it)
+        elif done is None:
             done = -1
         return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
 

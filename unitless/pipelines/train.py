@@ -263,11 +263,11 @@ class LearnDoFn(beam.DoFn):
     before the position a model learned) drops only examples it learned before a restart.
     One exception, for streaming latency and rate and for memory: a block whose ``span`` (the
     positions its reader read whole into it: a Kafka partition's offsets, a run's one file's
-    lines or rows) starts right after what the model has learned from that source
-    (``KeyedModel.continues``) holds all of the model's next examples there, so it is learned
-    as it arrives, without waiting in state for the watermark; blocks that must follow it wait
-    as before. Only the order between different Kafka partitions' examples then follows their
-    arrival, not stamps (a model's first block of a partition waits; several files' blocks
+    lines or rows) starts right after what the model has learned from that source, or where
+    this run started reading it (``KeyedModel.continues``), holds all of the model's next
+    examples there, so it is learned as it arrives, without waiting in state for the
+    watermark; blocks that must follow it wait as before. Only the order between different
+    Kafka partitions' examples then follows their arrival, not stamps (several files' blocks
     carry no span, so files are still learned in the order of their names).
 
     Delivery: a checkpoint records the input positions its model learned up to, and a resumed
