@@ -79,6 +79,7 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
     blocks at most ``size`` examples and in position order; with one key a block passes as soon
     as it holds ``size``; with a small byte bound the groups are split before the bundle ends."""
     import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that
 
     from unitless.pipelines.train import key_by_model
@@ -114,7 +115,7 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
 
     for size, gather_bytes in ((50, 256 << 20), (50, 20_000), (1000, 256 << 20),
                                (1000, 20_000)):
-        with beam.Pipeline() as p:
+        with beam.Pipeline(runner=FnApiRunner()) as p:
             keyed = (p | beam.Create(blocks, reshuffle=False)
                      | key_by_model(size, gather_bytes=gather_bytes))
             assert_that(keyed, check(size, split_early=gather_bytes < 1 << 20))
@@ -197,6 +198,7 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
     on: a step right after it finds the record there for every piece; once per key and
     partition (a later block adds none); none for a file's blocks."""
     import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that, equal_to
 
     from unitless.pipelines.checkpoints import read_starts
@@ -225,7 +227,7 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
             assert read_starts(root)[key][piece.source] <= int(piece.positions.min()) - 1
         return key
 
-    with beam.Pipeline() as p:
+    with beam.Pipeline(runner=FnApiRunner()) as p:
         keys = (p | beam.Create(blocks, reshuffle=False)
                 | key_by_model(10, starts=root) | beam.Map(recorded_before))
         assert_that(keys | beam.Distinct(), equal_to(sorted({k for b in blocks

@@ -199,6 +199,7 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
     model learns it on arrival: ``KeyedModel.continues``), also when the run starts midway (a
     resumed run); a range that is not where the run started gets no such span."""
     import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that
 
     from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic
@@ -219,7 +220,9 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
             got = sorted((b.span, int(b.positions[0]), int(b.positions[-1])) for b in blocks)
             assert [s for s, _, _ in got] == expected, got
             assert all(s[1] == last for s, _, last in got)
-        with beam.Pipeline() as p:
+        # (the FnApiRunner named: after Beam's default DirectRunner here, this process's later
+        # Prism pipelines failed to start, Beam trying to download a Prism of its own)
+        with beam.Pipeline(runner=FnApiRunner()) as p:
             blocks = (p | beam.Create([element]) | beam.ParDo(ReadPartition(source))
                       .with_outputs("dead", main="blocks")).blocks
             assert_that(blocks, check)

@@ -51,8 +51,9 @@ class ExampleBlock:
         """The block with the features every example carries once, where every example
         carries the same ones in the same order (a CSV's numeric columns, none missing):
         ``indptr`` None and ``indices`` that one row, 45% fewer bytes; else the block itself.
-        Blocks take that form only where they are pickled and where ``KeyByModel`` holds them,
-        for ``by_key``, which takes either form and hands on the full one."""
+        Blocks take that form where they are pickled, where ``KeyByModel`` holds them and in
+        the pieces ``by_key`` hands on from such blocks; ``batch``, ``take``, ``concat`` and
+        ``raw_record`` see the full one."""
         n, indptr = len(self.labels), self.indptr
         if n < 2 or indptr is None or indptr[0] != 0:
             return self
