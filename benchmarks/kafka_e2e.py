@@ -388,6 +388,10 @@ def profile_bounded(bootstrap, work, n):
             "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
+def rate(x):
+    return fnum(x, 0, sci=False)
+
+
 def render(data):
     runs = data["clients"]
     fastest_relay = max(r["reference"]["examples_per_s"] for r in runs.values())
@@ -395,16 +399,16 @@ def render(data):
     for client, r in runs.items():
         ref, bounded, live = r["reference"], r["bounded"], r.get("streaming")
         rows.append([client, "bare relay (consume + produce, no parsing, no learning)", "—",
-                     fnum(ref["examples_per_s"], 0), "—", "1", "—"])
+                     rate(ref["examples_per_s"]), "—", "1", "—"])
         rows.append([client, "unitless train, bounded, FnApiRunner", fnum(bounded["wall_s"], 3),
-                     fnum(bounded["examples_per_s_sustained"], 0),
-                     fnum(bounded["examples_per_s_wall"], 0),
+                     rate(bounded["examples_per_s_sustained"]),
+                     rate(bounded["examples_per_s_wall"]),
                      fnum(bounded["examples_per_s_sustained"] / ref["examples_per_s"], 3),
                      fnum(bounded["examples_per_s_sustained"] / fastest_relay, 3)])
         if live:
             b = live["burst"]
             rows.append([client, "unitless train --streaming, PrismRunner", fnum(b["wall_s"], 3),
-                         fnum(b["examples_per_s_sustained"], 0), "—",
+                         rate(b["examples_per_s_sustained"]), "—",
                          fnum(b["examples_per_s_sustained"] / ref["examples_per_s"], 3),
                          fnum(b["examples_per_s_sustained"] / fastest_relay, 3)])
     any_run = next(iter(runs.values()))
