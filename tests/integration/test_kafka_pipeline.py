@@ -241,3 +241,50 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
     finally:
         reader.teardown()
     assert [b.value.span for b in out] == [(100, 159), (160, 219), (220, 249)]
+
+
+def test_a_range_split_off_by_the_runner_starts_at_or_past_every_stamp_it_leaves_behind(
+        broker, tmp_path):
+    """The runner may split a partition's range (at fraction 0) between two claims, while the
+    reader still holds claimed records not yet handed on; the range split off starts with the
+    reader's watermark at that moment. Every block the first range then hands on is stamped at
+    or before that watermark, so the rest's blocks, stamped later than it on any worker's
+    clock, are learned after them."""
+    from apache_beam.io.restriction_trackers import OffsetRange
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+
+    from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic
+    from unitless.pipelines.config import configure
+    from unitless.pipelines.io import ReadPartition, _PartitionTracker
+    from unitless.pipelines.train import learner_check
+    bootstrap = broker.bootstrap_servers
+    topic = "split"
+    create_topics(bootstrap, topic, partitions=1)
+    produce(bootstrap, topic, examples(250, seed=5))
+    cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
+                    model_key_column="segment")
+    source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,
+                               learner_check(cfg), 100)
+    estimator = ManualWatermarkEstimator(None)
+
+    class SplitAfterFirstClaim(_PartitionTracker):  # (as a runner's split request would)
+        split_at = None
+
+        def try_claim(self, position):
+            claimed = super().try_claim(position)
+            if claimed and self.split_at is None:
+                self.split_at = estimator.current_watermark()
+                assert self.try_split(0) is not None
+            return claimed
+
+    tracker = SplitAfterFirstClaim(OffsetRange(0, 250))
+    reader = ReadPartition(source)
+    reader.setup()
+    try:
+        out = [v for v in reader.process((0, 0, 250), tracker, estimator)
+               if hasattr(v, "timestamp")]
+    finally:
+        reader.teardown()
+    assert out and tracker.split_at is not None
+    assert all(v.timestamp <= tracker.split_at for v in out), (tracker.split_at, out)
+    assert tracker.current_restriction().stop == out[-1].value.span[1] + 1 < 250

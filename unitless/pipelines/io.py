@@ -203,11 +203,11 @@ class ReadPartition(beam.DoFn):
         # claimed, not yet handed on: one block per bundle (or per max_records) however few
         # messages each poll brings (kafka-python's bring what has arrived, a handful at a
         # time at low rates), so what follows pays its per-block costs once
-        pending = []
+        pending, stamp = [], None  # stamp: the pending block's timestamp (see below)
         read_any = False
         while True:
             if not streaming and position >= restriction.stop:
-                yield from self._emit(partition, pending, watermark, start)
+                yield from self._emit(partition, pending, stamp, start)
                 tracker.try_claim(restriction.stop)  # done: offsets may have gaps at the end
                 return
             # streaming, a poll waits no longer than the bundle has left: confluent-kafka's
@@ -219,7 +219,7 @@ class ReadPartition(beam.DoFn):
                 # streaming, an empty poll after some that were not: what has come is read
                 # (or the bundle's time is up), so its blocks are handed on
                 if streaming and read_any:
-                    yield from self._emit(partition, pending, watermark, start)
+                    yield from self._emit(partition, pending, stamp, start)
                     tracker.defer_remainder()
                     return
                 if streaming:
@@ -231,30 +231,38 @@ class ReadPartition(beam.DoFn):
                 continue
             # claimed at once: those before the range's end (a checkpoint may move it)
             claimable = bisect.bisect_left(records.offsets, tracker.current_restriction().stop)
-            if claimable and not tracker.try_claim(records.offsets[claimable - 1]):
-                yield from self._emit(partition, pending, watermark, start)
-                return  # split off meanwhile: the residual reads them
             if claimable:
+                if pending and sum(map(len, pending)) + claimable > self.cfg.max_records:
+                    start = yield from self._emit(partition, pending, stamp, start)
+                if not pending:
+                    # a block's stamp is fixed before its first claim, strictly later than
+                    # the block before's, and the watermark follows at once: a range split
+                    # off (by the runner, at any claim) starts at or past the stamps of every
+                    # block this one still holds, so its own blocks, stamped later than that
+                    # on any worker's clock, are learned after them (LearnDoFn)
+                    stamp = _advance(watermark, Timestamp.now())
+                if not tracker.try_claim(records.offsets[claimable - 1]):
+                    yield from self._emit(partition, pending, stamp, start)
+                    return  # split off meanwhile: the residual reads them
                 position = records.offsets[claimable - 1] + 1
                 read_any = True
-                if sum(map(len, pending)) + claimable > self.cfg.max_records:
-                    start = yield from self._emit(partition, pending, watermark, start)
                 pending.append(records.head(claimable))
             if claimable < len(records):
-                yield from self._emit(partition, pending, watermark, start)
+                yield from self._emit(partition, pending, stamp, start)
                 tracker.try_claim(records.offsets[claimable])  # past the end: the range is done
                 return
             if streaming and time.time() >= ends:
-                yield from self._emit(partition, pending, watermark, start)
+                yield from self._emit(partition, pending, stamp, start)
                 tracker.defer_remainder()
                 return
 
-    def _emit(self, partition, pending, watermark, start):
+    def _emit(self, partition, pending, stamp, start):
         """Hand on the claimed polls ``pending``, read from offset ``start`` on, as one block
-        (and its dead letters); empties ``pending``. Returns the offset the next block starts
-        at. The first block of the partition in this run (``start`` -1) has a span from -1:
-        nothing before it is read in this run, so it holds every example of its keys there
-        that comes before its end (a model learns it on arrival: ``KeyedModel.continues``)."""
+        stamped ``stamp`` (and its dead letters); empties ``pending``. Returns the offset the
+        next block starts at. The first block of the partition in this run (``start`` -1) has
+        a span from -1: nothing before it is read in this run, so it holds every example of its
+        keys there that comes before its end (a model learns it on arrival:
+        ``KeyedModel.continues``)."""
         if not pending:
             return start
         records = Records.concat(pending) if len(pending) > 1 else pending[0]
@@ -266,10 +274,10 @@ class ReadPartition(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD, table)
         if len(block):
             # each block of a partition is stamped later than the one before (the time it was
-            # read, made strictly increasing) and the watermark follows: the Learn step orders a
-            # key's blocks by these stamps. Not the messages' own timestamps: a producer's clock
-            # far ahead would hold every model's learning back until that time.
-            yield TimestampedValue(block, _advance(watermark, Timestamp.now()))
+            # first claimed, made strictly increasing) and the watermark follows: the Learn step
+            # orders a key's blocks by these stamps. Not the messages' own timestamps: a
+            # producer's clock far ahead would hold every model's learning back until then.
+            yield TimestampedValue(block, stamp)
             return block.span[1] + 1
         return start  # (none learnable: the next block's span covers these offsets too)
 
