@@ -14,15 +14,16 @@ side:
 2. Throughput, bounded: ``unitless train --input kafka://…`` on the FnApiRunner (reads to the end
    offsets seen at start) over N examples already on the topic. Sustained examples/s = N over the
    time between the pipeline's first read (its log line) and the last prediction appended (the
-   FnApiRunner reads and parses all N before it learns any: until session 13 this counted
-   from the first prediction, which left the reading out); also N over the command's wall
-   time.
+   FnApiRunner reads and parses all N before it learns any: earlier versions of this script
+   counted from the first prediction, which left the reading out); also N over the command's
+   wall time.
 3. Streaming on Prism (``--streaming``): after a warm-up, (a) N examples produced as fast as the
-   producer can, sustained examples/s = N over the time between the first and the last of
-   their predictions appended (the running pipeline reads them as they come); (b) fixed offered loads R examples/s for T s each
-   (half the 50,000 target, and half of what (a) sustained; offered by confluent-kafka's
-   producer when installed), end-to-end latency = prediction append time − example produce
-   time (the example's Kafka timestamp, carried in the prediction's ``event_time``), p50/p99.
+   producer can, sustained examples/s = N over the time between the first and the last of their
+   predictions appended (the running pipeline reads them as they come); (b) fixed offered loads R
+   examples/s for T s each (half the 50,000 target, and half of what (a) sustained; offered by
+   confluent-kafka's producer when installed), end-to-end latency = prediction append time −
+   example produce time (the example's Kafka timestamp, carried in the prediction's
+   ``event_time``), p50/p99.
 4. Where the time goes: the bounded run with the fastest client under cProfile, own time
    grouped by module.
 
