@@ -255,10 +255,9 @@ class ExampleBlock:
         parsed values."""
         raw = self.raw[r] if self.raw is not None else None
         if raw is None:
-            full = self.full()
-            a, b = full.indptr[r:r + 2]
+            row = self.slice(r, r + 1).full()  # (not the whole block made full per row)
             return json.dumps({"label": float(self.labels[r]), "features": {
-                str(i): float(v) for i, v in zip(full.indices[a:b], self.values[a:b])}})
+                str(i): float(v) for i, v in zip(row.indices, row.values)}})
         return raw
 
 
