@@ -299,9 +299,9 @@ def test_a_changed_metadata_value_is_detected(tmp_path):
     models = str(tmp_path)
     old, new = two_checkpoints(models)
     data = open(new, "rb").read()
-    assert data.count(b'"examples_seen": 20') == 2  # the schema is stored twice
+    assert data.count(b'"examples_seen":20') == 2  # the schema is stored twice
     with open(new, "wb") as f:
-        f.write(data.replace(b'"examples_seen": 20', b'"examples_seen": 30'))
+        f.write(data.replace(b'"examples_seen":20', b'"examples_seen":30'))
     with pytest.raises(ValueError, match="checksum does not match"):
         read_checkpoint(new)
     assert latest_checkpoint(models, "k") == old
@@ -489,6 +489,24 @@ def test_the_checksum_does_not_depend_on_chunking(tmp_path):
     check_table(pa.concat_tables([kot.slice(0, 1), kot.slice(1)]))
 
 
+def test_the_checksum_is_the_one_checkpoints_already_written_hold():
+    """The checksum's definition is part of the file format: a fixed table (every column kind a
+    checkpoint has, a null, a non-ASCII string) keeps the digest it had when checkpoints were
+    first sealed, whatever the code computing it."""
+    from unitless.pipelines.checkpoints import checksum
+    table = pa.table({
+        "class": pa.array([0, 0, 1], pa.int32()), "index": pa.array([3, 7, 7], pa.int64()),
+        "name": pa.array(["x", None, "é"], pa.string()), "w": pa.array([0.5, -1e-300, 2.0]),
+        "G": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 0.0, 0.0, 1.0, 2.5, 0.0]), 2),
+    }).replace_schema_metadata({METADATA_KEY: json.dumps(
+        {"model_key": "k", "examples_seen": 3, "scalars": {"a": [1.5]}}).encode()})
+    assert checksum(table) == ("sha256:1f608bdfcc5854e340083f977623e8da"
+                               "0a00418335e98c882b94ffe55669785d")
+    sealed = seal(table, "k")
+    assert checksum(sealed) == checksum(table) == json.loads(
+        sealed.schema.metadata[METADATA_KEY])["checksum"]
+
+
 # --- many at once -------------------------------------------------------------------------------
 
 def test_checkpoints_written_together_equal_those_written_one_at_a_time(tmp_path):
@@ -624,3 +642,39 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
     write_checkpoint(str(tmp_path), "a", a.to_table(), 2)
     assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 9}, {"t/0": 1190})
     assert covered_partitions(str(tmp_path)) == {("a", "t/1")}
+
+
+# --- a run's start reads each checkpoint once ----------------------------------------------------
+
+def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_path, monkeypatch,
+                                                                          caplog):
+    """Within ``read_once``, the settings check, the resume positions and the covered
+    partitions (each over every key's latest checkpoint) read and verify each file once; after
+    it, a file damaged since is read again and refused."""
+    from unitless.pipelines import checkpoints
+    models = str(tmp_path)
+    newest = {key: two_checkpoints(models, key)[1] for key in ("a", "b", "c")}
+    reads = []
+
+    def counted(path, limit=-1):
+        reads.append(path)
+        return real(path, limit)
+    real = checkpoints.read_bytes
+    monkeypatch.setattr(checkpoints, "read_bytes", counted)
+    with checkpoints.read_once():
+        with checkpoints.read_once():  # (nested: the outer one holds)
+            for _ in range(3):
+                assert checkpoints.model_keys(models) == ["a", "b", "c"]
+                assert checkpoints.resume_positions(models) == ({}, {})
+                assert checkpoints.covered_partitions(models) == set()
+                assert [latest_checkpoint(models, k) for k in "abc"] == list(newest.values())
+        assert sorted(reads) == sorted(newest.values())
+    with checkpoints.read_once(limit=0):  # (no room: every reader reads again)
+        latest_checkpoint(models, "a")
+        latest_checkpoint(models, "a")
+    assert reads[3:] == [newest["a"]] * 2
+    with open(newest["b"], "r+b") as f:
+        f.truncate(os.path.getsize(newest["b"]) // 2)
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert latest_checkpoint(models, "b") != newest["b"]
+    assert newest["b"] in caplog.text

@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .kernel import run_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
@@ -33,47 +34,61 @@ def check_batch(state, batch):
 
 def check_examples(batch, dim, n_classes, loss):
     """``check_batch`` for a learner of that dimension, number of classes and loss."""
+    n = len(batch)
+    codes, entry = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
+    if not _problem_codes(batch.indptr, batch.indices, batch.values, batch.labels,
+                          batch.weights, dim, n_classes, loss in CLASSIFICATION_LOSSES, codes,
+                          entry):
+        return []
     y, w = batch.labels, batch.weights
-    bad_value = ~(np.abs(batch.values) <= MAX_MAGNITUDE)  # NaN fails the comparison
-    bad_index = (batch.indices < 0) | (batch.indices >= dim)
-    bad_label = ~(np.abs(y) <= MAX_MAGNITUDE)
-    if n_classes > 1:
-        not_a_class = ~((y == np.round(y)) & (y >= 1) & (y <= n_classes))
-    elif loss in CLASSIFICATION_LOSSES:
-        not_a_class = ~((y == 1.0) | (y == 0.0) | (y == -1.0))
-    else:
-        not_a_class = None
-    bad_weight = ~((w >= 0) & (w <= MAX_MAGNITUDE))
-    if not (bad_value.any() or bad_index.any() or bad_label.any() or bad_weight.any()
-            or (not_a_class is not None and not_a_class.any())):
-        return []  # (each mask once: this runs for every block, however small)
-    problems = {}
+    reasons = {
+        BAD_VALUE: lambda r: (f"feature value {batch.values[entry[r]]} (feature index "
+                              f"{batch.indices[entry[r]]}) is not finite with "
+                              f"|x| ≤ {MAX_MAGNITUDE:g}"),
+        BAD_INDEX: lambda r: f"a feature index is outside 0..{dim - 1}",
+        BAD_LABEL: lambda r: f"label {y[r]} is not finite with |y| ≤ {MAX_MAGNITUDE:g}",
+        NOT_A_CLASS: (lambda r: f"label {y[r]} is not a class in 1..{n_classes}") if n_classes > 1
+        else (lambda r: f"label {y[r]} is not a {loss} label (-1/+1, or 0/1)"),
+        BAD_WEIGHT: lambda r: f"importance weight {w[r]} is not in 0..{MAX_MAGNITUDE:g}",
+    }
+    return [(int(r), reasons[codes[r]](r)) for r in np.flatnonzero(codes)]
 
-    def flag(rows, reason):
-        for r in np.flatnonzero(rows):
-            problems.setdefault(int(r), reason(int(r)))
 
-    row_of = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
-    if bad_value.any():
-        first = {}
-        for pos in np.flatnonzero(bad_value)[::-1]:
-            first[int(row_of[pos])] = pos
-        flag(np.isin(np.arange(len(batch)), list(first)),
-             lambda r: f"feature value {batch.values[first[r]]} (feature index "
-                       f"{batch.indices[first[r]]}) is not finite with |x| ≤ {MAX_MAGNITUDE:g}")
-    if bad_index.any():
-        rows = np.zeros(len(batch), bool)
-        rows[row_of[bad_index]] = True
-        flag(rows, lambda r: f"a feature index is outside 0..{dim - 1}")
-    flag(bad_label, lambda r: f"label {y[r]} is not finite with |y| ≤ {MAX_MAGNITUDE:g}")
-    if n_classes > 1:
-        flag(np.isfinite(y) & not_a_class,
-             lambda r: f"label {y[r]} is not a class in 1..{n_classes}")
-    elif not_a_class is not None:
-        flag(np.isfinite(y) & not_a_class,
-             lambda r: f"label {y[r]} is not a {loss} label (-1/+1, or 0/1)")
-    flag(bad_weight, lambda r: f"importance weight {w[r]} is not in 0..{MAX_MAGNITUDE:g}")
-    return sorted(problems.items())
+# Why ``_problem_codes`` refuses an example, the first that applies in this order
+BAD_VALUE, BAD_INDEX, BAD_LABEL, NOT_A_CLASS, BAD_WEIGHT = 1, 2, 3, 4, 5
+
+
+@njit(cache=True)
+def _problem_codes(indptr, indices, values, labels, weights, dim, n_classes, classification,
+                   codes, entry):
+    """codes[r]: why example r is refused (0: it is not), the first that applies of a feature
+    value not finite with |x| ≤ MAX_MAGNITUDE (entry[r]: the first such), a feature index
+    outside 0..dim-1, a label not finite with |y| ≤ MAX_MAGNITUDE, a label that is not a class
+    (1..n_classes for one-against-all; -1, 0 or +1 for a binary classification loss), an
+    importance weight not in 0..MAX_MAGNITUDE. Returns how many are refused. One pass,
+    compiled: it runs for every block, however small."""
+    refused = 0
+    for r in range(labels.shape[0]):
+        code = 0
+        for e in range(indptr[r], indptr[r + 1]):
+            if not abs(values[e]) <= MAX_MAGNITUDE:  # (NaN fails the comparison)
+                code, entry[r] = BAD_VALUE, e
+                break
+            if code == 0 and (indices[e] < 0 or indices[e] >= dim):
+                code = BAD_INDEX  # (unless a value further on is bad)
+        y, w = labels[r], weights[r]
+        if code == 0 and not abs(y) <= MAX_MAGNITUDE:
+            code = BAD_LABEL
+        elif code == 0 and n_classes > 1 and not (y == np.floor(y) and 1 <= y <= n_classes):
+            code = NOT_A_CLASS
+        elif code == 0 and n_classes == 1 and classification and not (y == 1.0 or y == 0.0
+                                                                        or y == -1.0):
+            code = NOT_A_CLASS
+        elif code == 0 and not (w >= 0 and w <= MAX_MAGNITUDE):
+            code = BAD_WEIGHT
+        codes[r] = code
+        refused += code != 0
+    return refused
 
 
 def learner_labels(state, labels):

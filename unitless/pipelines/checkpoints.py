@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,40 +106,52 @@ def checksum(table):
 
 def _checksum(table, meta):
     """``checksum`` of the table with metadata ``meta`` (a dict)."""
-    meta = {k: v for k, v in meta.items() if k != CHECKSUM_FIELD}
-    h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
-    _hash_part(h, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
-    _hash_part(h, table.num_rows.to_bytes(8, "little"))
+    return _digest(table, _canonical(meta))
+
+
+def _canonical(meta):
+    """The metadata without its checksum field as the checksum reads it: JSON, keys sorted."""
+    return json.dumps({k: v for k, v in meta.items() if k != CHECKSUM_FIELD}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _digest(table, canonical):
+    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``. Its parts
+    are gathered and hashed at once (one call per checkpoint, not some 70: the end of a run
+    over 10,000 keys seals 10,000 of them)."""
+    parts = [b"unitless checkpoint checksum 1\0"]
+    _hash_part(parts, canonical.encode())
+    _hash_part(parts, table.num_rows.to_bytes(8, "little"))
     for name, column in zip(table.column_names, table.columns):
-        _hash_part(h, name.encode("utf-8", "surrogatepass"))
-        _hash_array(h, column.combine_chunks())
-    return "sha256:" + h.hexdigest()
+        _hash_part(parts, name.encode("utf-8", "surrogatepass"))
+        _hash_array(parts, column.combine_chunks())
+    return "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
 
 
-def _hash_part(h, data):
-    h.update(len(data).to_bytes(8, "little"))
-    h.update(data)
+def _hash_part(parts, data):
+    parts.append(len(data).to_bytes(8, "little"))
+    parts.append(data)
 
 
-def _hash_array(h, array):
+def _hash_array(parts, array):
     kind = array.type
-    _hash_part(h, str(kind).encode())
-    _hash_part(h, len(array).to_bytes(8, "little"))
+    _hash_part(parts, str(kind).encode())
+    _hash_part(parts, len(array).to_bytes(8, "little"))
     if array.null_count:
         nulls = array.is_null().to_numpy(zero_copy_only=False)
-        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
+        _hash_part(parts, np.packbits(nulls, bitorder="little").tobytes())
     else:  # (the same bytes, without building the mask)
-        _hash_part(h, bytes((len(array) + 7) // 8))
+        _hash_part(parts, bytes((len(array) + 7) // 8))
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
             else array
         values = values.to_numpy(zero_copy_only=False)
-        _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
+        _hash_part(parts, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
           or pa.types.is_large_binary(kind)):
         if array.null_count == len(array):  # (what the general form below gives, cheaper)
-            _hash_part(h, bytes(8 * len(array)))
-            _hash_part(h, b"")
+            _hash_part(parts, bytes(8 * len(array)))
+            _hash_part(parts, b"")
             return
         if array.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
             filled, width = array, "<i4"  # (its own 32-bit offsets: the same, without a cast)
@@ -146,11 +159,11 @@ def _hash_array(h, array):
             filled, width = array.cast(pa.large_binary()).fill_null(b""), "<i8"
         offsets = np.frombuffer(filled.buffers()[1], dtype=width)[
             filled.offset:filled.offset + len(filled) + 1]
-        _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
+        _hash_part(parts, np.diff(offsets).astype("<i8").tobytes())
         data = filled.buffers()[2]
-        _hash_part(h, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
+        _hash_part(parts, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
     elif pa.types.is_fixed_size_list(kind):
-        _hash_array(h, array.flatten())
+        _hash_array(parts, array.flatten())
     else:
         raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
 
@@ -163,13 +176,10 @@ def seal(table, key):
         raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
                          f"model {key!r}")
     meta["model_key"] = key
-    meta[CHECKSUM_FIELD] = _checksum(table, meta)
-    return _with_metadata(table, meta)
-
-
-def _with_metadata(table, meta):
+    canonical = _canonical(meta)  # (stored as it is hashed, with the checksum added)
+    stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{_digest(table, canonical)}"}}'
     schema_metadata = dict(table.schema.metadata or {})
-    schema_metadata[METADATA_KEY] = json.dumps(meta).encode()
+    schema_metadata[METADATA_KEY] = stored.encode()
     return table.replace_schema_metadata(schema_metadata)
 
 
@@ -189,9 +199,51 @@ def check_table(table):
 
 # --- reading -----------------------------------------------------------------------------------
 
+class _ReadOnce:
+    """What ``read_once`` keeps: valid tables by path (``left``: bytes more it may keep) and
+    ``checkpoint_metadata`` by model directory. (An object, not a dict: Beam's type inference
+    walks the contents of the dicts and lists that a DoFn's code reaches through globals.)"""
+
+    def __init__(self, limit):
+        self.tables, self.left, self.listings = {}, limit, {}
+
+
+_once = None  # a _ReadOnce while ``read_once`` is active
+
+
+@contextmanager
+def read_once(limit=256 << 20):
+    """Within it, each checkpoint file is read and verified once: the valid ones are kept for
+    the next reader, up to ``limit`` bytes of tables (past that, read again); so is the list
+    of a model directory's keys (``checkpoint_metadata``). A run's start reads every model
+    key's latest checkpoint for several things: to check the models' settings, where to
+    restart its sources, and which start records it needs (10,000 keys: some 6 s a pass).
+    Nothing may write checkpoints meanwhile (nothing does before a run starts). Nested, the
+    outer one holds."""
+    global _once
+    if _once is not None:
+        yield
+        return
+    _once = _ReadOnce(limit)
+    try:
+        yield
+    finally:
+        _once = None
+
+
 def _read_valid(path):
-    """The table of the checkpoint file at path; ValueError (the reason) unless it is valid;
-    FileNotFoundError if there is no such file."""
+    """The table of the checkpoint file at path (``read_once``); ValueError (the reason)
+    unless it is valid; FileNotFoundError if there is no such file."""
+    if _once is not None and path in _once.tables:
+        return _once.tables[path]
+    table = _read_and_verify(path)
+    if _once is not None and table.nbytes <= _once.left:
+        _once.tables[path] = table
+        _once.left -= table.nbytes
+    return table
+
+
+def _read_and_verify(path):
     try:
         data = read_bytes(path)  # whole, not mapped: a file changed later cannot change
         table = table_from_bytes(data)  # (or, truncated, crash) a table already read
@@ -312,7 +364,16 @@ def model_keys(model_dir):
 def checkpoint_metadata(model_dir):
     """[(model key, checkpoint path, its metadata)] per key directory under model_dir (see
     ``model_keys``), sorted by key: the metadata of the checkpoint readers try first whose
-    Arrow schema is readable. Only schemas are read: nothing is verified."""
+    Arrow schema is readable. Only schemas are read: nothing is verified. Within
+    ``read_once``, the directory is read once."""
+    if _once is not None:
+        if model_dir not in _once.listings:
+            _once.listings[model_dir] = _checkpoint_metadata(model_dir)
+        return list(_once.listings[model_dir])
+    return _checkpoint_metadata(model_dir)
+
+
+def _checkpoint_metadata(model_dir):
     found = []
     for name in list_dir(model_dir)[1]:
         if not name.startswith((SHORT_PREFIX, HASHED_PREFIX)):

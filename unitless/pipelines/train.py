@@ -25,7 +25,7 @@ from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from .checkpoints import (covered_partitions, load_latest, model_keys, prune_starts,
-                          shard_counts, starts_dir, write_checkpoints, write_starts)
+                          read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel
@@ -605,7 +605,9 @@ class Learn(beam.PTransform):
 
     def expand(self, examples):
         cfg = self.cfg
-        check_before_start(cfg)
+        with read_once():  # (the checks and the covered partitions read the same checkpoints)
+            check_before_start(cfg)
+            covered = covered_partitions(cfg.model_dir) if cfg.resume and not cfg.shards else ()
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
         if cfg.shards:
@@ -613,7 +615,6 @@ class Learn(beam.PTransform):
             self.dead_letters = parse_dead if parse_dead is not None else (
                 blocks.pipeline | "No dead letters" >> beam.Create([]))
             return learn_over_shards(blocks, cfg)
-        covered = covered_partitions(cfg.model_dir) if cfg.resume else ()
         learned = (blocks | "Key by model" >> key_by_model(
                        cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
@@ -628,6 +629,7 @@ def build_training(pipeline, cfg, streaming=False):
     read = ReadExamples.from_config(cfg, streaming, learner_check(cfg),
                                     cfg.model_dir if cfg.resume else None)
     learn = Learn(cfg)
-    predictions = pipeline | "Read" >> read | learn
+    with read_once():  # (the reader's resume positions too)
+        predictions = pipeline | "Read" >> read | learn
     dead = (read.dead_letters, learn.dead_letters) | "All dead letters" >> beam.Flatten()
     return predictions, dead
