@@ -12,7 +12,9 @@ every example exactly once.
 
 Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key's peak) / keys;
 "≤ 0" where the run peaked below the single key's, whose input held in Beam state dominates)
-and examples/s relative to the single key at the same bits. Targets (issue #13): 10,000 keys
+and examples/s relative to the single key at the same bits; and the run over the most keys
+(round-robin, ``--bits 18``) once more with ``--resume`` and nothing new to learn: what a
+restart over that many models costs. Targets (issue #13): 10,000 keys
 within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the single key's
 examples/s; the single model's peak RSS ≤ 4× VW's.
 
@@ -30,8 +32,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     relative_command, result_name, scratch, table, write_results)
-from pipeline import append_lines, run_ours, run_vw, vw_lines  # noqa: E402
+                     relative_command, result_name, run_timed, scratch, table,
+                     unitless_command, write_results)
+from pipeline import (append_lines, ours_command, run_ours, run_vw,  # noqa: E402
+                      vw_lines)
 
 KEY_COUNTS = (64, 1_000, 10_000)
 SPLITS = {"round-robin": "r", "Zipf": "z"}
@@ -70,16 +74,31 @@ def write_data(work, X, y, keys, chunk=250_000):
     return csv, vw
 
 
-def run(work, csv, n, bits, key, keys):
-    """One ``unitless train`` run keyed by column ``key`` (None: one model)."""
+def options(bits, key, keys):
+    """``unitless train`` options of a run keyed by column ``key`` (None: one model)."""
     ignored = [c for c in keys if c != key]
     extra = ["--bits", bits, "--ignore-columns", ",".join(ignored)]
-    extra += ["--model-key-column", key] if key else []
-    r = run_ours(work, f"b{bits}_{key or 'one'}", csv, n, extra=extra)
+    return extra + (["--model-key-column", key] if key else [])
+
+
+def run(work, csv, n, bits, key, keys):
+    """One ``unitless train`` run keyed by column ``key`` (None: one model)."""
+    r = run_ours(work, f"b{bits}_{key or 'one'}", csv, n, extra=options(bits, key, keys))
     expected = len(np.unique(keys[key])) if key else 1
     if r["model_keys"] != expected:
         raise RuntimeError(f"{key}: {r['model_keys']} model keys predicted, not {expected}")
     return {k: v for k, v in r.items() if not k.startswith("_") and k not in ("stdout", "stderr")}
+
+
+def run_resumed(work, csv, n, bits, key, keys):
+    """The keyed run once more with ``--resume`` and nothing new: every example skipped as
+    learned, no prediction; what a restart over that many models costs before it learns."""
+    extra = [*options(bits, key, keys), "--resume"]
+    r = run_timed(unitless_command(ours_command(csv, work / f"b{bits}_{key}", extra=extra)))
+    if "this run: 0 examples learned" not in r["stdout"] or f"{n:,} skipped" not in r["stdout"]:
+        raise RuntimeError(f"--resume over {key}: not all {n:,} examples skipped:\n"
+                           f"{r['stdout'][-2000:]}")
+    return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
 
 
 def run_all(args, n, work):
@@ -99,6 +118,8 @@ def run_all(args, n, work):
             runs[name] = run(work, csv, n, bits, key, keys)
             progress(f"{name}: wall {runs[name]['wall_s']:.1f} s, "
                      f"peak RSS {runs[name]['max_rss_mib']:.0f} MiB")
+    most = f"r{counts[-1]}"
+    runs[f"b{BITS[0]} {most} resumed"] = run_resumed(work, csv, n, BITS[0], most, keys)
     zipf_top = {k: float(np.bincount(keys[f"z{k}"]).max() / n) for k in counts}
     return {"rows": n, "seed": args.seed, "key_counts": counts, "runs": runs,
             "zipf_largest_key_share": zipf_top}
@@ -112,7 +133,7 @@ def render(data):
         rows.append([bits, "VW", 1, fnum(vw["wall_s"], 3, sci=False),
                      f"{n / vw['wall_s']:,.0f}", "—", fnum(vw["max_rss_mib"], 3, sci=False), "—"])
         for name, r in R.items():
-            if not name.startswith(f"b{bits} "):
+            if not name.startswith(f"b{bits} ") or name.endswith(" resumed"):
                 continue
             key = name.split()[1]
             split = "—" if key == "one" else next(s for s, c in SPLITS.items() if key[0] == c)
@@ -131,6 +152,8 @@ of the examples.
 {table(["bits", "keys", "model keys", "wall s", "examples/s", "× single key's examples/s",
         "peak RSS MiB", "RSS per key KiB"], rows)}
 
+{_resumed_line(data)}
+
 Targets (issue #13):
 
 {table(["target", "measured", "met?"], verdicts)}
@@ -138,6 +161,18 @@ Targets (issue #13):
 Command of the single-key run (the others add `--model-key-column COLUMN`):
 `{relative_command(R["b18 one"]["command"])}`
 """
+
+
+def _resumed_line(data):
+    (name, r), = ((k, v) for k, v in data["runs"].items() if k.endswith(" resumed"))
+    bits, key, _ = name.split()
+    fresh = data["runs"][f"{bits} {key}"]
+    return (f"Resumed (`--resume`, {bits.replace('b', '--bits ')}, {int(key[1:]):,} keys "
+            f"round-robin) over the same input, nothing new: {r['wall_s']:.1f} s wall, peak RSS "
+            f"{r['max_rss_mib']:.0f} MiB, every example skipped as learned (the run that wrote "
+            f"the checkpoints: {fresh['wall_s']:.1f} s). Each key's latest checkpoint is read "
+            "and verified once as the run starts (its settings, where to restart its sources), "
+            "and once more by its model.")
 
 
 def _verdicts(R, bits):
