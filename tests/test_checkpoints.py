@@ -669,10 +669,16 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
                 assert checkpoints.covered_partitions(models) == set()
                 assert [latest_checkpoint(models, k) for k in "abc"] == list(newest.values())
         assert sorted(reads) == sorted(newest.values())
+    with checkpoints.read_once():  # the learner as checking the file decoded it, handed once
+        path, table, state = checkpoints.load_latest_learner(models, "c")
+        assert path == newest["c"] and checkpoints.load_latest_learner(models, "c")[2] is None
+        again = from_arrow(table)
+        assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
+    reads.clear()
     with checkpoints.read_once(limit=0):  # (no room: every reader reads again)
         latest_checkpoint(models, "a")
         latest_checkpoint(models, "a")
-    assert reads[3:] == [newest["a"]] * 2
+    assert reads == [newest["a"]] * 2
     with open(newest["b"], "r+b") as f:
         f.truncate(os.path.getsize(newest["b"]) // 2)
     with caplog.at_level(logging.WARNING, logger="unitless"):

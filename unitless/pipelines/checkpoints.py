@@ -185,7 +185,8 @@ def seal(table, key):
 
 def check_table(table):
     """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
-    checksum present and matching, and its model accepted by ``from_arrow``."""
+    checksum present and matching, and its model accepted by ``from_arrow``; returns that
+    model (a LearnerState)."""
     meta = read_metadata(table)
     if not isinstance(meta, dict):
         raise ValueError("its metadata is not a JSON object")
@@ -194,7 +195,7 @@ def check_table(table):
         raise ValueError("it has no checksum")
     if stored != checksum(table):
         raise ValueError("its checksum does not match its contents (the file is damaged)")
-    from_arrow(table)
+    return from_arrow(table)
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -232,15 +233,17 @@ def read_once(limit=256 << 20):
 
 
 def _read_valid(path):
-    """The table of the checkpoint file at path (``read_once``); ValueError (the reason)
-    unless it is valid; FileNotFoundError if there is no such file."""
+    """(table, its LearnerState) of the checkpoint file at path: the state as checking the
+    file built it, None when the table was read before (``read_once``: a state is never
+    handed to two readers); ValueError (the reason) unless it is valid; FileNotFoundError if
+    there is no such file."""
     if _once is not None and path in _once.tables:
-        return _once.tables[path]
-    table = _read_and_verify(path)
+        return _once.tables[path], None
+    table, state = _read_and_verify(path)
     if _once is not None and table.nbytes <= _once.left:
         _once.tables[path] = table
         _once.left -= table.nbytes
-    return table
+    return table, state
 
 
 def _read_and_verify(path):
@@ -253,12 +256,11 @@ def _read_and_verify(path):
     except (OSError, ValueError, pa.ArrowException) as err:
         raise ValueError(f"it is not a readable Arrow file ({_one_line(err)})") from None
     try:
-        check_table(table)
+        return table, check_table(table)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError,
             pa.ArrowException) as err:
         raise ValueError(_one_line(err) if isinstance(err, ValueError)
                          else f"{type(err).__name__}: {_one_line(err)}") from None
-    return table
 
 
 def _one_line(err):
@@ -305,10 +307,16 @@ def load_newest(directory, key=None):
     """(path, table) of the newest valid checkpoint in a key directory (`latest`'s file first,
     then the files newest first), or None. Each invalid file is skipped with a warning naming
     it and why; given ``key``, so is a checkpoint of another model key."""
+    found = _load_newest(directory, key)
+    return None if found is None else found[:2]
+
+
+def _load_newest(directory, key=None):
+    """``load_newest`` with the state checking the file built (``_read_valid``)."""
     for name in _candidates(directory):
         path = join(directory, name)
         try:
-            table = _read_valid(path)
+            table, state = _read_valid(path)
             held = read_metadata(table).get("model_key")
             if key is not None and held != key:
                 raise ValueError(f"it holds model {held!r}, not {key!r}")
@@ -317,13 +325,20 @@ def load_newest(directory, key=None):
         except ValueError as err:
             log.warning("ignoring checkpoint %s: %s", path, err)
             continue
-        return path, table
+        return path, table, state
     return None
 
 
 def load_latest(model_dir, key):
     """(path, table) of the key's newest valid checkpoint, or None (see load_newest)."""
     return load_newest(key_dir(model_dir, key), key)
+
+
+def load_latest_learner(model_dir, key):
+    """(path, table, its LearnerState) of the key's newest valid checkpoint, or None: the
+    learner as checking the file decoded it (None when read before, ``read_once``), so that
+    a model resumes without decoding it twice."""
+    return _load_newest(key_dir(model_dir, key), key)
 
 
 def latest_checkpoint(model_dir, key):
@@ -343,7 +358,7 @@ def load_checkpoint(path):
             raise FileNotFoundError(f"{path} holds no valid checkpoint")
         return found
     try:
-        return path, _read_valid(path)
+        return path, _read_valid(path)[0]
     except ValueError as err:
         raise ValueError(f"invalid checkpoint {path}: {err}") from None
 

@@ -115,13 +115,14 @@ class KeyedModel:
         return self.token is not None and data[:32] == self.token.encode()
 
     @classmethod
-    def from_table(cls, table):
+    def from_table(cls, table, state=None):
+        """The model of a checkpoint's table (``state``: its learner, if decoded already)."""
         meta = read_metadata(table)
         positions = {k: int(v) for k, v in (meta.get("input_positions") or {}).items()}
         # (a checkpoint from before learning on arrival: its positions are where to restart)
         restart = meta.get("restart_positions", positions)
         passed = set(meta.get("watermark_passed") or ())
-        return cls(meta.get("model_key", ""), from_arrow(table), positions,
+        return cls(meta.get("model_key", ""), state or from_arrow(table), positions,
                    int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), None, float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
@@ -186,11 +187,11 @@ class KeyedModel:
             done = self.positions.get(block.source, -1)
             fresh = np.flatnonzero(block.positions > done)
             skipped = len(block) - len(fresh)
+            if not len(fresh):
+                return None, [], skipped
             span = block.span
             if skipped:
                 block = block.take(fresh)
-            if not len(block):
-                return None, [], skipped
             last = self.positions[block.source] = int(block.positions.max())
             self.unlearned.pop(block.source, None)
             # (learned in position order: nothing of its own before ``last`` is still to come)

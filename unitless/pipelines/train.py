@@ -24,7 +24,8 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .checkpoints import (covered_partitions, load_latest, model_keys, prune_starts,
+from ..learner import from_arrow
+from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
@@ -131,11 +132,11 @@ def key_by_model(size, **options):
 def new_keyed_model(cfg, key):
     """The key's model: resumed from its latest checkpoint when asked, else a fresh learner."""
     if cfg.resume:
-        found = load_latest(cfg.model_dir, key)
+        found = load_latest_learner(cfg.model_dir, key)
         if found:
-            path, table = found
+            path, table, state = found
             log.debug("model %r resumes from %s", key, path)
-            model = KeyedModel.from_table(table)
+            model = KeyedModel.from_table(table, state)
             check_resume(cfg, model.state, path)
             if cfg.allow_hyperparameter_change:
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
@@ -569,9 +570,10 @@ def check_before_start(cfg):
             log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
                         cfg.model_dir)
         for key in keys:
-            found = load_latest(cfg.model_dir, key)
+            found = load_latest_learner(cfg.model_dir, key)
             if found:
-                check_resume(cfg, KeyedModel.from_table(found[1]).state, found[0])
+                path, table, state = found
+                check_resume(cfg, state or from_arrow(table), path)
 
 
 class Learn(beam.PTransform):
