@@ -164,7 +164,10 @@ Command of the single-key run (the others add `--model-key-column COLUMN`):
 
 
 def _resumed_line(data):
-    (name, r), = ((k, v) for k, v in data["runs"].items() if k.endswith(" resumed"))
+    resumed = [(k, v) for k, v in data["runs"].items() if k.endswith(" resumed")]
+    if not resumed:  # (results from before it was measured)
+        return ""
+    (name, r), = resumed
     bits, key, _ = name.split()
     fresh = data["runs"][f"{bits} {key}"]
     return (f"Resumed (`--resume`, {bits.replace('b', '--bits ')}, {int(key[1:]):,} keys "

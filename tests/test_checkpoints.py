@@ -5,6 +5,7 @@ import os
 import random
 import struct
 import subprocess
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -669,6 +670,11 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
                 assert checkpoints.covered_partitions(models) == set()
                 assert [latest_checkpoint(models, k) for k in "abc"] == list(newest.values())
         assert sorted(reads) == sorted(newest.values())
+        # a runner's thread (one started now, too) reads for itself
+        worker = threading.Thread(target=latest_checkpoint, args=(models, "a"))
+        worker.start()
+        worker.join()
+        assert reads[-1] == newest["a"] and len(reads) == 4
     with checkpoints.read_once():  # the learner as checking the file decoded it, handed once
         path, table, state = checkpoints.load_latest_learner(models, "c")
         assert path == newest["c"] and checkpoints.load_latest_learner(models, "c")[2] is None

@@ -77,6 +77,7 @@ def _problem_codes(indptr, indices, values, labels, weights, dim, n_classes, cla
             if code == 0 and (indices[e] < 0 or indices[e] >= dim):
                 code = BAD_INDEX  # (unless a value further on is bad)
         y, w = labels[r], weights[r]
+        # (each test only when none before it applies: the codes' order is their priority)
         if code == 0 and not abs(y) <= MAX_MAGNITUDE:
             code = BAD_LABEL
         elif code == 0 and n_classes > 1 and not (y == np.floor(y) and 1 <= y <= n_classes):

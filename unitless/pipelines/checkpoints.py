@@ -28,6 +28,7 @@ invalid one is skipped with a warning naming it and why.
 import hashlib
 import json
 import logging
+import contextvars
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -116,42 +117,40 @@ def _canonical(meta):
 
 
 def _digest(table, canonical):
-    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``. Its parts
-    are gathered and hashed at once (one call per checkpoint, not some 70: the end of a run
-    over 10,000 keys seals 10,000 of them)."""
-    parts = [b"unitless checkpoint checksum 1\0"]
-    _hash_part(parts, canonical.encode())
-    _hash_part(parts, table.num_rows.to_bytes(8, "little"))
+    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``."""
+    h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
+    _hash_part(h, canonical.encode())
+    _hash_part(h, table.num_rows.to_bytes(8, "little"))
     for name, column in zip(table.column_names, table.columns):
-        _hash_part(parts, name.encode("utf-8", "surrogatepass"))
-        _hash_array(parts, column.combine_chunks())
-    return "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
+        _hash_part(h, name.encode("utf-8", "surrogatepass"))
+        _hash_array(h, column.combine_chunks())
+    return "sha256:" + h.hexdigest()
 
 
-def _hash_part(parts, data):
-    parts.append(len(data).to_bytes(8, "little"))
-    parts.append(data)
+def _hash_part(h, data):
+    h.update(len(data).to_bytes(8, "little"))
+    h.update(data)
 
 
-def _hash_array(parts, array):
+def _hash_array(h, array):
     kind = array.type
-    _hash_part(parts, str(kind).encode())
-    _hash_part(parts, len(array).to_bytes(8, "little"))
+    _hash_part(h, str(kind).encode())
+    _hash_part(h, len(array).to_bytes(8, "little"))
     if array.null_count:
         nulls = array.is_null().to_numpy(zero_copy_only=False)
-        _hash_part(parts, np.packbits(nulls, bitorder="little").tobytes())
+        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
     else:  # (the same bytes, without building the mask)
-        _hash_part(parts, bytes((len(array) + 7) // 8))
+        _hash_part(h, bytes((len(array) + 7) // 8))
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
             else array
         values = values.to_numpy(zero_copy_only=False)
-        _hash_part(parts, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
+        _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
           or pa.types.is_large_binary(kind)):
         if array.null_count == len(array):  # (what the general form below gives, cheaper)
-            _hash_part(parts, bytes(8 * len(array)))
-            _hash_part(parts, b"")
+            _hash_part(h, bytes(8 * len(array)))
+            _hash_part(h, b"")
             return
         if array.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
             filled, width = array, "<i4"  # (its own 32-bit offsets: the same, without a cast)
@@ -159,11 +158,11 @@ def _hash_array(parts, array):
             filled, width = array.cast(pa.large_binary()).fill_null(b""), "<i8"
         offsets = np.frombuffer(filled.buffers()[1], dtype=width)[
             filled.offset:filled.offset + len(filled) + 1]
-        _hash_part(parts, np.diff(offsets).astype("<i8").tobytes())
+        _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
         data = filled.buffers()[2]
-        _hash_part(parts, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
+        _hash_part(h, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
     elif pa.types.is_fixed_size_list(kind):
-        _hash_array(parts, array.flatten())
+        _hash_array(h, array.flatten())
     else:
         raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
 
@@ -176,7 +175,9 @@ def seal(table, key):
         raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
                          f"model {key!r}")
     meta["model_key"] = key
-    canonical = _canonical(meta)  # (stored as it is hashed, with the checksum added)
+    # stored as it is hashed, the checksum added before its closing brace (never "{}": it
+    # holds the model key)
+    canonical = _canonical(meta)
     stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{_digest(table, canonical)}"}}'
     schema_metadata = dict(table.schema.metadata or {})
     schema_metadata[METADATA_KEY] = stored.encode()
@@ -201,15 +202,17 @@ def check_table(table):
 # --- reading -----------------------------------------------------------------------------------
 
 class _ReadOnce:
-    """What ``read_once`` keeps: valid tables by path (``left``: bytes more it may keep) and
-    ``checkpoint_metadata`` by model directory. (An object, not a dict: Beam's type inference
-    walks the contents of the dicts and lists that a DoFn's code reaches through globals.)"""
+    """What ``read_once`` keeps: valid tables by path (``bytes_left``: how many more bytes of
+    them it may keep) and ``checkpoint_metadata`` by model directory."""
 
     def __init__(self, limit):
-        self.tables, self.left, self.listings = {}, limit, {}
+        self.tables, self.bytes_left, self.listings = {}, limit, {}
 
 
-_once = None  # a _ReadOnce while ``read_once`` is active
+# the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's
+# threads, which start with contexts of their own, never see it; and Beam's type inference,
+# which walks the dicts and lists that a DoFn's code reaches through globals, sees one object)
+_once = contextvars.ContextVar("unitless_read_once", default=None)
 
 
 @contextmanager
@@ -221,15 +224,14 @@ def read_once(limit=256 << 20):
     restart its sources, and which start records it needs (10,000 keys: some 6 s a pass).
     Nothing may write checkpoints meanwhile (nothing does before a run starts). Nested, the
     outer one holds."""
-    global _once
-    if _once is not None:
+    if _once.get() is not None:
         yield
         return
-    _once = _ReadOnce(limit)
+    token = _once.set(_ReadOnce(limit))
     try:
         yield
     finally:
-        _once = None
+        _once.reset(token)
 
 
 def _read_valid(path):
@@ -237,12 +239,13 @@ def _read_valid(path):
     file built it, None when the table was read before (``read_once``: a state is never
     handed to two readers); ValueError (the reason) unless it is valid; FileNotFoundError if
     there is no such file."""
-    if _once is not None and path in _once.tables:
-        return _once.tables[path], None
+    once = _once.get()
+    if once is not None and path in once.tables:
+        return once.tables[path], None
     table, state = _read_and_verify(path)
-    if _once is not None and table.nbytes <= _once.left:
-        _once.tables[path] = table
-        _once.left -= table.nbytes
+    if once is not None and table.nbytes <= once.bytes_left:
+        once.tables[path] = table
+        once.bytes_left -= table.nbytes
     return table, state
 
 
@@ -381,11 +384,12 @@ def checkpoint_metadata(model_dir):
     ``model_keys``), sorted by key: the metadata of the checkpoint readers try first whose
     Arrow schema is readable. Only schemas are read: nothing is verified. Within
     ``read_once``, the directory is read once."""
-    if _once is not None:
-        if model_dir not in _once.listings:
-            _once.listings[model_dir] = _checkpoint_metadata(model_dir)
-        return list(_once.listings[model_dir])
-    return _checkpoint_metadata(model_dir)
+    once = _once.get()
+    if once is None:
+        return _checkpoint_metadata(model_dir)
+    if model_dir not in once.listings:
+        once.listings[model_dir] = _checkpoint_metadata(model_dir)
+    return [(key, path, dict(meta)) for key, path, meta in once.listings[model_dir]]
 
 
 def _checkpoint_metadata(model_dir):

@@ -122,8 +122,8 @@ class KeyedModel:
         # (a checkpoint from before learning on arrival: its positions are where to restart)
         restart = meta.get("restart_positions", positions)
         passed = set(meta.get("watermark_passed") or ())
-        return cls(meta.get("model_key", ""), state or from_arrow(table), positions,
-                   int(meta.get("checkpoint_examples", -1)), time.time(),
+        return cls(meta.get("model_key", ""), from_arrow(table) if state is None else state,
+                   positions, int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), None, float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
                    {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},

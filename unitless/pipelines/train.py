@@ -24,7 +24,6 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from ..learner import from_arrow
 from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
@@ -573,7 +572,7 @@ def check_before_start(cfg):
             found = load_latest_learner(cfg.model_dir, key)
             if found:
                 path, table, state = found
-                check_resume(cfg, state or from_arrow(table), path)
+                check_resume(cfg, KeyedModel.from_table(table, state).state, path)
 
 
 class Learn(beam.PTransform):
