@@ -17,8 +17,9 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output, write_table
-from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_table, parse_csv,
-                                         parse_jsonl, parse_vw)
+from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_table,
+                                         _one_flat_object_per_line, parse_csv, parse_jsonl,
+                                         parse_vw)
 from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
 from unitless.pipelines.checkpoints import latest_checkpoint, model_keys, read_checkpoint
 
@@ -79,6 +80,38 @@ def test_json_attacks_become_dead_letters(tmp_path):
     for position, (raw, reason) in enumerate(zip(bad, reasons), 2):
         assert_dead(dead, position, raw, reason)
     assert dead[2].reason.endswith("… is out of range") and dead[3].reason.endswith("range")
+
+
+def test_only_lines_of_one_flat_object_each_reach_arrow_whole():
+    """The compiled check of a chunk's joined lines agrees, on 20,000 random chunks of hostile
+    lines (brackets, line breaks, text, bytes that are not UTF-8), with the rule read line by
+    line: each line one '{' ... '}' with no other '{' or '[', and the whole valid UTF-8."""
+    def rule(lines):
+        for line in lines:
+            if (len(line) < 2 or line[:1] != b"{" or line[-1:] != b"}" or b"\n" in line
+                    or line.count(b"{") + line.count(b"[") != 1):
+                return False
+        try:
+            b"\n".join(lines).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    rng = np.random.default_rng(7)
+    pieces = [b'"a": 1', b"{", b"}", b"[", b"]", b"\n", b"", b"x", "é".encode(), b"\xff",
+              b"\xc3", b" ", b'"\\u00e9"']
+    agreed = accepted = 0
+    for _ in range(20_000):
+        lines = []
+        for _ in range(int(rng.integers(1, 5))):
+            middle = b"".join(pieces[i] for i in rng.integers(0, len(pieces),
+                                                                int(rng.integers(0, 4))))
+            lines.append(b"{" + middle + b"}" if rng.random() < 0.8 else middle)
+        want = rule(lines)
+        assert _one_flat_object_per_line(b"\n".join(lines), lines) == want, lines
+        agreed += 1
+        accepted += want
+    assert agreed == 20_000 and 2_000 < accepted < 18_000  # (both answers exercised)
 
 
 DEEP_OBJECTS = """

@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -483,23 +484,37 @@ def _one_flat_object_per_line(data, lines):
     """True when the buffer (lines joined by newlines) is valid UTF-8 and each line starts with
     '{', ends with '}' and holds no other '{' or '[': then no object spans lines, Arrow's row i
     is line i, and Arrow's reader (which crashes on JSON nested ~20k deep) sees no nesting.
-    Vectorised: whole-buffer counts and one look at each line's first and last byte."""
+    One compiled pass counts the buffer's bytes (no temporary the size of the buffer: a poll's
+    buffer is megabytes), then one look at each line's first and last byte."""
     n = len(lines)
     array = np.frombuffer(data, np.uint8)
-    # '[' is 0x5b, '{' 0x7b: OR-ing in 0x20 makes both 0x7b, and no other byte
-    if (np.count_nonzero((array | 0x20) == ord("{")) != n
-            or np.count_nonzero(array == ord("\n")) != n - 1):
+    newlines, brackets, high = _byte_counts(array)
+    if brackets != n or newlines != n - 1:
         return False
     lengths = np.fromiter(map(len, lines), np.int64, n)
     last = np.cumsum(lengths + 1) - 2
     if (lengths < 2).any() or not ((array[last - lengths + 1] == ord("{")).all()
                                    and (array[last] == ord("}")).all()):
         return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
+    if high:  # (ASCII is UTF-8)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _byte_counts(array):
+    """(newlines, '{' and '[', whether any byte is past ASCII) in a byte array."""
+    newlines = brackets = 0
+    high = np.uint8(0)
+    for i in range(array.shape[0]):
+        b = array[i]
+        newlines += b == 10
+        brackets += (b | 0x20) == 0x7b  # '[' is 0x5b, '{' 0x7b: OR-ing in 0x20 makes both 0x7b
+        high |= b
+    return newlines, brackets, high >= 0x80
 
 
 def _read_json(data, lines, keep):

@@ -2,26 +2,18 @@
 
 Free of Beam: the stateful DoFn holds one KeyedModel per key and calls ``learn_block``.
 """
-import itertools
-import os
 import pickle
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..connectors.storage import unique_token
 from ..learner import (from_arrow, learn_or_refuse, mistakes, predicted_class, probability,
                        read_metadata, to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
-
-# A model version's token (``to_bytes``): this process's own random prefix and a count, unique
-# across workers, restarts and forks without a random draw per version (uuid4: 1% of a
-# 10,000-key run); itertools.count is safe across the worker's threads
-_TOKEN = [uuid.uuid4().hex[:16], itertools.count()]
-os.register_at_fork(after_in_child=lambda: _TOKEN.__setitem__(0, uuid.uuid4().hex[:16]))
 
 PREDICTION_SCHEMA = pa.schema([
     ("id", pa.string()), ("model_key", pa.string()), ("prediction", pa.float64()),
@@ -107,7 +99,7 @@ class KeyedModel:
         checkpoint, read by people and later versions, is the Arrow table). Pickled, a model
         over 50 examples' features encodes in a fifth and decodes in a tenth of the Arrow
         file's time, which 10,000 keys pay per element."""
-        self.token = f"{_TOKEN[0]}{next(_TOKEN[1]):016x}"
+        self.token = unique_token()
         return self.token.encode() + pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
     def holds(self, data):
