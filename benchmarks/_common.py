@@ -422,7 +422,8 @@ TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
 
 def run_timed(cmd, cwd=ROOT):
     """Run a command as a process of its own under ``/usr/bin/time -v``: wall s, CPU s
-    (user+sys of the child), peak RSS MiB, the 1-min load average before and after, its output."""
+    (user+sys of the child, and each), peak RSS MiB, the 1-min load average before and after,
+    its output."""
     import resource
     full = [TIME, "-v", *cmd] if TIME else cmd
     load_before = os.getloadavg()[0]
@@ -436,8 +437,9 @@ def run_timed(cmd, cwd=ROOT):
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     # without /usr/bin/time: the largest child so far (only exact for a new maximum)
     rss = int(m.group(1)) / 1024 if m else after.ru_maxrss / 1024
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "max_rss_mib": rss,
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return {"wall_s": wall, "cpu_s": user + system, "user_s": user, "sys_s": system,
+            "max_rss_mib": rss,
             "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "stdout": proc.stdout, "stderr": proc.stderr, "command": shlex.join(cmd)}
 
