@@ -1,4 +1,5 @@
 """Checkpoints against hostile model keys and damaged files, through real files on disk."""
+import itertools
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from unitless.cli import main
+from unitless.connectors import storage
 from unitless.learner import dense_batch, from_arrow, learn, new_state
 from unitless.learner.state import METADATA_KEY
 from unitless.pipelines.checkpoints import (checkpoint_name, key_dir, key_dir_name,
@@ -556,6 +558,18 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
         assert not os.path.exists(key_dir(models, "j")) or not os.listdir(key_dir(models, "j"))
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_taken_temporary_name_is_refused_and_left_alone(tmp_path, monkeypatch):
+    """A temporary name already on disk (another writer's) is neither written nor removed: the
+    write fails, and that file stays as it was."""
+    monkeypatch.setattr(storage, "_TOKEN", ["f" * 16, itertools.count(7)])
+    taken = tmp_path / f".x{storage.TEMP_MARK}{'f' * 16}{7:016x}"
+    taken.write_bytes(b"another writer's")
+    with pytest.raises(FileExistsError):
+        storage.atomic_write_many([(str(tmp_path / "x"), b"new"), (str(tmp_path / "y"), b"new")])
+    assert taken.read_bytes() == b"another writer's"
+    assert os.listdir(tmp_path) == [taken.name]
 
 
 # --- end to end --------------------------------------------------------------------------------
