@@ -17,6 +17,9 @@ from .storage import atomic_write, join, makedirs, remove
 
 class FileSink:
     """Arrow tables -> one part file per flush in ``directory``, each written whole."""
+    # past this many tables (many model keys' small blocks), a part file is written from one
+    # chunk per column: parquet from 10,000 tables of 26 rows took 293 ms, combined 154 ms
+    COMBINE_PAST = 256
 
     def __init__(self, directory, fmt):
         self.directory, self.fmt = directory, fmt
@@ -29,8 +32,11 @@ class FileSink:
 
     def flush(self):
         if self.tables:
+            table = pa.concat_tables(self.tables)
+            if len(self.tables) > self.COMBINE_PAST:
+                table = table.combine_chunks()
             try:
-                write_table(self.directory, pa.concat_tables(self.tables), self.fmt)
+                write_table(self.directory, table, self.fmt)
             except OSError as err:
                 raise OSError(err.errno, f"cannot write to {self.directory}: "
                                          f"{err.strerror or err}") from err
