@@ -170,3 +170,45 @@ def assert_every_example_predicted(bootstrap, topic, total):
             ids.update(json.loads(r.value)["id"] for r in records)
     consumer.close()
     assert ids == {str(i) for i in range(total)}
+
+
+def test_a_reader_or_sink_started_while_the_broker_is_away_waits_for_it(broker, kafka_client):
+    """A worker that opens its partition reader or a sink's producer while the broker restarts
+    (a new worker, a bundle on a new instance) waits for the broker, as a send does, rather
+    than failing the run: kafka-python's clients bootstrap as they are made, and give up after
+    ``bootstrap_timeout_ms`` (30 s by default, 2 s here, so that the broker's restart outlasts
+    it). The message sent then arrives and is read back. (confluent-kafka's clients connect
+    later, and wait as their sends do.)"""
+    from unitless.connectors.kafka import KafkaTopic
+    from unitless.connectors.kafka_clients import open_producer, open_reader
+    bootstrap, name = broker.bootstrap_servers, "away"
+    create_topics(bootstrap, name, partitions=1)
+    settings = {"bootstrap_timeout_ms": 2000} if kafka_client == "kafka-python" else {}
+    topic = KafkaTopic.parse(f"kafka://{bootstrap}/{name}", settings)
+    broker.stop()
+    opened, failed = {}, []
+
+    def open_both():
+        try:
+            opened["producer"] = open_producer(topic)
+            opened["reader"] = open_reader(topic, 0, 10)
+        except Exception as err:  # (reported by the test's thread below)
+            failed.append(err)
+
+    starting = threading.Thread(target=open_both)
+    starting.start()
+    time.sleep(5)
+    assert not failed, failed
+    broker.start()
+    starting.join(150)
+    assert not failed, failed
+    producer, reader = opened["producer"], opened["reader"]
+    producer.send(b"k", b"after the restart")
+    producer.flush()
+    reader.seek(0)
+    got, deadline = [], time.time() + 60
+    while not got and time.time() < deadline:
+        got = reader.poll(500).values
+    assert got == [b"after the restart"]
+    producer.close()
+    reader.close()

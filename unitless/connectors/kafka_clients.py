@@ -28,6 +28,9 @@ import uuid
 from dataclasses import dataclass
 
 log = logging.getLogger("unitless")
+# how long a running pipeline's reader or sink waits for a broker that is away as it starts
+# (restarting: a sent message waits as long, kafka-python's delivery timeout)
+BROKER_WAIT_S = 120.0
 
 CLIENTS = ("confluent-kafka", "kafka-python")  # fastest first
 ENVIRONMENT = "UNITLESS_KAFKA_CLIENT"
@@ -151,10 +154,11 @@ def _confluent_config(topic, **extra):
 
 def open_reader(topic, partition, max_records):
     """A reader of one partition of ``topic`` (a KafkaTopic) that commits nothing (positions
-    live in checkpoints): ``seek(offset)``, ``poll(timeout_ms)`` -> [records], ``close()``."""
+    live in checkpoints): ``seek(offset)``, ``poll(timeout_ms)`` -> [records], ``close()``. A
+    running pipeline opens it: its broker is waited for (``BROKER_WAIT_S``)."""
     return _with_client(topic, f"reading partition {partition}",
                         {"kafka-python": _PythonReader, "confluent-kafka": _ConfluentReader},
-                        partition, max_records)
+                        partition, max_records, wait_s=BROKER_WAIT_S)
 
 
 def partition_offsets(topic, timeout_s=10.0):
@@ -165,14 +169,22 @@ def partition_offsets(topic, timeout_s=10.0):
                         timeout_s)
 
 
-def _with_client(topic, doing, implementations, *args):
+def _with_client(topic, doing, implementations, *args, wait_s=0.0):
     """The topic's client's implementation called with (topic, *args); that client's errors
-    raised as ConnectionError naming the broker and what was being done."""
-    try:
-        return implementations[topic.client](topic, *args)
-    except _errors(topic.client) as err:
-        raise ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable "
-                              f"({doing}, topic {topic.topic!r}): {err}") from None
+    raised as ConnectionError naming the broker and what was being done. One that fails to
+    start (kafka-python's client bootstraps as it is made: its broker away, restarting) is
+    made again each second for ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return implementations[topic.client](topic, *args)
+        except _errors(topic.client) as err:
+            failed = ConnectionError(f"Kafka broker {topic.bootstrap_servers} unreachable "
+                                     f"({doing}, topic {topic.topic!r}): {err}")
+        if time.monotonic() >= deadline:
+            raise failed
+        log.warning("%s; trying again", failed)
+        time.sleep(1.0)
 
 
 def _errors(client):
@@ -299,11 +311,12 @@ def _confluent_offsets(topic, timeout_s):
 
 def open_producer(topic, timeout_s=None):
     """A producer to ``topic`` that waits for every in-sync replica (acks=all), giving up on a
-    broker after ``timeout_s`` (None: the client's defaults). ConnectionError if it cannot
+    broker after ``timeout_s``; None (a running pipeline's sinks): the client's defaults, and a
+    broker away as it starts is waited for (``BROKER_WAIT_S``). ConnectionError if it cannot
     start."""
     return _with_client(topic, "starting a producer",
                         {"kafka-python": _PythonProducer, "confluent-kafka": _ConfluentProducer},
-                        timeout_s)
+                        timeout_s, wait_s=BROKER_WAIT_S if timeout_s is None else 0.0)
 
 
 class _PythonProducer:
