@@ -55,6 +55,7 @@ from ..connectors.feedback import PartMessage, encode_end, encode_part
 from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
 from ..connectors.sinks import open_sink
+from ..connectors.storage import unique_token
 from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.examples import Batch
 from ..learner.online import count_learned
@@ -298,7 +299,7 @@ class _Shard:
 
     def progress_bytes(self):
         """The shard without what it keeps in memory only, pickled, under a new token."""
-        self.token = uuid.uuid4().hex
+        self.token = unique_token()
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
