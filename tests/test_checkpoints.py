@@ -669,13 +669,18 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
     from unitless.pipelines import checkpoints
     models = str(tmp_path)
     newest = {key: two_checkpoints(models, key)[1] for key in ("a", "b", "c")}
-    reads = []
+    reads, listed = [], []
 
     def counted(path, limit=-1):
         reads.append(path)
         return real(path, limit)
-    real = checkpoints.read_bytes
+
+    def counted_listing(directory):
+        listed.append(directory)
+        return real_listing(directory)
+    real, real_listing = checkpoints.read_bytes, checkpoints.list_dir
     monkeypatch.setattr(checkpoints, "read_bytes", counted)
+    monkeypatch.setattr(checkpoints, "list_dir", counted_listing)
     with checkpoints.read_once():
         with checkpoints.read_once():  # (nested: the outer one holds)
             for _ in range(3):
@@ -684,6 +689,8 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
                 assert checkpoints.covered_partitions(models) == set()
                 assert [latest_checkpoint(models, k) for k in "abc"] == list(newest.values())
         assert sorted(reads) == sorted(newest.values())
+        key_dirs = sorted(os.path.dirname(path) for path in newest.values())
+        assert sorted(d for d in listed if d in key_dirs) == key_dirs  # (each listed once)
         # a runner's thread (one started now, too) reads for itself
         worker = threading.Thread(target=latest_checkpoint, args=(models, "a"))
         worker.start()
@@ -692,6 +699,12 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
     with checkpoints.read_once():  # the learner as checking the file decoded it, handed once
         path, table, state = checkpoints.load_latest_learner(models, "c")
         assert path == newest["c"] and checkpoints.load_latest_learner(models, "c")[2] is None
+        again = from_arrow(table)
+        assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
+    with checkpoints.read_once():  # a state no reader took goes to the first that takes one
+        assert latest_checkpoint(models, "a") == newest["a"]
+        path, table, state = checkpoints.load_latest_learner(models, "a")
+        assert state is not None and checkpoints.load_latest_learner(models, "a")[2] is None
         again = from_arrow(table)
         assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
     reads.clear()

@@ -379,23 +379,24 @@ def _state_columns(table, spec, dim, n_classes):
     every required column present once, of its type, without nulls (but names), every class in
     0..K-1, every index in 0..dim-1, no (class, index) twice, every value finite, every matrix
     row dim wide."""
-    cls = _index_column(table, "class", n_classes)
-    idx = _index_column(table, "index", dim)
+    names = table.column_names  # (a new list on each call: once here)
+    cls = _index_column(table, names, "class", n_classes)
+    idx = _index_column(table, names, "index", dim)
     if len(np.unique(cls * dim + idx)) != len(idx):
         raise ValueError("model table lists a (class, index) row twice")
-    name_column = _column(table, "name", nulls=True)
+    name_column = _column(table, names, "name", nulls=True)
     if not (pa.types.is_string(name_column.type) or pa.types.is_large_string(name_column.type)):
         raise ValueError(f"model column 'name' is {name_column.type}, not string")
-    names = name_column.to_pylist()
+    feature_names = name_column.to_pylist()
     vectors = []
     for name in spec.vectors:
-        column = _column(table, name)
+        column = _column(table, names, name)
         if column.type != pa.float64():
             raise ValueError(f"model column {name!r} is {column.type}, not double")
         vectors.append(_finite_values(column.to_numpy(), name))
     matrices = []
     for name in spec.matrices:
-        column = _column(table, name)
+        column = _column(table, names, name)
         expected = pa.list_(pa.float64(), dim)
         if column.type != expected:
             raise ValueError(f"model column {name!r} is {column.type}, not {expected}")
@@ -403,11 +404,12 @@ def _state_columns(table, spec, dim, n_classes):
         if flat.null_count or len(flat) != len(idx) * dim:
             raise ValueError(f"model column {name!r} has null values")
         matrices.append(_finite_values(flat.to_numpy(), name))
-    return cls, idx, names, vectors, matrices
+    return cls, idx, feature_names, vectors, matrices
 
 
-def _column(table, name, nulls=False):
-    count = table.column_names.count(name)
+def _column(table, names, name, nulls=False):
+    """The column ``name`` of the table (whose ``names`` these are), which must be there once."""
+    count = names.count(name)
     if count != 1:
         raise ValueError(f"model table has {'no' if count == 0 else count} {name!r} column"
                          f"{'s' if count > 1 else ''}")
@@ -417,9 +419,9 @@ def _column(table, name, nulls=False):
     return column
 
 
-def _index_column(table, name, size):
+def _index_column(table, names, name, size):
     """An integer column's values as int64, each in 0..size-1."""
-    column = _column(table, name)
+    column = _column(table, names, name)
     if not pa.types.is_integer(column.type):
         raise ValueError(f"model column {name!r} is {column.type}, not an integer")
     values = column.to_numpy()

@@ -123,7 +123,7 @@ def _digest(table, canonical):
     _hash_part(h, table.num_rows.to_bytes(8, "little"))
     for name, column in zip(table.column_names, table.columns):
         _hash_part(h, name.encode("utf-8", "surrogatepass"))
-        _hash_array(h, column.combine_chunks())
+        _hash_array(h, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
     return "sha256:" + h.hexdigest()
 
 
@@ -202,11 +202,13 @@ def check_table(table):
 # --- reading -----------------------------------------------------------------------------------
 
 class _ReadOnce:
-    """What ``read_once`` keeps: valid tables by path (``bytes_left``: how many more bytes of
-    them it may keep) and ``checkpoint_metadata`` by model directory."""
+    """What ``read_once`` keeps: valid tables by path, each with the learner state checking it
+    decoded until a reader takes that (``bytes_left``: how many more bytes of them it may
+    keep), ``checkpoint_metadata`` by model directory, and a key directory's checkpoint files
+    and what its `latest` holds (``_candidates``)."""
 
     def __init__(self, limit):
-        self.tables, self.bytes_left, self.listings = {}, limit, {}
+        self.tables, self.bytes_left, self.listings, self.candidates = {}, limit, {}, {}
 
 
 # the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's
@@ -218,12 +220,13 @@ _once = contextvars.ContextVar("unitless_read_once", default=None)
 @contextmanager
 def read_once(limit=256 << 20):
     """Within it, each checkpoint file is read and verified once: the valid ones are kept for
-    the next reader, up to ``limit`` bytes of tables (past that, read again); so is the list
-    of a model directory's keys (``checkpoint_metadata``). A run's start reads every model
-    key's latest checkpoint for several things: to check the models' settings, where to
-    restart its sources, and which start records it needs (10,000 keys: some 6 s a pass).
-    Nothing may write checkpoints meanwhile (nothing does before a run starts). Nested, the
-    outer one holds."""
+    the next reader, up to ``limit`` bytes of tables (past that, read again), each with the
+    learner state its check decoded until one reader takes that; so is the list of a model
+    directory's keys (``checkpoint_metadata``) and of a key's checkpoint files. A run's start
+    reads every model key's latest checkpoint for several things: to check the models'
+    settings, where to restart its sources, and which start records it needs (10,000 keys:
+    some 6 s a pass). Nothing may write checkpoints meanwhile (nothing does before a run
+    starts). Nested, the outer one holds."""
     if _once.get() is not None:
         yield
         return
@@ -234,19 +237,24 @@ def read_once(limit=256 << 20):
         _once.reset(token)
 
 
-def _read_valid(path):
+def _read_valid(path, take_state=True):
     """(table, its LearnerState) of the checkpoint file at path: the state as checking the
-    file built it, None when the table was read before (``read_once``: a state is never
-    handed to two readers); ValueError (the reason) unless it is valid; FileNotFoundError if
-    there is no such file."""
+    file built it, None when not ``take_state`` or when another reader took it already
+    (``read_once`` keeps a state that no reader took for the next one, and never hands a state
+    to two readers); ValueError (the reason) unless it is valid; FileNotFoundError if there
+    is no such file."""
     once = _once.get()
     if once is not None and path in once.tables:
-        return once.tables[path], None
+        table, state = once.tables[path]
+        if take_state:
+            once.tables[path] = table, None
+        return table, state if take_state else None
     table, state = _read_and_verify(path)
-    if once is not None and table.nbytes <= once.bytes_left:
-        once.tables[path] = table
-        once.bytes_left -= table.nbytes
-    return table, state
+    size = table.nbytes + (0 if take_state else state.nbytes)
+    if once is not None and size <= once.bytes_left:
+        once.tables[path] = table, None if take_state else state
+        once.bytes_left -= size
+    return table, state if take_state else None
 
 
 def _read_and_verify(path):
@@ -279,28 +287,42 @@ def _pointer(directory, files, warn=True):
     """The checkpoint file `latest` names, if it names one of ``files`` (the directory's); else
     None, with a warning when `latest` exists but names anything else. `latest` must hold
     exactly a name ckpt-<12 digits>.arrow (a final newline is allowed): never a path."""
-    path = join(directory, LATEST)
+    name, problem = _read_pointer(directory, files)
+    if problem is not None and warn:
+        log.warning("ignoring %s: %s", join(directory, LATEST), problem)
+    return name
+
+
+def _read_pointer(directory, files):
+    """(the name `latest` holds, None) if valid (see ``_pointer``); (None, why not) if `latest`
+    is there but invalid; (None, None) if it is not there."""
     try:
-        content = read_start(path, 64)
+        content = read_start(join(directory, LATEST), 64)
         if content is None:
-            return None
+            return None, None
         name = content.decode("ascii").removesuffix("\n")
         if not CHECKPOINT_NAME.fullmatch(name):
             raise ValueError(f"{content[:40]!r} is not a name ckpt-<12 digits>.arrow")
         if name not in files:
             raise ValueError(f"it names {name}, which does not exist")
     except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
-        if warn:
-            log.warning("ignoring %s: %s", path, _one_line(err))
-        return None
-    return name
+        return None, _one_line(err)
+    return name, None
 
 
 def _candidates(directory, warn=True):
     """The directory's checkpoint file names in the order readers try them: the one `latest`
-    names, then the others newest first."""
-    files = checkpoint_files(directory)
-    pointed = _pointer(directory, files, warn)
+    names, then the others newest first. Within ``read_once``, a directory is listed once."""
+    once = _once.get()
+    listed = None if once is None else once.candidates.get(directory)
+    if listed is None:
+        files = checkpoint_files(directory)
+        listed = (files, *_read_pointer(directory, files))
+        if once is not None:
+            once.candidates[directory] = listed
+    files, pointed, problem = listed
+    if problem is not None and warn:
+        log.warning("ignoring %s: %s", join(directory, LATEST), problem)
     newest_first = files[::-1]
     return newest_first if pointed is None else [pointed] + [n for n in newest_first
                                                              if n != pointed]
@@ -310,16 +332,16 @@ def load_newest(directory, key=None):
     """(path, table) of the newest valid checkpoint in a key directory (`latest`'s file first,
     then the files newest first), or None. Each invalid file is skipped with a warning naming
     it and why; given ``key``, so is a checkpoint of another model key."""
-    found = _load_newest(directory, key)
+    found = _load_newest(directory, key, take_state=False)
     return None if found is None else found[:2]
 
 
-def _load_newest(directory, key=None):
+def _load_newest(directory, key=None, take_state=True):
     """``load_newest`` with the state checking the file built (``_read_valid``)."""
     for name in _candidates(directory):
         path = join(directory, name)
         try:
-            table, state = _read_valid(path)
+            table, state = _read_valid(path, take_state)
             held = read_metadata(table).get("model_key")
             if key is not None and held != key:
                 raise ValueError(f"it holds model {held!r}, not {key!r}")
@@ -339,8 +361,8 @@ def load_latest(model_dir, key):
 
 def load_latest_learner(model_dir, key):
     """(path, table, its LearnerState) of the key's newest valid checkpoint, or None: the
-    learner as checking the file decoded it (None when read before, ``read_once``), so that
-    a model resumes without decoding it twice."""
+    learner as checking the file decoded it (None when another reader took it, ``read_once``),
+    so that a model resumes without decoding it twice."""
     return _load_newest(key_dir(model_dir, key), key)
 
 
@@ -361,7 +383,7 @@ def load_checkpoint(path):
             raise FileNotFoundError(f"{path} holds no valid checkpoint")
         return found
     try:
-        return path, _read_valid(path)[0]
+        return path, _read_valid(path, take_state=False)[0]
     except ValueError as err:
         raise ValueError(f"invalid checkpoint {path}: {err}") from None
 
