@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from apache_beam.pvalue import TaggedOutput
 
-from unitless.connectors.files import read_file, read_output
+from unitless.connectors.files import _buffers, read_file, read_output
 from unitless.connectors.formats import (RecordSpec, _json_table, numeric_table, parse_csv,
                                          parse_jsonl)
 from unitless.connectors.records import TextLines
@@ -41,6 +41,22 @@ def same_examples(got, want):
     np.testing.assert_array_equal(np.concatenate([b.labels for b in got]), want.labels)
     np.testing.assert_array_equal(np.concatenate([b.values for b in got]), want.values)
     np.testing.assert_array_equal(np.concatenate([b.indices for b in got]), want.indices)
+
+
+def test_buffers_are_runs_of_whole_lines_that_add_up_to_the_file():
+    """Whatever the buffer size, the bytes read before (``rest``) and where lines end: each
+    buffer ends with a newline, and together they are the file (a newline added after a last
+    line without one)."""
+    import io
+    texts = [b"", b"a", b"a\n", b"ab\ncd", b"ab\r\ncd\r\n", b"\n\n\nx", b"x" * 30 + b"\ny"]
+    for text in texts:
+        for size in (1, 2, 3, 7, 100):
+            for rest in (b"", b"r", b"r\n"):
+                got = list(_buffers(io.BytesIO(text), size, rest))
+                whole = rest + text
+                assert b"".join(got) == (whole if whole.endswith(b"\n") or not whole
+                                         else whole + b"\n")
+                assert all(buffer.endswith(b"\n") for buffer in got)
 
 
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])
