@@ -702,9 +702,14 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
         again = from_arrow(table)
         assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
     with checkpoints.read_once():  # a state no reader took goes to the first that takes one
+        once = checkpoints._once.get()
+        room = once.bytes_left
         assert latest_checkpoint(models, "a") == newest["a"]
         path, table, state = checkpoints.load_latest_learner(models, "a")
         assert state is not None and checkpoints.load_latest_learner(models, "a")[2] is None
+        assert room - once.bytes_left == table.nbytes  # (the state's room given back)
+        checkpoints.load_checkpoint(newest["b"])  # a file read as it is: no state kept
+        assert once.tables[newest["b"]][1] is None
         again = from_arrow(table)
         assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
     reads.clear()

@@ -43,20 +43,35 @@ def same_examples(got, want):
     np.testing.assert_array_equal(np.concatenate([b.indices for b in got]), want.indices)
 
 
-def test_buffers_are_runs_of_whole_lines_that_add_up_to_the_file():
-    """Whatever the buffer size, the bytes read before (``rest``) and where lines end: each
-    buffer ends with a newline, and together they are the file (a newline added after a last
-    line without one)."""
-    import io
-    texts = [b"", b"a", b"a\n", b"ab\ncd", b"ab\r\ncd\r\n", b"\n\n\nx", b"x" * 30 + b"\ny"]
+class ShortReads:
+    """A file object whose reads bring at most ``most`` bytes, as a stream's may."""
+
+    def __init__(self, data, most):
+        self.data, self.most, self.at = data, most, 0
+
+    def read(self, n):
+        out = self.data[self.at:self.at + min(n, self.most)]
+        self.at += len(out)
+        return out
+
+
+def test_buffers_are_runs_of_whole_lines_that_add_up_to_the_file(monkeypatch):
+    """Whatever the buffer size, the reads' sizes, the bytes read before (``rest``) and where
+    lines end (a line longer than the reads too): each buffer ends with a newline, and
+    together they are the file (a newline added after a last line without one)."""
+    import unitless.connectors.files as files
+    monkeypatch.setattr(files, "LINE_END_READ", 4)
+    texts = [b"", b"a", b"a\n", b"ab\ncd", b"ab\r\ncd\r\n", b"\n\n\nx", b"x" * 30 + b"\ny",
+             b"a\nbb\nccc\n" * 5 + b"d" * 50]
     for text in texts:
         for size in (1, 2, 3, 7, 100):
-            for rest in (b"", b"r", b"r\n"):
-                got = list(_buffers(io.BytesIO(text), size, rest))
-                whole = rest + text
-                assert b"".join(got) == (whole if whole.endswith(b"\n") or not whole
-                                         else whole + b"\n")
-                assert all(buffer.endswith(b"\n") for buffer in got)
+            for most in (1, 3, 1000):
+                for rest in (b"", b"r", b"r\n"):
+                    got = list(_buffers(ShortReads(text, most), size, rest))
+                    whole = rest + text
+                    assert b"".join(got) == (whole if whole.endswith(b"\n") or not whole
+                                             else whole + b"\n")
+                    assert all(buffer.endswith(b"\n") for buffer in got)
 
 
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])

@@ -32,22 +32,29 @@ def expand_inputs(patterns):
     return files
 
 
+LINE_END_READ = 1 << 16  # bytes read at a time to finish the line a buffer cuts
+
+
 def _buffers(f, size, rest=b""):
     """Consecutive runs of whole lines (bytes, each ending in a newline; a last line without
-    one gets one) read from f, after ``rest`` (bytes read from f already): about ``size`` bytes
-    each, read on to the end of the line where that falls (a copy of the bytes read only when
-    a line is cut there)."""
+    one gets one) read from f, after ``rest`` (bytes read from f already): ``size`` bytes, then
+    on to the end of the line they cut (read ``LINE_END_READ`` bytes at a time: some file
+    objects, gs://'s, read a line a byte at a time), joined once."""
     while True:
-        parts = [rest, f.read(size)] if rest else [f.read(size)]
+        data = f.read(size)
+        parts = [rest, data] if rest else [data]
         rest = b""
-        if not parts[-1]:
-            if parts[0]:
-                yield parts[0] if parts[0].endswith(b"\n") else parts[0] + b"\n"
+        while data and not data.endswith(b"\n"):
+            data = f.read(LINE_END_READ)
+            cut = data.find(b"\n") + 1
+            parts.append(data[:cut] if cut else data)
+            if cut:
+                rest = data[cut:]
+                break
+        buffer = b"".join(parts)  # (one part: itself, not a copy)
+        if not buffer:
             return
-        if not parts[-1].endswith(b"\n"):
-            parts.append(f.readline())
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        yield data if data.endswith(b"\n") else data + b"\n"
+        yield buffer if buffer.endswith(b"\n") else buffer + b"\n"
 
 
 def _lines(data, first_number):

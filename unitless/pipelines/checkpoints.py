@@ -25,10 +25,10 @@ whose model ``from_arrow`` accepts (which refuses NaN or infinite state). Reader
 newest valid checkpoint: the one `latest` names first, then the files newest first; each
 invalid one is skipped with a warning naming it and why.
 """
+import contextvars
 import hashlib
 import json
 import logging
-import contextvars
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -237,23 +237,28 @@ def read_once(limit=256 << 20):
         _once.reset(token)
 
 
-def _read_valid(path, take_state=True):
+def _read_valid(path, take_state=True, keep_state=False):
     """(table, its LearnerState) of the checkpoint file at path: the state as checking the
-    file built it, None when not ``take_state`` or when another reader took it already
-    (``read_once`` keeps a state that no reader took for the next one, and never hands a state
-    to two readers); ValueError (the reason) unless it is valid; FileNotFoundError if there
-    is no such file."""
+    file built it, None when not ``take_state`` or when another reader took it already;
+    ValueError (the reason) unless it is valid; FileNotFoundError if there is no such file.
+    Within ``read_once`` the table is kept, and, with ``keep_state`` (a key's newest
+    checkpoint, whose model a later reader decodes), the state too while it fits, for the first
+    reader that takes one: a state is never handed to two readers."""
     once = _once.get()
     if once is not None and path in once.tables:
         table, state = once.tables[path]
-        if take_state:
+        if take_state and state is not None:
             once.tables[path] = table, None
+            once.bytes_left += state.nbytes
         return table, state if take_state else None
     table, state = _read_and_verify(path)
-    size = table.nbytes + (0 if take_state else state.nbytes)
-    if once is not None and size <= once.bytes_left:
-        once.tables[path] = table, None if take_state else state
-        once.bytes_left -= size
+    if once is not None and table.nbytes <= once.bytes_left:
+        once.bytes_left -= table.nbytes
+        kept = None
+        if keep_state and not take_state and state.nbytes <= once.bytes_left:
+            kept = state
+            once.bytes_left -= state.nbytes
+        once.tables[path] = table, kept
     return table, state if take_state else None
 
 
@@ -341,7 +346,7 @@ def _load_newest(directory, key=None, take_state=True):
     for name in _candidates(directory):
         path = join(directory, name)
         try:
-            table, state = _read_valid(path, take_state)
+            table, state = _read_valid(path, take_state, keep_state=not take_state)
             held = read_metadata(table).get("model_key")
             if key is not None and held != key:
                 raise ValueError(f"it holds model {held!r}, not {key!r}")
