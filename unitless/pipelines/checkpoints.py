@@ -342,7 +342,8 @@ def load_newest(directory, key=None):
 
 
 def _load_newest(directory, key=None, take_state=True):
-    """``load_newest`` with the state checking the file built (``_read_valid``)."""
+    """``load_newest`` with the state checking the file built, when ``take_state`` (else None,
+    and within ``read_once`` it waits for the reader that takes it; ``_read_valid``)."""
     for name in _candidates(directory):
         path = join(directory, name)
         try:
