@@ -11,6 +11,10 @@ side:
 1. Reference: a bare relay with that client (consume each example message, produce it unchanged
    to another topic; no parsing, no Beam, no learning): what the client library itself manages
    on this machine, end to end.
+   Second reference: a bare learner loop with that client: the product's own Kafka reader,
+   parser, learner and prediction writer on the same messages, one poll at a time with each
+   poll's predictions flushed, as a bundle's are, but no Beam: what the per-example work itself
+   manages, so that "× the bare learner loop" is what Beam's runners keep of it.
 2. Throughput, bounded: ``unitless train --input kafka://…`` on the FnApiRunner (reads to the end
    offsets seen at start) over N examples already on the topic. Sustained examples/s = N over the
    time between the pipeline's first read (its log line) and the last prediction appended (the
@@ -389,6 +393,42 @@ def profile_bounded(bootstrap, work, n):
             "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
+def bare_learner(bootstrap, source, target, n, client):
+    """The second reference: the product's own per-example work on the same messages, without
+    Beam: its Kafka reader (``client``), parser, learner (one model, NAG, logistic, eta = 0.5)
+    and prediction writer (prediction messages, acks=all), one poll (up to 8,192 messages) at
+    a time, each poll's predictions flushed before the next poll, as a bundle's are;
+    (seconds, messages)."""
+    from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic, parse_messages
+    from unitless.connectors.kafka_clients import open_reader
+    from unitless.connectors.sinks import open_sink
+    from unitless.pipelines.config import configure, learner_check, new_learner
+    from unitless.pipelines.keyed_model import KeyedModel
+    url = f"kafka://{bootstrap}/{source}"
+    cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",
+                    kafka_client=client)
+    topic = KafkaTopic.parse(url, cfg.kafka_settings)
+    parse = KafkaSourceConfig(topic, cfg.format, cfg.spec, learner_check(cfg), cfg.chunk_size)
+    reader = open_reader(topic, 0, parse.max_records)
+    sink = open_sink(f"kafka://{bootstrap}/{target}", "jsonl", "predictions",
+                     cfg.kafka_settings)
+    model = KeyedModel("model", new_learner(cfg))
+    reader.seek(0)
+    t, done = time.time(), 0
+    while done < n and time.time() - t < 600:
+        records = reader.poll(500)
+        if not records:
+            continue
+        block, _ = parse_messages(parse, 0, records)
+        sink.write(model.learn_block(block)[0])
+        sink.flush()
+        done += len(records.offsets)
+    seconds = time.time() - t
+    reader.close()
+    sink.close()
+    return seconds, done
+
+
 def rate(x):
     return fnum(x, 0, sci=False)
 
@@ -398,27 +438,36 @@ def render(data):
     fastest_relay = max(r["reference"]["examples_per_s"] for r in runs.values())
     rows = []
     for client, r in runs.items():
-        ref, bounded, live = r["reference"], r["bounded"], r.get("streaming")
+        ref, bare, bounded = r["reference"], r.get("bare_learner"), r["bounded"]
+        live = r.get("streaming")
+
+        def ratios(per_s):
+            return [fnum(per_s / ref["examples_per_s"], 3),
+                    fnum(per_s / bare["examples_per_s"], 3) if bare else "—",
+                    fnum(per_s / fastest_relay, 3)]
         rows.append([client, "bare relay (consume + produce, no parsing, no learning)", "—",
-                     rate(ref["examples_per_s"]), "—", "1", "—"])
+                     rate(ref["examples_per_s"]), "—", *ratios(ref["examples_per_s"])])
+        if bare:
+            rows.append([client, "bare learner loop (unitless's reader, parser, learner, "
+                         "prediction writer; a poll at a time; no Beam)",
+                         fnum(bare["seconds"], 3), rate(bare["examples_per_s"]), "—",
+                         *ratios(bare["examples_per_s"])])
         rows.append([client, "unitless train, bounded, FnApiRunner", fnum(bounded["wall_s"], 3),
                      rate(bounded["examples_per_s_sustained"]),
                      rate(bounded["examples_per_s_wall"]),
-                     fnum(bounded["examples_per_s_sustained"] / ref["examples_per_s"], 3),
-                     fnum(bounded["examples_per_s_sustained"] / fastest_relay, 3)])
+                     *ratios(bounded["examples_per_s_sustained"])])
         if live:
             b = live["burst"]
             rows.append([client, "unitless train --streaming, PrismRunner", fnum(b["wall_s"], 3),
                          rate(b["examples_per_s_sustained"]), "—",
-                         fnum(b["examples_per_s_sustained"] / ref["examples_per_s"], 3),
-                         fnum(b["examples_per_s_sustained"] / fastest_relay, 3)])
+                         *ratios(b["examples_per_s_sustained"])])
     any_run = next(iter(runs.values()))
     body = [f"Target: ≥ {TARGET:,} examples/s with one model key, ≥ 0.7× the faster relay; p99 "
             "latency < 1 s at half the target's load.", "", "## Throughput", "",
             table(["client", "run", "wall s", "examples/s sustained (bounded: first read → "
                    "last prediction appended; streaming: first → last appended)",
                    "examples/s (wall, incl. start-up)", "× its client's relay",
-                   "× the faster relay"], rows), "",
+                   "× its client's bare learner loop", "× the faster relay"], rows), "",
             f"Examples: {any_run['bounded']['examples']:,} per run; progressive logistic loss "
             + ", ".join(f"{c} {r['bounded']['progressive_loss']:.6f}" for c, r in runs.items())
             + "; predictions counted "
@@ -478,6 +527,11 @@ def main():
                 s, done = relay(bootstrap, "relay-in", f"relay-out-{client}", n, client)
                 run["reference"] = {"examples": done, "seconds": s, "examples_per_s": done / s}
                 progress(f"{client} relay: {run['reference']}")
+                create_topics(bootstrap, f"bare-out-{client}")
+                s, done = bare_learner(bootstrap, "relay-in", f"bare-out-{client}", n, client)
+                run["bare_learner"] = {"examples": done, "seconds": s,
+                                       "examples_per_s": done / s}
+                progress(f"{client} bare learner: {run['bare_learner']}")
                 run["bounded"] = bounded_run(bootstrap, work, n, client)
                 progress(f"{client} bounded: {run['bounded']}")
                 if not args.no_streaming:
