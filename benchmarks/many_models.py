@@ -14,7 +14,9 @@ Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key
 "≤ 0" where the run peaked below the single key's, whose input held in Beam state dominates)
 and examples/s relative to the single key at the same bits; and the run over the most keys
 (round-robin, ``--bits 18``) once more with ``--resume`` and nothing new to learn: what a
-restart over that many models costs. Targets (issue #13): 10,000 keys
+restart over that many models costs. Beside them, the single key and the most keys
+(round-robin, ``--bits 18``) once more through ``_bare_keys.py``: the same per-key work in a
+plain loop without Beam, to tell the product's own per-key costs from Beam's. Targets (issue #13): 10,000 keys
 within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the single key's
 examples/s; the single model's peak RSS ≤ 4× VW's.
 
@@ -34,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
                      relative_command, result_name, run_timed, scratch, table,
                      unitless_command, write_results)
-from pipeline import (append_lines, ours_command, run_ours, run_vw,  # noqa: E402
-                      vw_lines)
+from pipeline import (append_lines, check_predictions, ours_command, run_ours,  # noqa: E402
+                      run_vw, vw_lines)
 
 KEY_COUNTS = (64, 1_000, 10_000)
 SPLITS = {"round-robin": "r", "Zipf": "z"}
@@ -101,6 +103,17 @@ def run_resumed(work, csv, n, bits, key, keys):
     return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
 
 
+def run_bare(work, csv, n, bits, key, keys):
+    """The same run's per-key work without Beam (``_bare_keys.py``), as a process of its own:
+    every example predicted once."""
+    from unitless.connectors.files import read_output
+    out = work / f"bare_b{bits}_{key or 'one'}"
+    r = run_timed([sys.executable, str(Path(__file__).resolve().parent / "_bare_keys.py"),
+                   *ours_command(csv, out, extra=options(bits, key, keys))])
+    check_predictions(f"bare loop {key or 'one'}", read_output(str(out / "predictions")), None, n)
+    return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
+
+
 def run_all(args, n, work):
     counts = tuple(k for k in KEY_COUNTS if k <= n // 10)
     progress(f"generating {n:,} examples in {work}")
@@ -120,6 +133,10 @@ def run_all(args, n, work):
                      f"peak RSS {runs[name]['max_rss_mib']:.0f} MiB")
     most = f"r{counts[-1]}"
     runs[f"b{BITS[0]} {most} resumed"] = run_resumed(work, csv, n, BITS[0], most, keys)
+    for key in (None, most):
+        name = f"b{BITS[0]} {key or 'one'} bare"
+        runs[name] = run_bare(work, csv, n, BITS[0], key, keys)
+        progress(f"{name}: wall {runs[name]['wall_s']:.1f} s")
     zipf_top = {k: float(np.bincount(keys[f"z{k}"]).max() / n) for k in counts}
     return {"rows": n, "seed": args.seed, "key_counts": counts, "runs": runs,
             "zipf_largest_key_share": zipf_top}
@@ -133,7 +150,7 @@ def render(data):
         rows.append([bits, "VW", 1, fnum(vw["wall_s"], 3, sci=False), _cpu(vw),
                      f"{n / vw['wall_s']:,.0f}", "—", fnum(vw["max_rss_mib"], 3, sci=False), "—"])
         for name, r in R.items():
-            if not name.startswith(f"b{bits} ") or name.endswith(" resumed"):
+            if not name.startswith(f"b{bits} ") or name.endswith((" resumed", " bare")):
                 continue
             key = name.split()[1]
             split = "—" if key == "one" else next(s for s, c in SPLITS.items() if key[0] == c)
@@ -159,6 +176,8 @@ finds a free inode more slowly the more were freed on it in the last minutes (pe
 over those). Four back-to-back 10,000-key runs by hand, each after deleting the last one's
 directory, took 3.2 to 7.6 s of system time.
 
+{_bare_lines(data)}
+
 {_resumed_line(data)}
 
 Targets (issue #13):
@@ -173,6 +192,30 @@ Command of the single-key run (the others add `--model-key-column COLUMN`):
 def _cpu(r):
     """"user / system" CPU seconds of a run (results from before they were kept: "—")."""
     return f"{r['user_s']:.1f} / {r['sys_s']:.1f}" if "user_s" in r else "—"
+
+
+def _bare_lines(data):
+    """The bare per-key loop's runs (``_bare_keys.py``) beside the pipeline's."""
+    R = data["runs"]
+    bare = [name for name in R if name.endswith(" bare")]
+    if not bare:  # (results from before it was measured)
+        return ""
+    n, rows = data["rows"], []
+    one = R[bare[0]]
+    for name in bare:
+        bits, key, _ = name.split()
+        r, ours = R[name], R[f"{bits} {key}"]
+        rows.append([f"{1 if key == 'one' else int(key[1:]):,}", fnum(r["wall_s"], 3, sci=False),
+                     _cpu(r), f"{n / r['wall_s']:,.0f}", fnum(one["wall_s"] / r["wall_s"], 3),
+                     fnum(ours["wall_s"], 3, sci=False), fnum(r["wall_s"] / ours["wall_s"], 3)])
+    return ("The product's own per-key work without Beam (`benchmarks/_bare_keys.py`, "
+            f"--bits {bare[0].split()[0][1:]}, round-robin): the same reading, key split, "
+            "learning, Parquet predictions and checkpoint per key in one plain loop, no state, "
+            "timers, shuffle or bundles. Its many keys against its single key bound what any "
+            "runner can reach with a learner call, predictions and a checkpoint file per key; "
+            "the pipeline against it is what Beam's per-key machinery costs.\n\n"
+            + table(["model keys", "wall s", "CPU s: user / system", "examples/s",
+                     "× the bare single key", "pipeline wall s", "pipeline × bare (examples/s)"], rows))
 
 
 def _resumed_line(data):

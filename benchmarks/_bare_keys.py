@@ -1,0 +1,68 @@
+"""The bare per-key loop: what `unitless train` does for each model key, without Beam.
+
+    python benchmarks/_bare_keys.py train --input data.csv --predictions P --model-dir M ...
+
+Takes `unitless train`'s own arguments (one file; the options it reads: the record layout,
+the model key column, the learner, --chunk-size) and does the work that run does per key in
+one plain loop: read and parse the file, gather blocks and split them by model key (as the
+keying step does: until they hold ``--chunk-size`` examples a key, or 256 MiB), learn each
+key's examples in order (``KeyedModel``, predictions written as part files every 262,144),
+and at the end write each key's checkpoint (``write_checkpoints``, one call). No Beam: no state, timers, shuffle or bundles. What it
+measures is the floor of the product's own per-key work, which the pipeline adds Beam's
+per-key costs to (``many_models.py``).
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from unitless.cli import _config, parse_args  # noqa: E402
+from unitless.connectors.files import read_file  # noqa: E402
+from unitless.connectors.records import ExampleBlock  # noqa: E402
+from unitless.connectors.sinks import open_sink  # noqa: E402
+from unitless.pipelines.checkpoints import write_checkpoints  # noqa: E402
+from unitless.pipelines.config import new_learner  # noqa: E402
+from unitless.pipelines.keyed_model import KeyedModel  # noqa: E402
+
+GATHER_BYTES = 256 << 20  # as ``KeyByModel``'s default
+FLUSH_ROWS = 1 << 18  # as ``LearnDoFn``'s
+
+
+def learn_blocks(cfg, blocks, models, sink):
+    """Split ``blocks`` by model key and learn each key's examples (``chunk_size`` a call)."""
+    for key, piece in ExampleBlock.by_key(blocks):
+        model = models.get(key)
+        if model is None:
+            model = models[key] = KeyedModel(key, new_learner(cfg))
+        for part in piece.parts(cfg.chunk_size):
+            sink.write(model.learn_block(part.full())[0])
+            if sink.rows >= FLUSH_ROWS:
+                sink.flush()
+
+
+def main(argv):
+    args, _ = parse_args(argv)
+    cfg = _config(args)
+    path, = cfg.inputs
+    sink = open_sink(cfg.predictions, cfg.output_format, "predictions")
+    models, held, keys = {}, [], set()
+    for block, _ in read_file(path, cfg.format, cfg.spec, cfg.chunk_size):
+        keys.update(block.keys.unique().to_pylist())
+        held.append(block.compact())
+        # handed on as ``KeyByModel`` does: chunk_size examples for each key held, or its bytes
+        if (sum(map(len, held)) >= cfg.chunk_size * len(keys)
+                or sum(b.nbytes for b in held) >= GATHER_BYTES):
+            learn_blocks(cfg, held, models, sink)
+            held, keys = [], set()
+    learn_blocks(cfg, held, models, sink)
+    sink.flush()
+    taken = []
+    for model in models.values():
+        model.mark_checkpoint()
+        taken.append((model.key, model.to_table(), model.state.examples_seen))
+    write_checkpoints(cfg.model_dir, taken, cfg.keep_checkpoints)
+    print(f"{sum(m.state.examples_seen for m in models.values())} examples, "
+          f"{len(models)} model keys")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
