@@ -4,10 +4,11 @@
 
 Takes `unitless train`'s own arguments (one file; the options it reads: the record layout,
 the model key column, the learner, --chunk-size) and does the work that run does per key in
-one plain loop: read and parse the file, gather blocks and split them by model key (as the
-keying step does: until they hold ``--chunk-size`` examples a key, or 256 MiB), learn each
-key's examples in order (``KeyedModel``, predictions written as part files every 262,144),
-and at the end write each key's checkpoint (``write_checkpoints``, one call). No Beam: no state, timers, shuffle or bundles. What it
+one plain loop: read and parse the file (refusing what the learner would), gather blocks
+and split them by model key as the keying step does (until they hold ``--chunk-size``
+examples a key, or 256 MiB), learn each key's examples in order (``KeyedModel``; predictions
+written as part files every 262,144), and at the end write each key's checkpoint
+(``write_checkpoints``, one call). No Beam: no state, timers, shuffle or bundles. What it
 measures is the floor of the product's own per-key work, which the pipeline adds Beam's
 per-key costs to (``many_models.py``).
 """
@@ -20,7 +21,7 @@ from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
 from unitless.pipelines.checkpoints import write_checkpoints  # noqa: E402
-from unitless.pipelines.config import new_learner  # noqa: E402
+from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.pipelines.keyed_model import KeyedModel  # noqa: E402
 
 GATHER_BYTES = 256 << 20  # as ``KeyByModel``'s default
@@ -45,7 +46,10 @@ def main(argv):
     path, = cfg.inputs
     sink = open_sink(cfg.predictions, cfg.output_format, "predictions")
     models, held, keys = {}, [], set()
+    check = learner_check(cfg)
     for block, _ in read_file(path, cfg.format, cfg.spec, cfg.chunk_size):
+        block, _ = block.screen(check(block))  # (as the reading step refuses, io._hand_on)
+        block.raw = None
         keys.update(block.keys.unique().to_pylist())
         held.append(block.compact())
         # handed on as ``KeyByModel`` does: chunk_size examples for each key held, or its bytes
@@ -53,7 +57,8 @@ def main(argv):
                 or sum(b.nbytes for b in held) >= GATHER_BYTES):
             learn_blocks(cfg, held, models, sink)
             held, keys = [], set()
-    learn_blocks(cfg, held, models, sink)
+    if held:
+        learn_blocks(cfg, held, models, sink)
     sink.flush()
     taken = []
     for model in models.values():
