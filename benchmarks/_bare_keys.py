@@ -24,8 +24,10 @@ from unitless.pipelines.checkpoints import write_checkpoints  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.pipelines.keyed_model import KeyedModel  # noqa: E402
 
-GATHER_BYTES = 256 << 20  # as ``KeyByModel``'s default
-FLUSH_ROWS = 1 << 18  # as ``LearnDoFn``'s
+# ``KeyByModel``'s default and ``LearnDoFn.FLUSH_ROWS``, copied: importing them would import
+# Beam into this loop that runs without it
+GATHER_BYTES = 256 << 20
+FLUSH_ROWS = 1 << 18
 
 
 def learn_blocks(cfg, blocks, models, sink):
@@ -45,18 +47,20 @@ def main(argv):
     cfg = _config(args)
     path, = cfg.inputs
     sink = open_sink(cfg.predictions, cfg.output_format, "predictions")
-    models, held, keys = {}, [], set()
+    models, held, keys, examples, nbytes = {}, [], set(), 0, 0
     check = learner_check(cfg)
     for block, _ in read_file(path, cfg.format, cfg.spec, cfg.chunk_size):
         block, _ = block.screen(check(block))  # (as the reading step refuses, io._hand_on)
         block.raw = None
         keys.update(block.keys.unique().to_pylist())
-        held.append(block.compact())
+        examples += len(block)
+        block = block.compact()
+        held.append(block)
+        nbytes += block.nbytes
         # handed on as ``KeyByModel`` does: chunk_size examples for each key held, or its bytes
-        if (sum(map(len, held)) >= cfg.chunk_size * len(keys)
-                or sum(b.nbytes for b in held) >= GATHER_BYTES):
+        if examples >= cfg.chunk_size * len(keys) or nbytes >= GATHER_BYTES:
             learn_blocks(cfg, held, models, sink)
-            held, keys = [], set()
+            held, keys, examples, nbytes = [], set(), 0, 0
     if held:
         learn_blocks(cfg, held, models, sink)
     sink.flush()

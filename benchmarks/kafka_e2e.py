@@ -395,9 +395,6 @@ def profile_bounded(bootstrap, work, n):
             "top": [(f"{Path(f[0]).name}:{f[1]}({f[2]})", v[1], v[2], v[3]) for f, v in top]}
 
 
-FLUSH_ROWS = 1 << 18  # as LearnDoFn's: how often a bounded run's predictions are flushed
-
-
 def bare_learner(bootstrap, source, target, n, client):
     """The second reference: the product's own per-example work on the same messages, in a
     plain loop without Beam: its Kafka reader (``client``, 8,192 records a poll), polls parsed
@@ -410,6 +407,7 @@ def bare_learner(bootstrap, source, target, n, client):
     from unitless.connectors.sinks import open_sink
     from unitless.pipelines.config import configure, learner_check, new_learner
     from unitless.pipelines.keyed_model import KeyedModel
+    from unitless.pipelines.train import LearnDoFn  # (its flush rule, imported before the clock)
     url = f"kafka://{bootstrap}/{source}"
     cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",
                     kafka_client=client)
@@ -430,7 +428,7 @@ def bare_learner(bootstrap, source, target, n, client):
         table = model.learn_block(block)[0]
         sink.write(table)
         predicted += table.num_rows
-        if sink.rows >= FLUSH_ROWS:
+        if sink.rows >= LearnDoFn.FLUSH_ROWS:
             sink.flush()
 
     reader.seek(0)
