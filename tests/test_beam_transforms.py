@@ -134,7 +134,8 @@ def test_options_are_checked_when_the_transform_is_made(tmp_path):
 
 def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     """12 model keys, blocks of 8 examples, 2 decoded models kept: the evicted ones are decoded
-    from Beam state again, and every prediction and model is the same as with all kept. The
+    from Beam state again, and every prediction and model is the same as with all kept, and as
+    with all 12 models in one group of the keyed step (``model_groups=1``). The
     blocks are marked as a Kafka partition's are (``restarts_midway``): every key's model is
     then stored when its first block arrives, and decoded again when the watermark releases
     its blocks, after the other keys' arrivals (a file's blocks touch no model on arrival, and
@@ -147,11 +148,11 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     runs = {}
-    for kept in (2, 64):
-        out = tmp_path / str(kept)
+    for kept, groups in ((2, 1024), (64, 1024), (64, 1)):
+        out = tmp_path / f"{kept}-{groups}"
         opts = dict(inputs=[str(path)], model_key_column="region", id_column="id",
                     chunk_size=8, model_dir=str(out / "models"), predictions=str(out / "pred"),
-                    dead_letter=None, models_in_memory=kept)
+                    dead_letter=None, models_in_memory=kept, model_groups=groups)
         p = beam.Pipeline(runner=FnApiRunner())
         _ = (p | ReadExamples(**opts)
              | beam.Map(_restarts_midway).with_output_types(ExampleBlock) | Learn(**opts))
@@ -160,13 +161,13 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
         decoded = result.metrics().query(MetricsFilter().with_name("models_decoded"))
         predictions = sorted((r["model_key"], r["examples_seen"], r["id"], r["prediction"])
                              for r in read_output(str(out / "pred")).to_pylist())
-        runs[kept] = (sum(c.committed or 0 for c in decoded["counters"]), predictions,
+        runs[kept, groups] = (sum(c.committed or 0 for c in decoded["counters"]), predictions,
                       {k: _state(read_checkpoint(latest_checkpoint(str(out / "models"), k)))
                        for k in {r["region"] for r in rows}})
-    (few, *results_few), (many, *results_many) = runs[2], runs[64]
+    (few, *results_few), (many, *results_many) = runs[2, 1024], runs[64, 1024]
     assert few > many  # the bound evicted models, which were decoded again
     assert len(results_few[0]) == len(rows)
-    assert results_few == results_many  # bit for bit
+    assert results_few == results_many == list(runs[64, 1][1:])  # bit for bit
 
 
 def _restarts_midway(block):

@@ -120,6 +120,24 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
                      | key_by_model(size, gather_bytes=gather_bytes))
             assert_that(keyed, check(size, split_early=gather_bytes < 1 << 20))
 
+    # model groups: each block holds examples of its group's model keys only, within ``size``,
+    # a group's blocks in position order, every example once
+    from unitless.pipelines.train import model_group
+
+    def by_group(pairs):
+        seen = {}
+        for group, block in pairs:
+            assert 0 < len(block) <= 50
+            assert {model_group(k, 4) for k in block.keys.to_pylist()} == {group}
+            seen.setdefault(group, []).append(block.positions)
+        assert len(seen) > 1 and all((np.diff(np.concatenate(p)) > 0).all()
+                                     for p in seen.values())
+        got = np.sort(np.concatenate([np.concatenate(p) for p in seen.values()]))
+        assert (got == np.concatenate([b.positions for b in blocks])).all()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        assert_that(p | beam.Create(blocks, reshuffle=False)
+                    | key_by_model(50, model_groups=4), by_group)
+
     # one key: a block passes on as soon as the group holds ``size`` examples
     from unitless.pipelines.train import KeyByModel
     one = [ExampleBlock.concat([b]) for b in blocks[:3]]
@@ -135,7 +153,8 @@ def test_split_by_key_gathers_blocks_into_each_keys_examples_in_position_order()
     length; held compact, their one row of features once, or whole) gives each key exactly its
     examples of all the blocks, in position order, compact where all blocks are compact with
     one row, and slices of those too; the span of blocks that tile, none where one is missing;
-    a compact block pickles back whole. With more than 1,024 keys too (rows written in order)."""
+    a compact block pickles back whole. With more than 1,024 keys too (rows written in order).
+    Split by groups of keys, each group's examples of all its keys, in position order."""
     import pickle
     rng = np.random.default_rng(11)
 
@@ -184,6 +203,16 @@ def test_split_by_key_gathers_blocks_into_each_keys_examples_in_position_order()
                     len(piece) // 2, len(piece)), c)), (trial, c)
             assert piece.ids.equals(expected.ids) and set(piece.keys.to_pylist()) == {key}
             assert piece.span == whole.span
+        # by groups of keys: each group's examples of all its keys, in position order
+        parity = np.array([int(k[1:]) % 2 for k in keys])
+        grouped = dict(ExampleBlock.by_key([b.compact() if compact else b for b in blocks],
+                                           group=lambda k: f"g{int(k[1:]) % 2}"))
+        assert sorted(grouped) == sorted({f"g{p}" for p in parity})
+        for name, piece in grouped.items():
+            expected, piece = whole.take(np.flatnonzero(parity == int(name[1:]))), piece.full()
+            for c in columns:
+                assert np.array_equal(getattr(piece, c), getattr(expected, c)), (trial, c)
+            assert piece.keys.equals(expected.keys) and piece.span == whole.span
     compact = block(0, 10, np.full(10, 3), True, 2).compact()
     assert compact.indptr is None and len(compact.indices) == 3
     back = pickle.loads(pickle.dumps(compact))

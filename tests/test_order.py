@@ -44,6 +44,10 @@ def final_models(models):
 
 @pytest.mark.parametrize("disorder", ["reversed", "shuffled"])
 def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, disorder):
+    """Two files' blocks handed to Learn reversed or shuffled: every model learns its examples
+    in input order, bit for bit as the command reading the files in order. In this file's
+    tests the command keeps each model key a key of its own (``--model-groups 0``) and Learn
+    puts four of the five in one group (``model_groups=2``): the same results either way."""
     paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
     for seed, path in enumerate(paths):
         write_examples(path, 1500, seed)
@@ -52,7 +56,7 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
     assert main(["train", "--input", *map(str, paths), "--id-column", "id",
                  "--model-key-column", "key", "--chunk-size", "64", "--model-dir",
                  str(tmp_path / "cli" / "models"), "--predictions", str(tmp_path / "cli" / "p"),
-                 "--dead-letter", str(tmp_path / "cli" / "d")]) == 0
+                 "--dead-letter", str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
     expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
                 for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
     # the same blocks handed to Learn in another order, both files interleaved
@@ -65,8 +69,9 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
         random.Random(1).shuffle(blocks)
     for b in blocks:
         b.raw = None
-    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
-                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, **options)
+    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),  # (k0-k3 share a group)
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, model_groups=2,
+                  **options)
     with BeamTestPipeline() as p:
         _ = (p | beam.Create(blocks).with_output_types(ExampleBlock) | learn)
     got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
@@ -95,7 +100,7 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "key", "--chunk-size", "64", "--model-dir", str(tmp_path / "cli" / "models"),
                  "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
-                 str(tmp_path / "cli" / "d")]) == 0
+                 str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
     cfg = configure([str(path)], **options)
     blocks, start = [], 0
     for b, _ in read_file(str(path), "csv", cfg.spec, 64):
@@ -106,8 +111,9 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
         blocks.reverse()
     elif disorder == "shuffled":
         random.Random(2).shuffle(blocks)
-    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
-                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, **options)
+    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),  # (k0-k3 share a group)
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, model_groups=2,
+                  **options)
     p = beam.Pipeline(runner=FnApiRunner())
     _ = p | beam.Create(blocks).with_output_types(ExampleBlock) | learn
     result = p.run()
@@ -152,7 +158,7 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column", "key",
                  "--chunk-size", "25", "--model-dir", str(tmp_path / "cli" / "models"),
                  "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
-                 str(tmp_path / "cli" / "d")]) == 0
+                 str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
     expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
                 for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
     cfg = configure([str(path)], **options)
@@ -175,7 +181,7 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     stream = stream.advance_watermark_to_infinity()
     learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
                   predictions=str(tmp_path / "beam" / "p"), dead_letter=None,
-                  checkpoint_every=20, keep_checkpoints=1000, **options)
+                  checkpoint_every=20, keep_checkpoints=1000, model_groups=2, **options)
     # (a job server of its own: Beam shares one per process, which an earlier pipeline of
     # this process may have made without --prism_location)
     p = beam.Pipeline(options=PipelineOptions([

@@ -96,18 +96,20 @@ class ExampleBlock:
                             self.event_times[rows] if self.event_times is not None else None,
                             restarts_midway=self.restarts_midway)
 
-    def split_by_key(self):
-        """(key, block) for each model key present, examples in their original order."""
-        return ExampleBlock.by_key([self])
+    def split_by_key(self, group=None):
+        """(key, block) for each model key present, examples in their original order (with
+        ``group``, for each group of them: see ``by_key``)."""
+        return ExampleBlock.by_key([self], group)
 
     @staticmethod
-    def by_key(blocks):
+    def by_key(blocks, group=None):
         """(key, block) for each model key in ``blocks`` (all of one source), each key's
         examples in position order (where positions do not order them, as the blocks hold
         them), without raw records; each keeps the blocks' span where their spans tile (all
         of the key's examples there are in it). Compact (``compact``) where every block is
         compact with the same row of features, else full; a single block of a single key is
-        itself.
+        itself. With ``group`` (model key -> the name of its group), (name, block) for each
+        group instead: the examples of all of its model keys, in position order.
 
         One gather of all examples into the keys' order, of which each key's block is a slice
         (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
@@ -117,9 +119,14 @@ class ExampleBlock:
         every_key = pa.concat_arrays([b.keys for b in blocks])
         encoded = every_key.dictionary_encode()
         keys = encoded.dictionary.to_pylist()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        if group is not None:
+            names = [group(key) for key in keys]
+            keys = sorted(set(names))
+            index = {name: k for k, name in enumerate(keys)}
+            codes = np.array([index[name] for name in names], dtype=np.int64)[codes]
         if len(keys) <= 1 and len(blocks) == 1:
             return [(keys[0] if keys else "", blocks.pop())]
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
         positions = np.concatenate([b.positions for b in blocks])
         by_position = np.arange(len(positions))
         if (np.diff(positions) < 0).any():

@@ -32,6 +32,7 @@ LEARN_OPTIONS = {
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
+    "model_groups": 1024,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -65,6 +66,7 @@ class TrainConfig:
     shards: int = 0                    # feature shards per model; 0: unsharded (pipelines/sharded)
     max_delay: int = 0                 # examples whose gradients a shard's part may miss
     feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
+    model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
 
 
 def names(value):
@@ -194,7 +196,7 @@ def configure(inputs=None, require_label=True, **options):
                          f"{', '.join(OUTPUT_FORMATS)}")
     for name, low in (("chunk_size", 1), ("checkpoint_every", 0), ("keep_checkpoints", 1),
                       ("models_in_memory", 1), ("model_memory_mib", 1), ("shards", 0),
-                      ("max_delay", 0)):
+                      ("max_delay", 0), ("model_groups", 0)):
         if int(o[name]) < low:
             raise ValueError(f"--{name.replace('_', '-')} wants {low} or more, got {o[name]}")
     for name in ("checkpoint_seconds", "log_every"):
@@ -223,7 +225,7 @@ def configure(inputs=None, require_label=True, **options):
                       float(o["log_every"]), kafka_settings(o["kafka_config"], o["kafka_client"]),
                       bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
                       int(o["model_memory_mib"]), int(o["shards"]), int(o["max_delay"]),
-                      sharding_feedback(o, inputs))
+                      sharding_feedback(o, inputs), int(o["model_groups"]))
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
 

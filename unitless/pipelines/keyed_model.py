@@ -1,6 +1,7 @@
 """One model key's learner plus its bookkeeping: input positions, checkpoints, outputs.
 
-Free of Beam: the stateful DoFn holds one KeyedModel per key and calls ``learn_block``.
+Free of Beam: the stateful DoFn holds a ModelGroup per key of its step, a KeyedModel per model
+key in it, and calls ``learn_block``.
 """
 import pickle
 import time
@@ -64,7 +65,6 @@ class KeyedModel:
     checkpoint_examples: int = -1                  # examples_seen at the last checkpoint
     checkpoint_time: float = field(default_factory=time.time)
     checkpoint_id: str = None
-    token: str = None
     errors: float = 0.0  # classification: examples whose predicted class was wrong (weighted 1)
     unlearned: dict = field(default_factory=dict)  # source -> start position, nothing learned yet
     # source -> the position through which every example of this key there is learned (its
@@ -93,19 +93,6 @@ class KeyedModel:
             "restart_positions": self.restart,
             "watermark_passed": sorted(self.passed_partitions)})
 
-    def to_bytes(self):
-        """The form kept in Beam state: a new token (32 ASCII bytes), then the model pickled,
-        arrays as they are (Beam state is this pipeline's own, read back by the same code; a
-        checkpoint, read by people and later versions, is the Arrow table). Pickled, a model
-        over 50 examples' features encodes in a fifth and decodes in a tenth of the Arrow
-        file's time, which 10,000 keys pay per element."""
-        self.token = unique_token()
-        return self.token.encode() + pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
-
-    def holds(self, data):
-        """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
-        return self.token is not None and data[:32] == self.token.encode()
-
     @classmethod
     def from_table(cls, table, state=None):
         """The model of a checkpoint's table (``state``: its learner, if decoded already)."""
@@ -116,15 +103,11 @@ class KeyedModel:
         passed = set(meta.get("watermark_passed") or ())
         return cls(meta.get("model_key", ""), from_arrow(table) if state is None else state,
                    positions, int(meta.get("checkpoint_examples", -1)), time.time(),
-                   meta.get("checkpoint_id"), None, float(meta.get("errors", 0.0)),
+                   meta.get("checkpoint_id"), float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
                    {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},
                    {k: int(v) for k, v in restart.items()}, passed_partitions=passed,
                    checkpoint_passed=set(passed))
-
-    @staticmethod
-    def from_bytes(data):
-        return pickle.loads(memoryview(data)[32:])
 
     def enter_source(self, block):
         """True when the block tells where this model starts in a source, which the caller
@@ -147,9 +130,12 @@ class KeyedModel:
 
     def passed(self, source, last):
         """The watermark passed a block of ``source`` up to position ``last`` that this model
-        learned: every key's start there up to it is recorded (see ``restart``)."""
+        learned (or its group did, see ``ModelGroup``): every key's start there up to it is
+        recorded (see ``restart``). The restart position moves no further than the model has
+        learned there: a group's block may end past the model's own examples."""
         if source in self.restart:
-            self.restart[source] = max(self.restart[source], last)
+            self.restart[source] = max(self.restart[source],
+                                       min(last, self.positions.get(source, last)))
             self.passed_partitions.add(source)
 
     def continues(self, block):
@@ -236,3 +222,57 @@ class KeyedModel:
         self.checkpoint_time = time.time()
         self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"
 
+
+class ModelGroup:
+    """The models of the model keys that share one key of the keyed step (``KeyByModel``'s
+    groups), as Beam state holds them together."""
+
+    def __init__(self, models=None):
+        self.models = models if models is not None else {}  # model key -> KeyedModel
+        self.token = None
+
+    def model(self, key, new):
+        """The model of ``key``: the group's, or ``new(key)`` if it holds none."""
+        model = self.models.get(key)
+        if model is None:
+            model = self.models[key] = new(key)
+        return model
+
+    def learned(self, block):
+        """The group learned ``block``: where the block's source was read whole over its span
+        (``ExampleBlock.span``), it held every example of every model key of the group there,
+        so each model that had learned all of its own up to the span's start has learned all
+        of them through its end, whether the block held any of them or not."""
+        if block.span is None or block.source is None:
+            return
+        first, last = block.span
+        for model in self.models.values():
+            done = model.through.get(block.source)
+            if done is not None and done >= first - 1:
+                model.through[block.source] = max(done, last)
+
+    def every_model(self):
+        """Every model the group holds, in model key order."""
+        return [self.models[key] for key in sorted(self.models)]
+
+    @property
+    def nbytes(self):
+        """Bytes of its models' learner state."""
+        return sum(model.state.nbytes for model in self.models.values())
+
+    def to_bytes(self):
+        """The form kept in Beam state: a new token (32 ASCII bytes), then the models pickled,
+        arrays as they are (Beam state is this pipeline's own, read back by the same code; a
+        checkpoint, read by people and later versions, is the Arrow table). Pickled, a model
+        over 50 examples' features encodes in a fifth and decodes in a tenth of the Arrow
+        file's time, which 10,000 keys pay per element."""
+        self.token = unique_token()
+        return self.token.encode() + pickle.dumps(self.models, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def holds(self, data):
+        """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
+        return self.token is not None and data[:32] == self.token.encode()
+
+    @classmethod
+    def from_bytes(cls, data):
+        return cls(pickle.loads(memoryview(data)[32:]))

@@ -165,7 +165,7 @@ class Sequencer(LearnDoFn):
             return
         write_starts(starts_dir(self.cfg.model_dir, sharded=True), [(key, block.source, start)])
         rounds.starts[block.source] = start
-        stored.write(rounds.to_bytes())
+        self._store(key, rounds, stored)
 
     def _model(self, key, stored):
         data = stored.read()
@@ -175,8 +175,11 @@ class Sequencer(LearnDoFn):
         return _Rounds(cut.rounds, cut.examples, cut.examples, positions=dict(cut.positions),
                        starts=dict(cut.starts))
 
-    def _learn(self, model, block):
-        model.pending.append(block)
+    def _store(self, key, rounds, stored):
+        stored.write(rounds.to_bytes())
+
+    def _learn_all(self, rounds, block):
+        rounds.pending.append(block)
         return ()
 
     def _watermark_passed(self, rounds, past, at):
@@ -188,7 +191,7 @@ class Sequencer(LearnDoFn):
     def _input_ended(self, key, rounds, stored):
         rounds = rounds or self._model(key, stored)
         yield from self._cut(key, rounds)
-        stored.write(rounds.to_bytes())
+        self._store(key, rounds, stored)
         for s in range(self.cfg.shards):
             yield (key, s), End(rounds.next_round)
         yield beam.pvalue.TaggedOutput(MODELS, key)

@@ -7,6 +7,7 @@ import pickle
 import sys
 import time
 import typing
+import zlib
 from collections import OrderedDict
 
 import apache_beam as beam
@@ -28,7 +29,7 @@ from .checkpoints import (covered_partitions, load_latest_learner, model_keys, p
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
-from .keyed_model import KeyedModel
+from .keyed_model import KeyedModel, ModelGroup
 
 log = logging.getLogger("unitless")
 
@@ -48,23 +49,41 @@ class KeyByModel(beam.DoFn):
     split by key together, one gather for all of them (``ExampleBlock.by_key``): when the
     group holds ``size`` examples for each key in it (one key: as soon as it holds ``size``),
     when all groups together hold ``gather_bytes``, and at the bundle's end.
+
+    With ``model_groups``, the keys handed on are not the model keys but which of that many
+    groups each falls in (``model_group``), each block holding a group's examples: a keyed
+    step's fixed work (its state, timers and commits) is then paid per group, not per model
+    key, which 10,000 model keys of 100 examples each would pay 10,000 times.
     """
 
-    def __init__(self, size, gather_bytes=256 << 20, starts=None, covered=()):
+    def __init__(self, size, gather_bytes=256 << 20, starts=None, covered=(), model_groups=0):
         self.size, self.gather_bytes, self.starts = size, gather_bytes, starts
         self.covered = frozenset((source, key) for key, source in covered)
+        self.model_groups = model_groups
+        self.model_group_of = {}  # model key -> ``model_group``, as met
 
     def setup(self):
         # (source, key): start records this worker wrote, or needs none (``covered``)
         self.started = set(self.covered)
 
+    def _model_group(self, model_key):
+        group = self.model_group_of.get(model_key)
+        if group is None:
+            group = self.model_group_of[model_key] = model_group(model_key, self.model_groups)
+        return group
+
+    @property
+    def _grouping(self):
+        """What ``ExampleBlock.by_key`` splits by besides model keys: their groups, or none."""
+        return self._model_group if self.model_groups else None
+
     def start_bundle(self):
-        self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys in them]
+        self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys handed on]
         self.held = 0     # bytes of the blocks held
 
     def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
         if block.source is None:  # the user's own records: no positions to order by
-            for key, piece in block.split_by_key():
+            for key, piece in block.split_by_key(self._grouping):
                 yield key, piece
             return
         if self.starts is not None and block.restarts_midway and len(block):
@@ -72,7 +91,8 @@ class KeyByModel(beam.DoFn):
         group = (block.source, timestamp, window)
         entry = self.groups.setdefault(group, [[], 0, set()])
         entry[1] += len(block)
-        entry[2].update(block.keys.unique().to_pylist())
+        keys = block.keys.unique().to_pylist()
+        entry[2].update(map(self._model_group, keys) if self.model_groups else keys)
         block = block.compact()  # (held: the features every example has, once; see by_key)
         entry[0].append(block)
         self.held += block.nbytes
@@ -114,7 +134,7 @@ class KeyByModel(beam.DoFn):
         ``blocks`` as it copies them)."""
         _, timestamp, window = group
         self.held -= sum(b.nbytes for b in blocks)
-        pieces = ExampleBlock.by_key(blocks)
+        pieces = ExampleBlock.by_key(blocks, self._grouping)
         for key, piece in pieces:
             for part in piece.parts(self.size):
                 yield WindowedValue((key, part), timestamp, [window])
@@ -123,9 +143,16 @@ class KeyByModel(beam.DoFn):
 def key_by_model(size, **options):
     """ExampleBlock -> (model key, block), see ``KeyByModel`` (``starts``: the directory of
     the start records it writes, None for none; ``covered``: the (model key, partition) pairs
-    that need none, ``checkpoints.covered_partitions``); str keys (a deterministic coder)."""
+    that need none, ``checkpoints.covered_partitions``; ``model_groups``: (group, block)
+    instead); str keys (a deterministic coder)."""
     return beam.ParDo(KeyByModel(size, **options)).with_output_types(
         typing.Tuple[str, typing.Any])
+
+
+def model_group(model_key, groups):
+    """Which of ``groups`` groups a model key falls in, as the key its group is handed on
+    under ("<group>/<groups>"): the same in every process and run (CRC-32 of its UTF-8)."""
+    return f"{zlib.crc32(model_key.encode('utf-8', 'surrogatepass')) % groups}/{groups}"
 
 
 def new_keyed_model(cfg, key):
@@ -178,31 +205,32 @@ def weigh_state_without_scanning_modules():
 class DecodedModels:
     """The decoded models a worker keeps between a key's elements (the rest stay encoded in
     Beam state), least recently used first: at most ``count`` of them, holding at most ``mib``
-    MiB of learner state together (sizes as of each model's last use); the one in use is
-    always kept."""
+    MiB of learner state together (sizes as of each key's last use); the key in use is always
+    kept. A key's entry may hold several models (a ``ModelGroup``)."""
 
     def __init__(self, count, mib):
         self.count, self.limit = count, mib << 20
-        self.models, self.sizes, self.held = OrderedDict(), {}, 0
+        self.models, self.sizes = OrderedDict(), {}  # key -> (bytes, models) as of its last use
+        self.held = self.decoded = 0  # bytes and models of them all
 
     def get(self, key):
         return self.models.get(key)
 
     def pop(self, key):
         """The key's model, no longer kept (None if it is not)."""
-        self.held -= self.sizes.pop(key, 0)
+        nbytes, models = self.sizes.pop(key, (0, 0))
+        self.held, self.decoded = self.held - nbytes, self.decoded - models
         return self.models.pop(key, None)
 
-    def keep(self, key, model, nbytes):
-        """Keep the key's model (most recently used), of ``nbytes``; drop the least recently
-        used others past the count or the bytes."""
-        self.held += nbytes - self.sizes.get(key, 0)
-        self.sizes[key] = nbytes
+    def keep(self, key, model, nbytes, models=1):
+        """Keep the key's model (most recently used), of ``nbytes`` (and holding ``models``
+        decoded models); drop the least recently used others past the count or the bytes."""
+        self.pop(key)
+        self.sizes[key] = nbytes, models
+        self.held, self.decoded = self.held + nbytes, self.decoded + models
         self.models[key] = model
-        self.models.move_to_end(key)
-        while len(self.models) > 1 and (len(self.models) > self.count or self.held > self.limit):
-            old, _ = self.models.popitem(last=False)
-            self.held -= self.sizes.pop(old)
+        while len(self.models) > 1 and (self.decoded > self.count or self.held > self.limit):
+            self.pop(next(iter(self.models)))
 
 
 LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting
@@ -251,6 +279,13 @@ def learning_order(ready):
 class LearnDoFn(beam.DoFn):
     """(model key, ExampleBlock) -> predictions and dead letters, written to their sinks and
     also output as PCollections.
+
+    The key may be a group of model keys (``KeyByModel``'s ``model_groups``): the key's state
+    then holds the models of all of them together (``ModelGroup``), its blocks hold all of
+    their examples, waiting and released as below as a whole, and each model key's examples
+    are learned by its own model. What is said below of a model holds for each model of a
+    group; a block is learned on arrival only when it continues every model it holds examples
+    of.
 
     Order, by construction: Beam promises no order between a key's elements after the shuffle
     (Flink's batch mode, Dataflow and retries do reorder them), so a block is not learned when
@@ -340,17 +375,29 @@ class LearnDoFn(beam.DoFn):
         self._flush()
 
     def _model(self, key, stored):
+        """The ``ModelGroup`` of the keyed step's ``key``, as last stored."""
         data = stored.read()
         cached = self.models.get(key)
         if data is None:
-            model = new_keyed_model(self.cfg, key)
+            group = ModelGroup()
         elif cached is not None and cached.holds(data):
-            model = cached
+            group = cached
         else:
-            model = KeyedModel.from_bytes(data)
-            self.decoded.inc()
-        self.models.keep(key, model, model.state.nbytes)
-        return model
+            group = ModelGroup.from_bytes(data)
+            self.decoded.inc(len(group.models))
+        self.models.keep(key, group, group.nbytes, len(group.models))
+        return group
+
+    def _of(self, group, model_key):
+        """The group's model of ``model_key`` (a new one if it has none: ``new_keyed_model``)."""
+        return group.model(model_key, self._new_model)
+
+    def _new_model(self, model_key):
+        return new_keyed_model(self.cfg, model_key)
+
+    def _store(self, key, group, stored):
+        stored.write(group.to_bytes())
+        self.models.keep(key, group, group.nbytes, len(group.models))
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
@@ -363,12 +410,16 @@ class LearnDoFn(beam.DoFn):
         self._enter_source(key, block, stored)
         learned = False
         if self.LEARNS_ON_ARRIVAL and block.span is not None:
-            model = self._model(key, stored)
-            learned = model.continues(block)  # nothing it needs first can be waiting
+            group = self._model(key, stored)
+            pieces = block.split_by_key()
+            # nothing any of its models needs first can be waiting
+            learned = all(self._of(group, k).continues(piece) for k, piece in pieces)
             if learned:
                 self.on_arrival.inc()
-                yield from self._learn(model, block)
-                stored.write(model.to_bytes())
+                for k, piece in pieces:
+                    yield from self._learn(self._of(group, k), piece)
+                group.learned(block)
+                self._store(key, group, stored)
                 if not block.restarts_midway:
                     return
         # the user's own records have no source and no positions: they keep arrival order
@@ -387,12 +438,18 @@ class LearnDoFn(beam.DoFn):
             release.set(Timestamp(micros=due(header)))
 
     def _enter_source(self, key, block, stored):
-        """A Kafka partition's block: record where this model starts there, before learning."""
+        """A Kafka partition's block: record where each of its models starts there, before
+        learning."""
         if block.restarts_midway:
-            model = self._model(key, stored)
-            if model.enter_source(block):
-                self._checkpoint(model)
-                stored.write(model.to_bytes())
+            group = self._model(key, stored)
+            entered = False
+            for k, piece in block.split_by_key():
+                model = self._of(group, k)
+                if model.enter_source(piece):
+                    self._checkpoint(model)
+                    entered = True
+            if entered:
+                self._store(key, group, stored)
 
     @on_timer(RELEASE)
     def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
@@ -405,7 +462,7 @@ class LearnDoFn(beam.DoFn):
                                                release)
         if model is not None:
             yield from self._released(key, model)
-            stored.write(model.to_bytes())
+            self._store(key, model, stored)
 
     @on_timer(END)
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
@@ -423,14 +480,15 @@ class LearnDoFn(beam.DoFn):
         return ()
 
     def _input_ended(self, key, learned, stored):
-        """The end of the input, once everything waiting is learned (``learned``: the model,
-        when it learned): its last checkpoint, then the model leaves Beam state and this
-        worker's memory (nothing of this key comes after the end; a run drained and restored
-        from a runner's savepoint resumes it from that checkpoint, with ``--resume``), which
-        frees both as keys finish. Outputs."""
-        model = learned or self._model(key, stored)
-        if model.checkpoint_behind():
-            self._checkpoint(model)
+        """The end of the input, once everything waiting is learned (``learned``: the group,
+        when it learned): each of its models' last checkpoint, then they leave Beam state and
+        this worker's memory (nothing of this key comes after the end; a run drained and
+        restored from a runner's savepoint resumes them from those checkpoints, with
+        ``--resume``), which frees both as keys finish. Outputs."""
+        group = learned or self._model(key, stored)
+        for model in group.every_model():
+            if model.checkpoint_behind():
+                self._checkpoint(model)
         stored.clear()
         self.models.pop(key)
         return ()
@@ -448,12 +506,8 @@ class LearnDoFn(beam.DoFn):
             model = self._model(key, stored)
             ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
             for blocks in learning_order(ready):
-                if len(blocks) == 1:
-                    yield from self._learn(model, waiting_block(blocks[0]))
-                    continue
-                whole = ExampleBlock.concat([waiting_block(data) for data in blocks])
-                for part in whole.parts(self.cfg.chunk_size):
-                    yield from self._learn(model, part)
+                yield from self._learn_all(model, ExampleBlock.concat(
+                    [waiting_block(data) for data in blocks]))
             # what the watermark is past, not just at (another key's element stamped ``upto``
             # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
             at = [h for h, _ in ready if upto is not None and h[0] >= upto]
@@ -470,15 +524,30 @@ class LearnDoFn(beam.DoFn):
             release.set(Timestamp(micros=first))
         return model
 
-    def _watermark_passed(self, model, past, at):
+    def _learn_all(self, group, block):
+        """Learn a block of the group's model keys: each key's examples by its own model, in
+        parts of up to ``chunk_size``."""
+        for k, piece in block.split_by_key():
+            model = self._of(group, k)
+            for part in piece.parts(self.cfg.chunk_size):
+                yield from self._learn(model, part)
+        group.learned(block)
+
+    def _watermark_passed(self, group, past, at):
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
-        of blocks learned on arrival): the model may restart their sources after them
-        (``KeyedModel.restart``). Returns those of the blocks learned at the watermark's own
-        time, ``at``, that need a mark to do so once it is past them."""
+        of blocks learned on arrival): the group's models may restart their sources after
+        them (``KeyedModel.restart``): every example of theirs up to there is in the blocks
+        the watermark has passed, all learned by now, whichever of its models a block held.
+        Returns those of the blocks learned at the watermark's own time, ``at``, that need a
+        mark to do so once it is past them."""
+        sources = {h[1] for h in past + at if h[1]}
+        if not sources:
+            return []
+        models = [m for m in group.every_model() if sources & m.restart.keys()]
         for _, source, _, last, *_ in past:
-            if source:
+            for model in models:
                 model.passed(source, last)
-        return [h for h in at if h[1] in model.restart]
+        return [h for h in at if any(h[1] in model.restart for model in models)]
 
     def _learn(self, model, block):
         predictions, dead, skipped = model.learn_block(block)
@@ -583,11 +652,12 @@ class Learn(beam.PTransform):
     a PCollection of predictions (Arrow tables, one row per example, made before the model
     learned it; ``Rows()`` turns them into dicts).
 
-    One model per model key, held in Beam state, learning every example exactly once and each
-    source's examples in input order, however the runner delivers them (see ``LearnDoFn``;
-    the user's own records, which have no positions, in the order they arrive); checkpoints in
-    ``model_dir`` every ``checkpoint_every`` examples or ``checkpoint_seconds`` and at the end
-    of input. Options are those of ``unitless train`` as
+    One model per model key, held in Beam state (the model keys share ``model_groups`` keys of
+    the keyed step, default 1,024; 0: a key each; see ``KeyByModel``), learning every example
+    exactly once and each source's examples in input order, however the runner delivers them
+    (see ``LearnDoFn``; the user's own records, which have no positions, in the order they
+    arrive); checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
+    ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
     keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
     ``learning_rate=None`` for the algorithm's own, ...; see ``config.configure``). The
     predictions and dead letters are also written to ``predictions`` and ``dead_letter`` (a
@@ -617,7 +687,8 @@ class Learn(beam.PTransform):
                 blocks.pipeline | "No dead letters" >> beam.Create([]))
             return learn_over_shards(blocks, cfg)
         learned = (blocks | "Key by model" >> key_by_model(
-                       cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered)
+                       cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered,
+                       model_groups=cfg.model_groups)
                    | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
         self.dead_letters = learned[DEAD] if parse_dead is None else (
             (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
