@@ -68,6 +68,8 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert fresh.continues(opening)  # (also before it entered the source)
     fresh.enter_source(parts[1])  # a later block came first, then the run's first one
     assert not fresh.continues(parts[1]) and fresh.continues(opening)
+    fresh.passed("src", 2)  # (its group's other models learned a block the watermark passed)
+    assert fresh.restart == {"src": 3} and fresh.passed_partitions == set()
     m.learn_block(parts[0])
     assert m.passed_partitions == set()  # (its start records there still count)
     m.mark_checkpoint()

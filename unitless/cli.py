@@ -122,7 +122,9 @@ def parser():
     train.add_argument("--model-groups", type=int, default=LEARN_OPTIONS["model_groups"],
                        help="the model keys share this many keys of the keyed step (Beam's "
                             "state, timers and commits are paid per group, not per model "
-                            "key); 0: each model key its own")
+                            "key; each element stores its group's models together, so with "
+                            "far more model keys than groups, raise it); 0: each model key "
+                            "its own. Not with --shards, whose models are keyed each")
     train.add_argument("--shards", type=int, default=LEARN_OPTIONS["shards"],
                        help="split each model's features over S shards, each its own key (so "
                             "over workers), exchanging each round's partial predictions "
@@ -275,8 +277,10 @@ def _freeze_imports():
     146,000 functions, classes and dicts that live as long as the process) out of the garbage
     collector's walks: each full collection went over all of them again, 50 ms each time. The
     command owns its process, so it may; the transforms, which run in other people's, do
-    not."""
-    gc.freeze()
+    not. Once per process: a later call (``main`` called again) would freeze the earlier
+    runs' garbage with it."""
+    if not gc.get_freeze_count():
+        gc.freeze()
 
 
 def train(args, beam_args):

@@ -132,8 +132,10 @@ class KeyedModel:
         """The watermark passed a block of ``source`` up to position ``last`` that this model
         learned (or its group did, see ``ModelGroup``): every key's start there up to it is
         recorded (see ``restart``). The restart position moves no further than the model has
-        learned there: a group's block may end past the model's own examples."""
-        if source in self.restart:
+        learned there: a group's block may end past the model's own examples; and not at all
+        while it has learned nothing there (a group's other models may have: its start there,
+        from a block that came early, must stay uncovered by the watermark until it learns)."""
+        if source in self.restart and source not in self.unlearned:
             self.restart[source] = max(self.restart[source],
                                        min(last, self.positions.get(source, last)))
             self.passed_partitions.add(source)

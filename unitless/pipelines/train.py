@@ -141,7 +141,7 @@ class KeyByModel(beam.DoFn):
 
 
 def key_by_model(size, **options):
-    """ExampleBlock -> (model key, block), see ``KeyByModel`` (``starts``: the directory of
+    """ExampleBlock -> (model key or group, block), see ``KeyByModel`` (``starts``: the directory of
     the start records it writes, None for none; ``covered``: the (model key, partition) pairs
     that need none, ``checkpoints.covered_partitions``; ``model_groups``: (group, block)
     instead); str keys (a deterministic coder)."""
@@ -217,7 +217,7 @@ class DecodedModels:
         return self.models.get(key)
 
     def pop(self, key):
-        """The key's model, no longer kept (None if it is not)."""
+        """The key's model (or group), no longer kept (None if it is not)."""
         nbytes, models = self.sizes.pop(key, (0, 0))
         self.held, self.decoded = self.held - nbytes, self.decoded - models
         return self.models.pop(key, None)
@@ -277,8 +277,8 @@ def learning_order(ready):
 
 
 class LearnDoFn(beam.DoFn):
-    """(model key, ExampleBlock) -> predictions and dead letters, written to their sinks and
-    also output as PCollections.
+    """(model key or group, ExampleBlock) -> predictions and dead letters, written to their
+    sinks and also output as PCollections.
 
     The key may be a group of model keys (``KeyByModel``'s ``model_groups``): the key's state
     then holds the models of all of them together (``ModelGroup``), its blocks hold all of
@@ -352,7 +352,7 @@ class LearnDoFn(beam.DoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
-        # key -> KeyedModel last written to state (skips decoding)
+        # key -> ModelGroup last written to state (skips decoding)
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.started = self.last_log = time.time()
         self.seen = 0
@@ -496,7 +496,7 @@ class LearnDoFn(beam.DoFn):
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
         source, position) order; the others wait on, the timer set for the earliest of them.
-        Returns the model when it learned (for the caller to store), else None."""
+        Returns the group when it learned (for the caller to store), else None."""
         entries = [(waiting_header(data), data) for data in waiting.read()]
         released = sorted(((h, data) for h, data in entries if upto is None or due(h) <= upto),
                           key=lambda b: b[0][:3])
