@@ -156,7 +156,7 @@ class Sequencer(LearnDoFn):
     def finish_bundle(self):
         pass
 
-    def _enter_source(self, key, block, stored):
+    def _enter_source(self, key, block, stored, pieces):
         if not (block.restarts_midway and len(block)):
             return
         rounds = self._model(key, stored)
@@ -178,7 +178,7 @@ class Sequencer(LearnDoFn):
     def _store(self, key, rounds, stored):
         stored.write(rounds.to_bytes())
 
-    def _learn_all(self, rounds, block):
+    def _learn_all(self, rounds, block, pieces=None):
         rounds.pending.append(block)
         return ()
 

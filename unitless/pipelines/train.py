@@ -407,18 +407,18 @@ class LearnDoFn(beam.DoFn):
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
             return
-        self._enter_source(key, block, stored)
+        on_arrival = self.LEARNS_ON_ARRIVAL and block.span is not None
+        # (split once: both steps below need each model key's examples)
+        pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
+        self._enter_source(key, block, stored, pieces)
         learned = False
-        if self.LEARNS_ON_ARRIVAL and block.span is not None:
+        if on_arrival:
             group = self._model(key, stored)
-            pieces = block.split_by_key()
             # nothing any of its models needs first can be waiting
             learned = all(self._of(group, k).continues(piece) for k, piece in pieces)
             if learned:
                 self.on_arrival.inc()
-                for k, piece in pieces:
-                    yield from self._learn(self._of(group, k), piece)
-                group.learned(block)
+                yield from self._learn_all(group, block, pieces)
                 self._store(key, group, stored)
                 if not block.restarts_midway:
                     return
@@ -437,13 +437,13 @@ class LearnDoFn(beam.DoFn):
             earliest.write(due(header))
             release.set(Timestamp(micros=due(header)))
 
-    def _enter_source(self, key, block, stored):
-        """A Kafka partition's block: record where each of its models starts there, before
-        learning."""
+    def _enter_source(self, key, block, stored, pieces):
+        """A Kafka partition's block (``pieces``: split by model key): record where each of its
+        models starts there, before learning."""
         if block.restarts_midway:
             group = self._model(key, stored)
             entered = False
-            for k, piece in block.split_by_key():
+            for k, piece in pieces:
                 model = self._of(group, k)
                 if model.enter_source(piece):
                     self._checkpoint(model)
@@ -524,10 +524,10 @@ class LearnDoFn(beam.DoFn):
             release.set(Timestamp(micros=first))
         return model
 
-    def _learn_all(self, group, block):
-        """Learn a block of the group's model keys: each key's examples by its own model, in
-        parts of up to ``chunk_size``."""
-        for k, piece in block.split_by_key():
+    def _learn_all(self, group, block, pieces=None):
+        """Learn a block of the group's model keys (``pieces``: split by model key, if it is
+        already): each key's examples by its own model, in parts of up to ``chunk_size``."""
+        for k, piece in pieces if pieces is not None else block.split_by_key():
             model = self._of(group, k)
             for part in piece.parts(self.cfg.chunk_size):
                 yield from self._learn(model, part)
