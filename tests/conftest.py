@@ -16,6 +16,22 @@ def shared_data():
     return SHARED_DATA
 
 
+@pytest.fixture(autouse=True)
+def runners_are_named(monkeypatch, request):
+    """A pipeline on Beam's default runner fails its test, unless the test is marked
+    ``default_runner`` (a user's code, run as written): that runner hands it to Prism, to a
+    Prism job server an earlier test started, or quietly to another runner when Prism does not
+    start, so the test could pass on a runner it was not meant for (tests/runners.py)."""
+    from apache_beam.runners.direct import direct_runner
+    if request.node.get_closest_marker("default_runner"):
+        return
+
+    def refuse(self, pipeline, options):
+        raise AssertionError("this test ran a pipeline on Beam's default runner: name the "
+                             "runner (tests/runners.py)")
+    monkeypatch.setattr(direct_runner.SwitchingDirectRunner, "run_pipeline", refuse)
+
+
 @pytest.fixture(scope="module")
 def kafka_client():
     """The Kafka client pipelines use here: the default ("auto"); tests/integration runs each

@@ -1,7 +1,6 @@
 """What the tests of sharded runs share (tests/integration/test_sharded_pipeline.py on Prism,
 tests/flink/test_flink_sharded.py on Flink): their examples, a fresh feedback topic, each
 shard's newest state, and the one-process reference protocol a run must equal."""
-import os
 import uuid
 
 import numpy as np
@@ -15,9 +14,9 @@ from unitless.learner.sharded import learn_with_delay, new_shards
 from unitless.pipelines.checkpoints import load_latest, shard_dir
 from unitless.pipelines.config import configure, new_learner
 
+from tests.runners import PRISM  # noqa: F401 (the tests of sharded runs on Prism take it here)
+
 KEYS = ("east", "west")
-PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
-    "~/.cache/unitless/prism/2.77.0/prism")
 
 
 def write_examples(path, n, seed):

@@ -6,13 +6,14 @@ import json
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from unitless.beam import Learn, ReadExamples, Rows, Score, WriteDeadLetters, WritePredictions
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+
+from tests.runners import RUNNERS, pipeline
 
 
 def records(n=300, seed=0):
@@ -41,12 +42,13 @@ def run_cli(tmp_path, rows):
     return read_output(str(out / "pred")).to_pylist()
 
 
-def test_learn_on_dicts_gives_the_commands_predictions(tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_learn_on_dicts_gives_the_commands_predictions(tmp_path, runner):
     rows = records()
     expected = by_key_and_count(run_cli(tmp_path, rows))
     learn = Learn(algorithm="scinol2", model_key_column="region", id_column="id",
                   model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None)
-    with BeamTestPipeline() as p:
+    with pipeline(runner) as p:
         predictions = p | beam.Create(rows) | learn | Rows()
 
         def same_as_the_command(actual):
@@ -66,7 +68,8 @@ def test_learn_on_dicts_gives_the_commands_predictions(tmp_path):
         assert meta["examples_seen"] == n
 
 
-def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path, runner):
     good = [beam.Row(label=1.0 if i % 3 else -1.0, x=float(i % 7) - 3.0) for i in range(50)]
     bad = [{"label": 1.0, "x": [1, 2]}, {"x": 2.0}]  # a list value; no label
     learn = Learn(algorithm="nag", model_dir=str(tmp_path / "models"), predictions=None,
@@ -77,7 +80,7 @@ def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path)
         assert any("unsupported value" in r for r in reasons), reasons
         assert any("missing label" in r for r in reasons), reasons
 
-    with BeamTestPipeline() as p:
+    with pipeline(runner) as p:
         rows = (p | "rows" >> beam.Create(good), p | "dicts" >> beam.Create(bad)) | beam.Flatten()
         predictions = rows | learn
         assert_that(predictions | beam.Map(lambda t: t.num_rows) | beam.CombineGlobally(sum),
@@ -91,7 +94,8 @@ def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path)
     assert meta["examples_seen"] == 50
 
 
-def test_read_examples_learn_score_and_write_in_one_users_pipeline(tmp_path):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_read_examples_learn_score_and_write_in_one_users_pipeline(tmp_path, runner):
     rows = records(200, seed=1)
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
@@ -99,7 +103,7 @@ def test_read_examples_learn_score_and_write_in_one_users_pipeline(tmp_path):
                   predictions=None, dead_letter=None)
     read = ReadExamples(str(path), model_key_column="region", learner=learn,
                         dead_letter=str(tmp_path / "dead"))
-    with BeamTestPipeline() as p:
+    with pipeline(runner) as p:
         predictions = p | read | learn
         predictions | WritePredictions(str(tmp_path / "pred"), output_format="jsonl")
         read.dead_letters | "count dead" >> beam.Map(lambda t: t.num_rows) | \
@@ -112,7 +116,7 @@ def test_read_examples_learn_score_and_write_in_one_users_pipeline(tmp_path):
     score = Score(str(tmp_path / "m"), model_key_column="region")
     unlabeled = [{k: v for k, v in r.items() if k != "label"} for r in rows[:20]] + [
         {"region": "asia", "price": 1.0}]
-    with BeamTestPipeline() as p:
+    with pipeline(runner) as p:
         scores = p | beam.Create(unlabeled) | score
         scores | WritePredictions(str(tmp_path / "scores"))
         score.dead_letters | WriteDeadLetters(str(tmp_path / "score_dead"))
@@ -141,7 +145,6 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     its blocks, after the other keys' arrivals (a file's blocks touch no model on arrival, and
     the runner may fire a key's timers one after the other, needing no model decoded again)."""
     from apache_beam.metrics.metric import MetricsFilter
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     from unitless.connectors.records import ExampleBlock
     rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(records(600))]
@@ -153,7 +156,7 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
         opts = dict(inputs=[str(path)], model_key_column="region", id_column="id",
                     chunk_size=8, model_dir=str(out / "models"), predictions=str(out / "pred"),
                     dead_letter=None, models_in_memory=kept, model_groups=groups)
-        p = beam.Pipeline(runner=FnApiRunner())
+        p = pipeline("fnapi")
         _ = (p | ReadExamples(**opts)
              | beam.Map(_restarts_midway).with_output_types(ExampleBlock) | Learn(**opts))
         result = p.run()

@@ -9,7 +9,6 @@ import random
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 
 from unitless.beam import Learn
 from unitless.cli import main
@@ -19,6 +18,8 @@ from unitless.pipelines.checkpoints import (checkpoint_files, key_dir, latest_ch
                                             read_checkpoint)
 from unitless.pipelines.config import configure
 from unitless.pipelines.summary import RunCounts, refusal_problem
+
+from tests.runners import RUNNERS, pipeline
 
 KEYS = [f"k{i}" for i in range(5)]
 
@@ -42,8 +43,9 @@ def final_models(models):
     return out
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("disorder", ["reversed", "shuffled"])
-def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, disorder):
+def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, disorder, runner):
     """Two files' blocks handed to Learn reversed or shuffled: every model learns its examples
     in input order, bit for bit as the command reading the files in order. In this file's
     tests the command keeps each model key a key of its own (``--model-groups 0``) and Learn
@@ -72,7 +74,7 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
     learn = Learn(model_dir=str(tmp_path / "beam" / "models"),  # (k0-k3 share a group)
                   predictions=str(tmp_path / "beam" / "p"), dead_letter=None, model_groups=2,
                   **options)
-    with BeamTestPipeline() as p:
+    with pipeline(runner) as p:
         _ = (p | beam.Create(blocks).with_output_types(ExampleBlock) | learn)
     got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
            for r in read_output(str(tmp_path / "beam" / "p")).to_pylist()}
@@ -92,7 +94,6 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     (counted), nothing waiting for the end of the input; delivered reversed or shuffled, those
     out of order wait. Either way: the command's predictions and models, bit for bit."""
     from apache_beam.metrics.metric import MetricsFilter
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     path = tmp_path / "a.csv"
     write_examples(path, 1500, 3)
@@ -114,7 +115,7 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     learn = Learn(model_dir=str(tmp_path / "beam" / "models"),  # (k0-k3 share a group)
                   predictions=str(tmp_path / "beam" / "p"), dead_letter=None, model_groups=2,
                   **options)
-    p = beam.Pipeline(runner=FnApiRunner())
+    p = pipeline("fnapi")
     _ = p | beam.Create(blocks).with_output_types(ExampleBlock) | learn
     result = p.run()
     result.wait_until_finish()
@@ -146,12 +147,9 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     arrive (counted), the others wait for the watermark: every example learned once, in offset
     order, bit for bit as the command learns the file in order."""
     from apache_beam.metrics.metric import MetricsFilter
-    from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms.window import TimestampedValue
     from apache_beam.utils.timestamp import Timestamp
-
-    from tests.sharding import PRISM
     path = tmp_path / "p.csv"
     write_examples(path, 300, 7)
     options = dict(id_column="id", model_key_column="key", chunk_size=25)
@@ -182,11 +180,7 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
                   predictions=str(tmp_path / "beam" / "p"), dead_letter=None,
                   checkpoint_every=20, keep_checkpoints=1000, model_groups=2, **options)
-    # (a job server of its own: Beam shares one per process, which an earlier pipeline of
-    # this process may have made without --prism_location)
-    p = beam.Pipeline(options=PipelineOptions([
-        "--runner", "PrismRunner", "--prism_location", PRISM, "--streaming",
-        "--experiments", "disable_prism_server_singleton"]))
+    p = pipeline("prism", streaming=True)
     _ = p | stream.with_output_types(ExampleBlock) | learn
     result = p.run()
     result.wait_until_finish()

@@ -5,22 +5,34 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from unitless.pipelines.checkpoints import read_checkpoint
+
+from tests.runners import pipeline
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def readme_example():
+def readme_example(runner="default"):
+    """The example's code, its pipeline on ``runner`` ("default": as written)."""
     text = README.read_text()
     section = text[text.index("## Use from your own Beam pipeline"):]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    if runner != "default":
+        assert "with beam.Pipeline() as p:" in code
+        code = code.replace("with beam.Pipeline() as p:", f"with pipeline({runner!r}) as p:")
+    return code
 
 
-def test_the_readme_beam_example_runs_and_its_assertion_holds(tmp_path, monkeypatch):
+@pytest.mark.default_runner  # (as a user runs it; whichever runner it lands on)
+@pytest.mark.parametrize("runner", ["fnapi", "prism", "default"])
+def test_the_readme_beam_example_runs_and_its_assertion_holds(tmp_path, monkeypatch, runner):
     monkeypatch.chdir(tmp_path)
-    code = readme_example()
+    code = readme_example(runner)
     assert "assert_that" in code and "Learn(" in code
-    exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    exec(compile(code, str(README), "exec"), {"__name__": "readme_example",
+                                              "pipeline": pipeline})
     for key, n in (("eu", 50), ("us", 50)):
         directory = tmp_path / "out" / "models" / f"k-{key}"
         latest = (directory / "latest").read_text().strip()
@@ -32,9 +44,10 @@ def test_the_readme_beam_example_runs_and_its_assertion_holds(tmp_path, monkeypa
 def test_a_wrong_assertion_in_the_example_would_fail(tmp_path, monkeypatch):
     # the example's check can fail: with one example removed the pipeline raises
     monkeypatch.chdir(tmp_path)
-    code = readme_example().replace("for i in range(100)]", "for i in range(99)]")
+    code = readme_example("fnapi").replace("for i in range(100)]", "for i in range(99)]")
     try:
-        exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+        exec(compile(code, str(README), "exec"), {"__name__": "readme_example",
+                                                  "pipeline": pipeline})
     except Exception as err:  # Beam wraps the AssertionError
         assert "AssertionError" in repr(err) or isinstance(err, AssertionError)
     else:

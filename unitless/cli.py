@@ -224,13 +224,8 @@ def _not_beam_options(rest):
 
 
 def _beam_options(beam_args):
-    from apache_beam.options.pipeline_options import (DebugOptions, PipelineOptions,
-                                                      StandardOptions)
-    options = PipelineOptions(beam_args)
-    if "prism" in (options.view_as(StandardOptions).runner or "").lower():
-        # Prism splits a slow bundle of the stateful Learn stage and frees the split-off keys,
-        # so a second bundle of the same key would run at once on the same (stale) model state
-        options.view_as(DebugOptions).add_experiment("prism_disable_sdf_split")
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    options = PipelineOptions(beam_args)  # (what Learn needs of a runner, it sets itself)
     if "flink" in (options.view_as(StandardOptions).runner or "").lower():
         _flink_defaults(options, beam_args)
     return options
@@ -364,33 +359,41 @@ def main(argv=None):
         else:
             inspect(args)
     except Exception as err:  # noqa: BLE001 - a user's mistake is one line, a bug a traceback
-        message = user_error(err)
-        if message is None:
+        found = one_line(err)
+        if found is None:
             raise
+        message, code = found
         print(f"unitless: error: {message}", file=sys.stderr)
-        return 2
+        return code
     return 0
 
 
 USER_ERRORS = (OSError, ValueError)  # FileNotFoundError, PermissionError, ConnectionError too
-BEAM_WRAPPED = re.compile(r"^(\w+Error): (.*?)(?: \[while running '[^']*'\])*$")
+WHILE_RUNNING = r"(?: \[while running '[^']*'\])*$"  # what a runner adds to a DoFn's error
+BEAM_WRAPPED = re.compile(r"^(\w+Error): (.*?)" + WHILE_RUNNING)
 
 
-def user_error(err):
-    """The one-line message for a failure the user can cause and fix (bad settings or input,
-    an unreachable broker, an unwritable or full disk), or None for anything else. A runner
-    reports a DoFn's exception inside its own (as 'OSError: ... [while running ...]')."""
+def one_line(err):
+    """(message, exit code) for a failure told in one line, or None for anything else (a
+    traceback): a failure the user can cause and fix (bad settings or input, an unreachable
+    broker, an unwritable or full disk; 2), or a run that would not have learned each example
+    once (``AccountingError``, ``TwoBundlesAtOnce``; 1). A runner reports a DoFn's exception inside its own (as
+    'OSError: ... [while running ...]')."""
+    from .pipelines.accounting import AccountingError
+    from .pipelines.bundles import TwoBundlesAtOnce
+    failed = (AccountingError, TwoBundlesAtOnce)  # the run's, not the user's: exit 1
+    ours = {kind.__name__: kind for kind in failed}
     while err is not None:
-        if isinstance(err, USER_ERRORS):
-            return str(err)
+        if isinstance(err, (*USER_ERRORS, *failed)):
+            return (re.sub(WHILE_RUNNING, "", str(err)),
+                    1 if isinstance(err, failed) else 2)
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         match = BEAM_WRAPPED.match(lines[-1].strip()) if lines else None
-        if match and isinstance(getattr(builtins, match.group(1), None), type) and issubclass(
-                getattr(builtins, match.group(1)), USER_ERRORS):
-            return match.group(2)
+        kind = match and (ours.get(match.group(1)) or getattr(builtins, match.group(1), None))
+        if isinstance(kind, type) and issubclass(kind, (*USER_ERRORS, *failed)):
+            return match.group(2), 1 if issubclass(kind, failed) else 2
         err = err.__cause__ or err.__context__
     return None
-
 
 if __name__ == "__main__":
     sys.exit(main())

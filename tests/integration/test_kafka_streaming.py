@@ -1,7 +1,6 @@
 """Streaming on Beam's Prism runner against a real broker: kill the pipeline at a random point and
 restart it with --resume, or restart the broker under it; every example is learned exactly once."""
 import json
-import os
 import random
 import subprocess
 import sys
@@ -15,15 +14,12 @@ from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.killing import kill_group  # noqa: E402
+from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.pipelines.checkpoints import (latest_checkpoint, load_latest,  # noqa: E402
                                             read_checkpoint)
 
 KEYS = ("north", "south")
-PRISM = os.environ.get("UNITLESS_PRISM") or os.path.expanduser(
-    "~/.cache/unitless/prism/2.77.0/prism")
-if not os.access(PRISM, os.X_OK):
-    raise RuntimeError(f"Prism runner binary missing at {PRISM}: run deploy/prism/build_prism.sh")
 
 
 def produce(bootstrap, topic, start, n, per_second=None):

@@ -19,6 +19,7 @@ from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.killing import kill_group  # noqa: E402
+from tests.runners import pipeline  # noqa: E402
 from tests.sharding import (KEYS, PRISM, feedback_topic, reference,  # noqa: E402
                             shard_states, write_examples)
 from unitless.cli import main  # noqa: E402
@@ -279,7 +280,6 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples,
     reading with ``ReadExamples``: the reference protocol's predictions, bit for bit, in the
     transform's output as in its prediction files."""
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from unitless.beam import Learn, ReadExamples, Rows, WritePredictions
 
@@ -288,12 +288,8 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples,
                   max_delay=delay, feedback_topic=feedback_topic(broker.bootstrap_servers),
                   model_dir=str(tmp_path / "models"), predictions=str(tmp_path / "predictions"),
                   dead_letter=str(tmp_path / "dead"))
-    options = PipelineOptions(["--runner", "PrismRunner", "--prism_location", PRISM,
-                               "--streaming", "--experiments", "prism_disable_sdf_split",
-                               # a job server of its own: Beam shares one per process, which
-                               # an earlier pipeline may have made without --prism_location
-                               "--experiments", "disable_prism_server_singleton"])
-    with beam.Pipeline(options=options) as p:
+    # (no runner flag: Learn sets what Prism needs of it)
+    with pipeline("prism", streaming=True) as p:
         predictions = (p | ReadExamples(str(examples), model_key_column="segment",
                                         id_column="id", chunk_size=10, learner=learn)
                        | learn)

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 
 from .storage import (atomic_write, join, list_dir, makedirs, match, open_input, open_read,
                       read_bytes, scheme)
-from .formats import (BOM, PARSERS, _csv_fields, block_from_table, count_byte, csv_table,
-                      empty_block, parse_table)
+from .formats import (BOM, PARSERS, _csv_fields, block_from_table, check_column_names,
+                      count_byte, csv_table, empty_block, parse_table)
 from .records import TextLines, arrow_buffer
 
 log = logging.getLogger("unitless")
@@ -124,7 +124,9 @@ def _csv_header(f, path, spec):
             raise ValueError(f"{path}: CSV file has no header line (for a file without one, "
                              "pass --no-header, and --columns to name its columns)")
         names = [c.strip() for c in _csv_fields(header, spec.delimiter)]
-        if spec.columns is not None:
+        if spec.columns is None:
+            check_column_names(names, f"{path}: the header")
+        else:
             if len(spec.columns) != len(names):
                 raise ValueError(f"{path}: --columns names {len(spec.columns)} columns, the "
                                  f"header line {len(names)}")
@@ -169,7 +171,10 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
         # a local file through Arrow's own file, not a Python file object (see
         # records.arrow_buffer); other file systems' files only come as those
         with open_read(path) if scheme(path) else nullcontext(path) as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=chunk_size):
+            parquet = pq.ParquetFile(f)
+            check_column_names(parquet.schema_arrow.names, f"{path}: the schema",
+                               "each column needs a name of its own")
+            for batch in parquet.iter_batches(batch_size=chunk_size):
                 table = pa.Table.from_batches([batch])
                 yield parse_table(spec, path, table, first)
                 first += table.num_rows

@@ -133,6 +133,20 @@ class LabelMap:
 NO_MAP = LabelMap()
 
 
+def check_column_names(columns, where, fix="give every column's name with --columns"):
+    """Refuse a list of column names (a CSV header, --columns, a Parquet schema; ``where``
+    names it, ``fix`` says what to do) that gives a name twice or a column none: a column is
+    found by its name, and a feature's index is its name's hash."""
+    seen = {}
+    for number, name in enumerate(columns, 1):
+        if not name.strip():
+            raise ValueError(f"{where} gives column {number} no name; {fix}")
+        if name in seen:
+            raise ValueError(f"{where} names column {name!r} twice (columns {seen[name]} and "
+                             f"{number}); {fix}")
+        seen[name] = number
+
+
 @dataclass
 class RecordSpec:
     """How to read examples: which fields carry the label, id, model key and weight."""

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..connectors.files import OUTPUT_FORMATS, expand_inputs
-from ..connectors.formats import FORMATS, LabelMap, RecordSpec
+from ..connectors.formats import FORMATS, LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
@@ -122,8 +122,19 @@ def record_spec(options, require_label=True):
     if not delimiter:
         raise ValueError("--delimiter cannot be empty")
     columns = list(names(o["columns"])) if o["columns"] is not None else None
-    if columns is not None and len(set(columns)) != len(columns):
-        raise ValueError(f"--columns names a column twice: {','.join(columns)}")
+    if columns is not None:
+        check_column_names(columns, "--columns", "give each column a name of its own")
+    roles = [(flag, o[name]) for flag, name in (
+        ("--label-column", "label_column"), ("--id-column", "id_column"),
+        ("--model-key-column", "model_key_column"), ("--weight-column", "weight_column"))
+        if o[name] is not None]
+    for i, (flag, column) in enumerate(roles):
+        if not str(column).strip():
+            raise ValueError(f"{flag} names no column")
+        for other, same in roles[:i]:
+            if same == column:
+                raise ValueError(f"{other} and {flag} both name column {column!r}: a column "
+                                 "has one role")
     if not 1 <= int(o["bits"]) <= 32:
         raise ValueError(f"--bits wants 1..32, got {o['bits']}")
     positive = o["positive_label"]

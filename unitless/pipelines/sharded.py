@@ -60,6 +60,8 @@ from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.examples import Batch
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
+from .accounting import ACCOUNTS, Tally
+from .bundles import KeyGuard, new_step
 from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts, starts_dir,
                           write_checkpoints, write_starts)
 from .config import check_resume, new_learner
@@ -146,15 +148,16 @@ class Sequencer(LearnDoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
+        self.keys = KeyGuard(self.step)
 
     def teardown(self):
-        pass
+        self.keys.release()
 
     def start_bundle(self):
         pass
 
     def finish_bundle(self):
-        pass
+        self.keys.release()
 
     def _enter_source(self, key, block, stored, pieces):
         if not (block.restarts_midway and len(block)):
@@ -204,6 +207,8 @@ class Sequencer(LearnDoFn):
             fresh = np.flatnonzero(b.positions > rounds.positions.get(b.source, -1))
             if len(fresh):
                 blocks.append(b if len(fresh) == len(b) else b.take(fresh))
+            if len(fresh) < len(b):
+                yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=len(b) - len(fresh)))
         if not blocks:
             return
         batch = concat_batches([b.batch() for b in blocks])
@@ -343,6 +348,7 @@ class ShardDoFn(beam.DoFn):
 
     def __init__(self, cfg, run, cuts=None):
         self.cfg, self.run, self.cuts = cfg, run, cuts or {}
+        self.step = new_step()
         self.examples = Metrics.counter("unitless", "examples")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.rounds_learned = Metrics.counter("unitless", "shard_rounds")
@@ -350,6 +356,7 @@ class ShardDoFn(beam.DoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
+        self.keys = KeyGuard(self.step)
         self.topic = KafkaTopic.parse(self.cfg.feedback_topic, self.cfg.kafka_settings)
         self.producer = open_producer(self.topic)
         self.sink = open_sink(self.cfg.predictions, self.cfg.output_format, "predictions",
@@ -357,6 +364,7 @@ class ShardDoFn(beam.DoFn):
         self.kept = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
 
     def teardown(self):
+        self.keys.release()
         self.producer.close()
         self.sink.close()
 
@@ -365,11 +373,13 @@ class ShardDoFn(beam.DoFn):
 
     def finish_bundle(self):
         self.sink.flush()
+        self.keys.release()
 
     def process(self, element, progress=beam.DoFn.StateParam(PROGRESS),
                 base=beam.DoFn.StateParam(BASE), deltas=beam.DoFn.StateParam(DELTAS),
                 rounds=beam.DoFn.StateParam(ROUNDS), parts=beam.DoFn.StateParam(PARTS)):
         (key, s), message = element
+        self.keys.hold((key, s))
         shard = self._load(key, s, progress, base, deltas, rounds, parts)
         if isinstance(message, End):
             shard.rounds = message.rounds
@@ -561,8 +571,9 @@ class FinishDoFn(beam.DoFn):
 
 
 def learn_over_shards(blocks, cfg):
-    """ExampleBlocks -> predictions, every model learned over ``cfg.shards`` feature shards
-    (see the module; ``Learn`` with ``shards``). The pipeline must be streaming."""
+    """ExampleBlocks -> (predictions, the Tallies of examples replayed), every model learned
+    over ``cfg.shards`` feature shards (see the module; ``Learn`` with ``shards``). The
+    pipeline must be streaming."""
     cuts = resume_cuts(cfg) if cfg.resume else {}
     if not blocks.pipeline.options.view_as(StandardOptions).streaming:
         raise ValueError("--shards runs a feedback loop through Kafka, which needs a streaming "
@@ -575,7 +586,7 @@ def learn_over_shards(blocks, cfg):
     covered = [(key, source) for key, cut in cuts.items() for source in cut.positions]
     rounds = (blocks | "Key by model" >> key_by_model(
                   cfg.chunk_size, starts=starts_dir(cfg.model_dir, sharded=True), covered=covered)
-              | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS,
+              | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS, ACCOUNTS,
                                                                             main="rounds"))
     feedback = (blocks.pipeline | "Feedback partitions" >> beam.Create(ranges)
                 | "Read feedback" >> beam.ParDo(ReadFeedback(topic, run, cfg.shards))
@@ -590,4 +601,4 @@ def learn_over_shards(blocks, cfg):
         done = learned[DONE] | "As done" >> beam.Map(lambda k: ("", ("done", k)))
         _ = ((models, done) | "Models and done" >> beam.Flatten()
              | "Finish" >> beam.ParDo(FinishDoFn(cfg, run)))
-    return learned.predictions
+    return learned.predictions, rounds[ACCOUNTS]

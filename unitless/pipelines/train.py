@@ -25,6 +25,8 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
+from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as
+from .bundles import KeyGuard, hold_each_key_in_one_bundle, new_step
 from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
@@ -342,6 +344,7 @@ class LearnDoFn(beam.DoFn):
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.step = new_step()
         self.examples = Metrics.counter("unitless", "examples")
         self.bad = Metrics.counter("unitless", "bad_records")
         self.replayed = Metrics.counter("unitless", "replayed_examples_skipped")
@@ -352,6 +355,7 @@ class LearnDoFn(beam.DoFn):
 
     def setup(self):
         weigh_state_without_scanning_modules()
+        self.keys = KeyGuard(self.step)
         # key -> ModelGroup last written to state (skips decoding)
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.started = self.last_log = time.time()
@@ -363,6 +367,7 @@ class LearnDoFn(beam.DoFn):
                       open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
 
     def teardown(self):
+        self.keys.release()
         for sink in self.sinks:
             sink.close()
 
@@ -373,6 +378,7 @@ class LearnDoFn(beam.DoFn):
     def finish_bundle(self):
         self._write_checkpoints()
         self._flush()
+        self.keys.release()
 
     def _model(self, key, stored):
         """The ``ModelGroup`` of the keyed step's ``key``, as last stored."""
@@ -404,6 +410,7 @@ class LearnDoFn(beam.DoFn):
                 earliest=beam.DoFn.StateParam(EARLIEST),
                 release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
         key, block = element
+        self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
             return
@@ -458,6 +465,7 @@ class LearnDoFn(beam.DoFn):
                         earliest=beam.DoFn.StateParam(EARLIEST),
                         release=beam.DoFn.TimerParam(RELEASE)):
         """The watermark passed ``fired``: learn the blocks waiting up to it, in order."""
+        self.keys.hold(key)
         model = yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest,
                                                release)
         if model is not None:
@@ -469,6 +477,7 @@ class LearnDoFn(beam.DoFn):
                      waiting=beam.DoFn.StateParam(WAITING),
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE)):
+        self.keys.hold(key)
         learned = None
         if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
             learned = yield from self._learn_waiting(key, None, stored, waiting, earliest,
@@ -554,6 +563,7 @@ class LearnDoFn(beam.DoFn):
         predictions_sink, dead_sink = self.sinks
         if skipped:
             self.replayed.inc(skipped)
+            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=skipped))
         if dead:
             self.bad.inc(len(dead))
             dead = dead_letter_table(dead)
@@ -667,6 +677,11 @@ class Learn(beam.PTransform):
 
     The user's own records carry no input positions: a resumed model cannot tell which of them
     it already learned, so the source must not hand them over again.
+
+    Whatever runner and options the pipeline has: applying it sets on the pipeline's options
+    what runners need to give each key of its stateful steps to one bundle at a time, and its
+    steps refuse a second bundle of a key at once (``bundles``); once the input ends, a run
+    whose examples do not add up (read = learned + refused + replayed, ``accounting``) fails.
     """
 
     def __init__(self, config=None, **options):
@@ -676,23 +691,34 @@ class Learn(beam.PTransform):
 
     def expand(self, examples):
         cfg = self.cfg
+        hold_each_key_in_one_bundle(examples.pipeline.options)
         with read_once():  # (the checks and the covered partitions read the same checkpoints)
             check_before_start(cfg)
             covered = covered_partitions(cfg.model_dir) if cfg.resume and not cfg.shards else ()
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
+        tallies = [blocks | "Count read" >> count_as("read")]
+        if parse_dead is not None:
+            tallies.append(parse_dead | "Count unreadable" >> count_as("read", "refused"))
         if cfg.shards:
             from .sharded import learn_over_shards  # (it builds on this module)
             self.dead_letters = parse_dead if parse_dead is not None else (
                 blocks.pipeline | "No dead letters" >> beam.Create([]))
-            return learn_over_shards(blocks, cfg)
-        learned = (blocks | "Key by model" >> key_by_model(
-                       cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered,
-                       model_groups=cfg.model_groups)
-                   | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(DEAD, main="predictions"))
-        self.dead_letters = learned[DEAD] if parse_dead is None else (
-            (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
-        return learned.predictions
+            predictions, replayed = learn_over_shards(blocks, cfg)
+            tallies.append(replayed)
+        else:
+            learned = (blocks | "Key by model" >> key_by_model(
+                           cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered,
+                           model_groups=cfg.model_groups)
+                       | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(
+                           DEAD, ACCOUNTS, main="predictions"))
+            predictions = learned.predictions
+            tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]
+            self.dead_letters = learned[DEAD] if parse_dead is None else (
+                (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
+        tallies.append(predictions | "Count learned" >> count_as("learned"))
+        _ = tallies | "Tallies" >> beam.Flatten() | "Account" >> CheckAccounts()
+        return predictions
 
 
 def build_training(pipeline, cfg, streaming=False):
