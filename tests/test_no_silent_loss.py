@@ -15,7 +15,7 @@ from unitless.pipelines import bundles, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
-from tests.runners import pipeline
+from tests.runners import pipeline, prism_args
 from tests.test_order import write_examples
 
 OPTIONS = dict(id_column="id", model_key_column="key", chunk_size=64)
@@ -67,6 +67,20 @@ def test_slow_bundles_on_prism_are_learned_once(tmp_path, monkeypatch):
     assert len({(r["model_key"], r["examples_seen"]) for r in rows}) == 3000
 
 
+def test_a_second_bundle_of_a_key_at_once_fails_the_command_with_one_line(tmp_path, monkeypatch,
+                                                                          capsys):
+    slow_elements(monkeypatch)
+    monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
+    paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
+    for seed, path in enumerate(paths):
+        write_examples(path, 1500, seed)
+    code = main(["train", "--input", *map(str, paths), "--id-column", "id", "--model-key-column",
+                 "key", "--chunk-size", "64", "--model-groups", "2", "--model-dir",
+                 str(tmp_path / "models"), "--predictions", str(tmp_path / "p"), *prism_args()])
+    assert code == 1
+    assert error_line(capsys).startswith("unitless: error: the runner gave key ")
+
+
 def test_a_second_bundle_of_a_key_at_once_is_refused(tmp_path, monkeypatch):
     """The cause, shown: without Prism's ``prism_disable_sdf_split`` the same slow bundles are
     split and their split-off elements run at once, in this worker, as a second bundle of keys
@@ -89,6 +103,14 @@ def test_what_a_second_bundle_at_once_does_fails_the_run(tmp_path, monkeypatch):
         learn_on_prism(tmp_path, reversed_blocks(tmp_path))
 
 
+def error_line(capsys):
+    """The command's one line: its last on stderr, and the only one of its own. (Beam's SDK
+    worker, in this process on Prism, prints a failing bundle's traceback before it.)"""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if line.startswith("unitless:")]) == 1, err
+    return err[-1]
+
+
 def drop_model_key(monkeypatch, dropped):
     """The learning step loses every example of one model key (a bug made on purpose)."""
     learn_all = train.LearnDoFn._learn_all
@@ -99,19 +121,20 @@ def drop_model_key(monkeypatch, dropped):
     monkeypatch.setattr(train.LearnDoFn, "_learn_all", lossy)
 
 
-def test_examples_lost_fail_the_command_with_one_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("runner", ["fnapi", "prism"])
+def test_examples_lost_fail_the_command_with_one_line(tmp_path, monkeypatch, capsys, runner):
     path = tmp_path / "a.csv"
     write_examples(path, 1500, 0)
     drop_model_key(monkeypatch, "k3")
     code = main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "key", "--model-dir", str(tmp_path / "models"), "--predictions",
-                 str(tmp_path / "p"), "--dead-letter", str(tmp_path / "d")])
+                 str(tmp_path / "p"), "--dead-letter", str(tmp_path / "d"),
+                 *(prism_args() if runner == "prism" else [])])
     lost = sum(1 for line in path.read_text().splitlines()[1:] if line.split(",")[1] == "k3")
-    err = capsys.readouterr().err.strip()
     assert code == 1
-    assert err.startswith(f"unitless: error: {lost:,} of 1,500 examples given to Learn were "
-                          "neither learned, refused nor replayed (lost)"), err
-    assert len(err.splitlines()) == 1
+    assert error_line(capsys).startswith(
+        f"unitless: error: {lost:,} of 1,500 examples given to Learn were neither learned, "
+        "refused nor replayed (lost)")
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
@@ -128,7 +151,9 @@ def test_examples_lost_fail_a_users_pipeline(tmp_path, monkeypatch, runner):
 
 
 def test_the_identity():
-    assert Tally(read=10, learned=7, refused=2, replayed=1).problem() is None
-    assert Tally(read=3) + Tally(learned=2) + Tally(refused=1) == Tally(3, 2, 1, 0)
-    assert "1 of 10 examples" in Tally(read=10, learned=9).problem()
-    assert "2 more examples" in Tally(read=10, learned=12).problem()
+    assert Tally(read=10, learned=7, refused=2, replayed=1, in_models=7).problem(True) is None
+    assert Tally(read=3) + Tally(learned=2) + Tally(refused=1) == Tally(3, 2, 1, 0, 0)
+    assert "1 of 10 examples" in Tally(read=10, learned=9, in_models=9).problem(False)
+    assert "2 more examples" in Tally(read=10, learned=12, in_models=12).problem(False)
+    assert "by their own count" in Tally(read=10, learned=10, in_models=8).problem(False)
+    assert Tally(read=10, learned=10).problem(False, models_counted=False) is None

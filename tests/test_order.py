@@ -17,7 +17,7 @@ from unitless.connectors.records import ExampleBlock
 from unitless.pipelines.checkpoints import (checkpoint_files, key_dir, latest_checkpoint,
                                             read_checkpoint)
 from unitless.pipelines.config import configure
-from unitless.pipelines.summary import RunCounts, refusal_problem
+from unitless.pipelines.accounting import Tally
 
 from tests.runners import RUNNERS, pipeline
 
@@ -134,10 +134,10 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
 
 
 def test_examples_skipped_in_a_run_that_did_not_resume_fail_the_run():
-    counts = RunCounts(examples=900, refused=0, seconds=1.0, skipped=100)
-    problem = refusal_problem(counts, 0.5, resumed=False)
+    counts = Tally(read=1000, learned=900, replayed=100, in_models=900)
+    problem = counts.problem(resumed=False)
     assert problem and "skipped as learned before" in problem and "did not resume" in problem
-    assert refusal_problem(counts, 0.5, resumed=True) is None
+    assert counts.problem(resumed=True) is None
 
 
 def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order(tmp_path):

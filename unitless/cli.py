@@ -370,7 +370,8 @@ def main(argv=None):
 
 USER_ERRORS = (OSError, ValueError)  # FileNotFoundError, PermissionError, ConnectionError too
 WHILE_RUNNING = r"(?: \[while running '[^']*'\])*$"  # what a runner adds to a DoFn's error
-BEAM_WRAPPED = re.compile(r"^(\w+Error): (.*?)" + WHILE_RUNNING)
+# a runner's last line of a DoFn's error: "ValueError: ..." or "package.module.Class: ..."
+BEAM_WRAPPED = re.compile(r"^(?:[\w.]+\.)?(\w+): (.*?)" + WHILE_RUNNING)
 
 
 def one_line(err):

@@ -3,8 +3,8 @@ import logging
 
 
 def configure_logging():
-    """unitless's own messages (progress, checkpoints, warnings) on stderr; Beam's and
-    kafka-python's below ERROR are not for the user of the `unitless` command (for instance the
+    """unitless's own messages (progress, checkpoints, warnings) on stderr; Beam's below
+    CRITICAL and kafka-python's below ERROR are not for the user of the `unitless` command (for instance the
     'apitools not found' warning Beam logs when it is imported), nor other libraries' below
     WARNING (boto's "found credentials"); a failing DoFn is reported
     once, by us (one line) or by the re-raised exception. Users embedding the transforms keep
@@ -26,5 +26,8 @@ def configure_logging():
 def _ours_or_serious(record):
     if record.name == "unitless" or record.name.startswith("unitless."):
         return True
-    from_beam = "apache_beam" in record.pathname or record.name.startswith("apache_beam")
-    return record.levelno >= (logging.ERROR if from_beam else logging.WARNING)
+    # (Beam's Prism runner renames the records of the Prism process it logs)
+    from_beam = "apache_beam" in record.pathname or record.name.startswith(
+        ("apache_beam", "PrismRunner", "SdkWorker"))
+    # (a failing pipeline is told by its exception: Prism's job logs repeat its traceback)
+    return record.levelno >= (logging.CRITICAL if from_beam else logging.WARNING)

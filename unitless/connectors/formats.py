@@ -133,7 +133,8 @@ class LabelMap:
 NO_MAP = LabelMap()
 
 
-def check_column_names(columns, where, fix="give every column's name with --columns"):
+def check_column_names(columns, where, fix="name every column with --columns (and leave out "
+                                           "those that are no feature with --ignore-columns)"):
     """Refuse a list of column names (a CSV header, --columns, a Parquet schema; ``where``
     names it, ``fix`` says what to do) that gives a name twice or a column none: a column is
     found by its name, and a feature's index is its name's hash."""

@@ -1,12 +1,13 @@
 """Every example given to ``Learn`` accounted for, counted inside the pipeline.
 
 A run's identity: each example read is learned, refused or replayed (skipped as learned before
-a resume). Serving and delayed outcomes add their terms to ``Tally`` and to ``Tally.accounted``
-and nothing else. The counts are taken from the PCollections themselves (the blocks going in,
-the prediction and dead-letter tables coming out) and summed by one global combine, so a
-retried or split bundle counts once, as its committed outputs do; Beam metrics may count a
-retry twice or, on some runners, not at all. When the input ends and the identity does not
-hold, the run fails with one line (``AccountingError``).
+a resume, which only a resumed run may do), and the models grew by the examples learned.
+Serving and delayed outcomes add their terms to ``Tally`` and to ``Tally.problem``, nothing
+else. The counts are taken from the steps' outputs themselves (the blocks going in, the
+prediction and dead-letter tables coming out, and each model's examples at the end of its
+input), so a retried or split bundle counts once, as its committed outputs do; Beam metrics may
+count a retry twice or, on some runners, not at all. Once a bounded input has ended, a run
+whose counts do not add up fails with one line (``AccountingError``).
 """
 import typing
 
@@ -17,65 +18,77 @@ ACCOUNTS = "accounts"  # the tag of a step's Tally output
 
 
 class Tally(typing.NamedTuple):
-    read: int = 0      # examples (or the user's own records) given to Learn
-    learned: int = 0   # examples predicted, then learned
-    refused: int = 0   # records sent to the dead letters instead
-    replayed: int = 0  # examples a resumed run read again and skipped, as learned before
+    read: int = 0       # examples (or the user's own records) given to Learn
+    learned: int = 0    # examples predicted, then learned
+    refused: int = 0    # records sent to the dead letters instead
+    replayed: int = 0   # examples a resumed run read again and skipped, as learned before
+    in_models: int = 0  # examples the models learned in this run, by their own count
 
     def __add__(self, other):
         return Tally(*(a + b for a, b in zip(self, other)))
 
-    @property
-    def accounted(self):
-        return self.learned + self.refused + self.replayed
-
-    def problem(self):
+    def problem(self, resumed, models_counted=True):
         """None when every example read is accounted for exactly once, else the one line
-        saying how many are not."""
-        missing = self.read - self.accounted
-        if not missing:
+        saying what is not. ``models_counted``: the models reported ``in_models``."""
+        missing = self.read - (self.learned + self.refused + self.replayed)
+        counts = (f"learned {self.learned:,}, refused {self.refused:,}, replayed "
+                  f"{self.replayed:,}")
+        if missing > 0:
+            what = (f"{missing:,} of {self.read:,} examples given to Learn were neither "
+                    f"learned, refused nor replayed (lost): {counts}")
+        elif missing < 0:
+            what = (f"{-missing:,} more examples were learned, refused or replayed than the "
+                    f"{self.read:,} given to Learn (counted twice): {counts}")
+        elif self.replayed and not resumed:
+            what = (f"{self.replayed:,} examples were skipped as learned before in a run that "
+                    "did not resume: a model met its examples out of input order")
+        elif models_counted and self.in_models != self.learned:
+            what = (f"the models learned {self.in_models:,} examples by their own count, and "
+                    f"predicted {self.learned:,}: a model's state was lost or written twice")
+        else:
             return None
-        what = (f"{missing:,} of {self.read:,} examples given to Learn were neither learned, "
-                "refused nor replayed (lost)" if missing > 0 else
-                f"{-missing:,} more examples were learned, refused or replayed than the "
-                f"{self.read:,} given to Learn (counted twice)")
-        return (f"{what}: learned {self.learned:,}, refused {self.refused:,}, replayed "
-                f"{self.replayed:,}; the run is not a success (a bug: please report it with the "
-                "runner used)")
+        return (f"{what}; the run is not a success (a bug: please report it with the runner "
+                "used)")
 
 
 class AccountingError(RuntimeError):
     """A run whose examples do not add up (``Tally.problem``)."""
 
 
-def _sum(tallies):
-    return sum(tallies, Tally())
+def count_as(*fields):
+    """A step counting the rows of each ExampleBlock or Arrow table as ``fields`` of a Tally,
+    item by item (the combine sums them within a bundle before the shuffle)."""
+    def tally(item):
+        return Tally(**dict.fromkeys(fields, len(item)))
+    return beam.Map(tally).with_output_types(Tally)
 
 
-def _check(total):
-    problem = total.problem()
+def _check(total, resumed, models_counted):
+    problem = total.problem(resumed, models_counted)
     if problem:
         raise AccountingError(problem)
     return total
 
 
 class CheckAccounts(beam.PTransform):
-    """Tallies -> their sum, once the input has ended; fails the run when it does not add up.
+    """Tallies -> the run's total, once its input has ended; fails the run when it does not
+    add up (``Tally.problem``). For a bounded input: a global combine that fires when the
+    watermark passes the end of the global window (so a run whose input has an end but whose
+    steps are streaming, over feature shards, is summed at its end too). A stream that never
+    ends is not summed: it would only hold a partial sum per bundle for ever."""
 
-    In the global window with a watermark trigger, so that it fires once at the end of a
-    bounded input and of a stream that ends (never for one that does not)."""
+    def __init__(self, resumed, models_counted=True):
+        super().__init__()
+        self.resumed, self.models_counted = resumed, models_counted
 
     def expand(self, tallies):
         return (tallies
                 | "Whole run" >> beam.WindowInto(
                     window.GlobalWindows(), trigger=trigger.AfterWatermark(),
                     accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                | "Sum" >> beam.CombineGlobally(_sum).without_defaults()
-                | "Check" >> beam.Map(_check))
+                | "Sum" >> beam.CombineGlobally(sum_tallies).without_defaults()
+                | "Check" >> beam.Map(_check, self.resumed, self.models_counted))
 
 
-def count_as(*fields):
-    """A step turning each ExampleBlock or Arrow table into a Tally of its rows as ``fields``."""
-    def tally(item):
-        return Tally(**dict.fromkeys(fields, len(item)))
-    return beam.Map(tally).with_output_types(Tally)
+def sum_tallies(tallies):
+    return sum(tallies, Tally())

@@ -82,6 +82,10 @@ class KeyedModel:
     # ``write_starts``); persisted as ``watermark_passed``
     passed_partitions: set = field(default_factory=set)
     checkpoint_passed: set = None  # ``passed_partitions`` at the last checkpoint taken or read
+    run_start: int = 0  # examples_seen when this run made or resumed the model
+
+    def learned_in_run(self):
+        return self.state.examples_seen - self.run_start
 
     def to_table(self):
         """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""

@@ -204,6 +204,9 @@ class Sequencer(LearnDoFn):
         examples at or before the positions already learned)."""
         blocks, pending, rounds.pending = [], rounds.pending, []
         for b in pending:
+            if b.source is None:  # (the user's own records: no positions, learned whole)
+                blocks.append(b)
+                continue
             fresh = np.flatnonzero(b.positions > rounds.positions.get(b.source, -1))
             if len(fresh):
                 blocks.append(b if len(fresh) == len(b) else b.take(fresh))

@@ -85,10 +85,6 @@ def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resu
     commonest refusal reason and an example record when the dead letters are files (those
     written since ``since``)."""
     read = counts.examples + counts.skipped + counts.refused
-    if counts.skipped and not resumed:
-        return (f"{counts.skipped:,} examples were skipped as learned before in a run that did "
-                "not resume: a model met its examples out of input order (a bug; please report "
-                "it with the runner used)")
     if (counts.examples or counts.skipped) and counts.refused <= max_fraction * read:
         return None
     if not read:

@@ -165,6 +165,7 @@ def new_keyed_model(cfg, key):
             path, table, state = found
             log.debug("model %r resumes from %s", key, path)
             model = KeyedModel.from_table(table, state)
+            model.run_start = model.state.examples_seen
             check_resume(cfg, model.state, path)
             if cfg.allow_hyperparameter_change:
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
@@ -493,14 +494,16 @@ class LearnDoFn(beam.DoFn):
         when it learned): each of its models' last checkpoint, then they leave Beam state and
         this worker's memory (nothing of this key comes after the end; a run drained and
         restored from a runner's savepoint resumes them from those checkpoints, with
-        ``--resume``), which frees both as keys finish. Outputs."""
+        ``--resume``), which frees both as keys finish. Outputs: the examples its models
+        learned in this run, by their own count (``accounting``)."""
         group = learned or self._model(key, stored)
         for model in group.every_model():
             if model.checkpoint_behind():
                 self._checkpoint(model)
         stored.clear()
         self.models.pop(key)
-        return ()
+        yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
+            model.learned_in_run() for model in group.every_model())))
 
     def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
         """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
@@ -680,8 +683,9 @@ class Learn(beam.PTransform):
 
     Whatever runner and options the pipeline has: applying it sets on the pipeline's options
     what runners need to give each key of its stateful steps to one bundle at a time, and its
-    steps refuse a second bundle of a key at once (``bundles``); once the input ends, a run
-    whose examples do not add up (read = learned + refused + replayed, ``accounting``) fails.
+    steps refuse a second bundle of a key at once (``bundles``); once a bounded input has ended,
+    a run whose examples do not add up (read = learned + refused + replayed, ``accounting``)
+    fails.
     """
 
     def __init__(self, config=None, **options):
@@ -717,7 +721,9 @@ class Learn(beam.PTransform):
             self.dead_letters = learned[DEAD] if parse_dead is None else (
                 (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
         tallies.append(predictions | "Count learned" >> count_as("learned"))
-        _ = tallies | "Tallies" >> beam.Flatten() | "Account" >> CheckAccounts()
+        if blocks.is_bounded:
+            _ = (tallies | "Tallies" >> beam.Flatten()
+                 | "Account" >> CheckAccounts(cfg.resume, models_counted=not cfg.shards))
         return predictions
 
 
