@@ -174,14 +174,22 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
                  "--dead-letter", str(tmp_path / "dead2")]) == 0
     rows = read_output(str(scored)).to_pylist()
     assert len(rows) == 300
-    model = read_checkpoint(key_dir(str(out / "models"), "a"))
-    w = dict(zip(model.column("index").to_pylist(), model.column("w").to_pylist()))
-    from unitless.learner import hash_feature
-    r = next(r for r in rows if r["model_key"] == "a")
-    i = int(r["id"][1:])
-    expected = w[bias_index(BITS)] + sum(w.get(hash_feature(n, BITS), 0.0) * X[i, j]
-                                         for j, n in enumerate(FEATURES))
-    assert r["prediction"] == pytest.approx(expected, rel=1e-12)
+    # a new example scored by the checkpoint gets the prediction the training run makes when
+    # that example comes next, bit for bit (ScInOL computes its weights as it predicts: not
+    # the stored w times x)
+    x = [2e-3, -0.5, 1500.0, 4.0]
+    longer, new = tmp_path / "longer.csv", tmp_path / "new.csv"
+    write_csv(longer, np.vstack([X, x]), [*y, 1], [*keys, "a"])
+    new.write_text("segment," + ",".join(FEATURES) + "\na," + ",".join(map(repr, x)) + "\n")
+    out2 = train(tmp_path / "longer", "--input", str(longer), "--id-column", "id",
+                 "--model-key-column", "segment", "--algorithm", "scinol2")
+    assert main(["score", "--input", str(new), "--model-key-column", "segment", "--model-dir",
+                 str(out / "models"), "--predictions", str(tmp_path / "new-scores"),
+                 "--dead-letter", str(tmp_path / "dead3")]) == 0
+    (served,) = read_output(str(tmp_path / "new-scores")).to_pylist()
+    learned = read_output(str(out2 / "pred")).to_pylist()
+    last = max((r for r in learned if r["model_key"] == "a"), key=lambda r: r["examples_seen"])
+    assert served["prediction"] == last["prediction"] and served["loss"] is None
     capsys.readouterr()
     assert main(["inspect", key_dir(str(out / "models"), "a"), "--json", "--top", "3"]) == 0
     info = json.loads(capsys.readouterr().out)

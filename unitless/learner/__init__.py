@@ -15,7 +15,7 @@ from .examples import Batch, bias_index, dense_batch, dense_dim, hash_feature, h
 from .losses import LOSS_CODES, loss_values
 from .online import (BatchResult, InvalidExampleError, check_batch, check_examples,
                      example_losses, learn, learn_or_refuse, learner_labels, mistakes, predict,
-                     predicted_class, probability)
+                     predict_next, predicted_class, probability)
 from .registry import ALGORITHMS, get_algorithm
 from .state import LearnerState, from_arrow, new_state, read_metadata, to_arrow
 
@@ -23,6 +23,6 @@ __all__ = [
     "ALGORITHMS", "Batch", "BatchResult", "InvalidExampleError", "LOSS_CODES", "LearnerState",
     "bias_index", "check_batch", "check_examples", "dense_batch", "dense_dim", "example_losses",
     "from_arrow", "get_algorithm", "hash_feature", "hashed_batch", "learn", "learn_or_refuse",
-    "learner_labels", "loss_values", "make_batch", "mistakes", "new_state", "predict",
+    "learner_labels", "loss_values", "make_batch", "mistakes", "new_state", "predict", "predict_next",
     "predicted_class", "probability", "read_metadata", "to_arrow",
 ]

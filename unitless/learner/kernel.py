@@ -107,6 +107,31 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
 
 
 @njit(cache=True)
+def serve_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights,
+                scores, losses):
+    """``run_batch`` of each example n alone, as if it were the next the learner learns, and
+    the state put back after it as it was: what a step may change (the example's slots of V,
+    S; every slot and M for a learner with matrices, whose step writes across them)."""
+    whole = M.shape[0] > 0
+    S0, M0 = S.copy(), M
+    for n in range(labels.shape[0]):
+        a, b = indptr[n], indptr[n + 1]
+        idx = indices[a:b]
+        if whole:
+            V0, M0 = V.copy(), M.copy()
+        else:
+            V0 = V[:, :, idx].copy()
+        run_batch(code, V, M, S, hp, loss, tau, indptr[n:n + 2] - a, idx, values[a:b],
+                  labels[n:n + 1], weights[n:n + 1], scores[n:n + 1], losses[n:n + 1])
+        if whole:
+            V[...] = V0
+            M[...] = M0
+        else:
+            V[:, :, idx] = V0
+        S[...] = S0
+
+
+@njit(cache=True)
 def predict_part(code, V, M, S, hp, indptr, indices, values, scores, scalars, memo):
     """A shard's part of examples 0..n-1: scores[n, k] = Σ w_i x_i over the shard's features
     (after the learner's steps before ŷ, which change the shard's state); scalars[n, k] = the

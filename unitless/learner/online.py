@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .kernel import run_batch
+from .kernel import run_batch, serve_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
@@ -220,8 +220,26 @@ class _Snapshot:
         state.examples_seen, state.cumulative_loss = self.counters
 
 
+def predict_next(state, batch):
+    """Each example's scores [n, K] as the model would predict it were it the next example it
+    learns: its whole step (a scale update before the prediction included) run on the state
+    and undone (``serve_batch``), so the state is as it was after every example and each is
+    predicted by the same model. A learner predicts before it sees the label, so the label
+    plays no part: a missing one is replaced by 1, which every loss takes. New features keep
+    the slots they are given, at their initial values (as having none)."""
+    labels = np.where(np.isnan(batch.labels), 1.0, batch.labels)
+    scores = np.empty((len(batch), state.n_classes))
+    serve_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
+                LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
+                batch.indptr, state.map_features(batch.indices), batch.values,
+                learner_labels(state, labels), batch.weights, scores, np.empty(len(batch)))
+    return scores
+
+
 def predict(state, batch):
-    """Scores ŷ = wᵀx with the weights as they are, learning nothing: shape [n, K]."""
+    """Scores ŷ = wᵀx with the weights as they are, learning nothing: shape [n, K]. Not what
+    the model itself predicts for a learner whose step rescales or derives its weights before
+    predicting (``predict_next``)."""
     slots = state.find_features(batch.indices)
     known = slots >= 0  # a feature no example carried has weight 0
     rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))[known]

@@ -4,7 +4,10 @@ the key's state as it was before the first, and whichever commits last overwrite
 changes: examples lost or learned twice. Beam state has no compare-and-set, and a state version
 checked when read cannot tell that bundle from a retry of a failed one, so the rule is held two
 ways: the runners' options that keep them from doing it, and a check in each worker process
-that refuses it when it happens anyway.
+that refuses it when it happens anyway. The check sees the bundles of its own process, from a
+bundle's first touch of a key to the end of its DoFn's ``finish_bundle``; a second bundle in
+another process, or in the moment between a bundle's end and its commit, is left to the run's
+accounting (``accounting``), which fails the run at the end of its input.
 """
 import threading
 import uuid

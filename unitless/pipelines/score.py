@@ -1,4 +1,4 @@
-"""The scoring pipeline: apply each model key's latest checkpoint to examples, learning nothing."""
+"""The scoring pipeline: each model key's latest checkpoint predicts examples, learning nothing."""
 import logging
 from dataclasses import dataclass
 
@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
-from ..learner import example_losses, predict
+from ..learner import example_losses, predict_next
 from .checkpoints import load_latest, model_keys, sharded_models
 from .config import configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
@@ -42,11 +42,13 @@ def load_models(model_dir):
 
 def score_block(models, key, block):
     """(scores table or None, dead letters) for one model key's block: each example's
-    prediction, and where it has a label, its loss and error."""
+    prediction, as the model would make it were the example the next it learns
+    (``predict_next``: the model is left as it was), and where it has a label, its loss and
+    error."""
     state = models.get(key)
     if state is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
-    scores = predict(state, block.batch())
+    scores = predict_next(state, block.batch())
     n = len(block)
     prediction, prob, error = outcome_columns(state, scores, block.labels)
     missing = np.isnan(block.labels)  # no label: the label and loss are null (not NaN)
