@@ -378,8 +378,8 @@ def one_line(err):
     """(message, exit code) for a failure told in one line, or None for anything else (a
     traceback): a failure the user can cause and fix (bad settings or input, an unreachable
     broker, an unwritable or full disk; 2), or a run that would not have learned each example
-    once (``AccountingError``, ``TwoBundlesAtOnce``; 1). A runner reports a DoFn's exception inside its own (as
-    'OSError: ... [while running ...]')."""
+    once (``AccountingError``, ``TwoBundlesAtOnce``; 1). A runner reports a DoFn's exception
+    inside its own (as 'OSError: ... [while running ...]')."""
     from .pipelines.accounting import AccountingError
     from .pipelines.bundles import TwoBundlesAtOnce
     failed = (AccountingError, TwoBundlesAtOnce)  # the run's, not the user's: exit 1
@@ -395,6 +395,7 @@ def one_line(err):
             return match.group(2), 1 if issubclass(kind, failed) else 2
         err = err.__cause__ or err.__context__
     return None
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,11 +4,11 @@ import logging
 
 def configure_logging():
     """unitless's own messages (progress, checkpoints, warnings) on stderr; Beam's below
-    CRITICAL and kafka-python's below ERROR are not for the user of the `unitless` command (for instance the
-    'apitools not found' warning Beam logs when it is imported), nor other libraries' below
-    WARNING (boto's "found credentials"); a failing DoFn is reported
-    once, by us (one line) or by the re-raised exception. Users embedding the transforms keep
-    their own logging."""
+    CRITICAL and kafka-python's below ERROR are not for the user of the `unitless` command (for
+    instance the 'apitools not found' warning Beam logs when it is imported), nor other
+    libraries' below WARNING (boto's "found credentials"); a failing DoFn is reported once, by
+    us (one line) or by the re-raised exception. Users embedding the transforms keep their own
+    logging."""
     root = logging.getLogger()
     if not any(getattr(h, "unitless", False) for h in root.handlers):
         for plain in [h for h in root.handlers if type(h) is logging.StreamHandler]:

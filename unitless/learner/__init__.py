@@ -23,6 +23,6 @@ __all__ = [
     "ALGORITHMS", "Batch", "BatchResult", "InvalidExampleError", "LOSS_CODES", "LearnerState",
     "bias_index", "check_batch", "check_examples", "dense_batch", "dense_dim", "example_losses",
     "from_arrow", "get_algorithm", "hash_feature", "hashed_batch", "learn", "learn_or_refuse",
-    "learner_labels", "loss_values", "make_batch", "mistakes", "new_state", "predict", "predict_next",
-    "predicted_class", "probability", "read_metadata", "to_arrow",
+    "learner_labels", "loss_values", "make_batch", "mistakes", "new_state", "predict",
+    "predict_next", "predicted_class", "probability", "read_metadata", "to_arrow",
 ]
