@@ -316,17 +316,23 @@ def paced_phase(bootstrap, topic, watcher, first, rate, seconds):
     return out
 
 
+def streaming_pipeline(bootstrap, topic, work, logf, *extra):
+    """``unitless train --streaming`` on Prism from the topic (its output to ``logf``), and a
+    started PredictionWatcher of its predictions: (process, watcher)."""
+    process = subprocess.Popen(unitless_command(train_cmd(
+        bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
+        "--checkpoint-seconds", "10", *extra)), stdout=logf, stderr=subprocess.STDOUT)
+    watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
+    watcher.start()
+    return process, watcher
+
+
 def streaming_run(bootstrap, work, n, rates, seconds, client):
     topic, warm = f"live-{client}", 2000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
     logf = open(work / f"streaming-{client}.log", "w")
-    process = subprocess.Popen(unitless_command(train_cmd(
-        bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
-        "--checkpoint-seconds", "10", "--kafka-client", client)), stdout=logf,
-        stderr=subprocess.STDOUT)
-    watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
-    watcher.start()
+    process, watcher = streaming_pipeline(bootstrap, topic, work, logf, "--kafka-client", client)
     out = {"runner": "PrismRunner (--streaming)"}
     try:
         produce(bootstrap, topic, example_values(warm, seed=2, first_id=0))

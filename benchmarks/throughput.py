@@ -69,12 +69,13 @@ def time_kernel(algorithm, dim, slices):
     state = new_state(algorithm, dim, "logistic")
     hp, code = state.hp_array(), LOSS_CODES["logistic"]
     outs = [(np.empty((len(b), 1)), np.empty(len(b))) for b in slices]
+    learned = [np.zeros(len(b), dtype=np.bool_) for b in slices]  # (none served)
     slots = [state.map_features(b.indices) for b in slices]  # each feature's slot, untimed
 
     def kernel():
-        for b, at, (scores, losses) in zip(slices, slots, outs):
+        for b, at, served, (scores, losses) in zip(slices, slots, learned, outs):
             run_batch(state.spec.code, state.V, state.M, state.S, hp, code, 0.5,
-                      b.indptr, at, b.values, b.labels, b.weights, scores, losses)
+                      b.indptr, at, b.values, b.labels, b.weights, served, scores, losses)
     return sum(len(b) for b in slices) / measure(kernel).wall, state
 
 

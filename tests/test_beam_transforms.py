@@ -71,20 +71,23 @@ def test_learn_on_dicts_gives_the_commands_predictions(tmp_path, runner):
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path, runner):
     good = [beam.Row(label=1.0 if i % 3 else -1.0, x=float(i % 7) - 3.0) for i in range(50)]
-    bad = [{"label": 1.0, "x": [1, 2]}, {"x": 2.0}]  # a list value; no label
+    # a list value; a label that is not a number; and no label: served, not refused
+    bad = [{"label": 1.0, "x": [1, 2]}, {"label": "NaN", "x": 2.0}, {"x": 2.0}]
     learn = Learn(algorithm="nag", model_dir=str(tmp_path / "models"), predictions=None,
                   dead_letter=str(tmp_path / "dead"))
 
     def two_reasons(reasons):
         assert len(reasons) == 2, reasons
         assert any("unsupported value" in r for r in reasons), reasons
-        assert any("missing label" in r for r in reasons), reasons
+        assert any("label 'NaN' is not a number" in r for r in reasons), reasons
 
     with pipeline(runner) as p:
         rows = (p | "rows" >> beam.Create(good), p | "dicts" >> beam.Create(bad)) | beam.Flatten()
         predictions = rows | learn
-        assert_that(predictions | beam.Map(lambda t: t.num_rows) | beam.CombineGlobally(sum),
-                    equal_to([50]), label="every good row predicted")
+        assert_that(predictions | beam.Map(lambda t: (t.num_rows, t.column("served").to_pylist()
+                                                     .count(True)))
+                    | beam.CombineGlobally(lambda counts: tuple(map(sum, zip(*counts)))),
+                    equal_to([(51, 1)]), label="every good row predicted, one served")
         assert_that(learn.dead_letters | Rows() | beam.Map(lambda r: r["reason"]), two_reasons,
                     label="two dead letters")
     dead = read_output(str(tmp_path / "dead")).to_pylist()

@@ -1,6 +1,6 @@
 """`unitless curve`: a real training run's predictions give, per model key, a progressive loss
 and error rate equal to the checkpoint's, whatever duplicates (at-least-once delivery), file
-order or malformed lines the predictions hold; and a PNG of the curves."""
+order, malformed lines or served predictions the predictions hold; and a PNG of the curves."""
 import glob
 import logging
 import shutil
@@ -15,7 +15,9 @@ from unitless.pipelines.summary import model_lines
 
 
 def rows(n):
-    return [f"e{i},{'abc'[i % 3] if i % 5 else 'a'},{1 if (i * 7) % 5 < 3 else -1},"
+    """Examples of three keys; every seventh without a label (served: not on the curve)."""
+    return [f"e{i},{'abc'[i % 3] if i % 5 else 'a'},"
+            f"{'' if i % 7 == 6 else 1 if (i * 7) % 5 < 3 else -1},"
             f"{i % 11 - 5},{(i % 3) * 1e4}" for i in range(n)]
 
 

@@ -316,7 +316,7 @@ def test_dead_letter_json_lines_carry_the_exact_bytes(tmp_path):
 
 # --- the fuzz: the real pipeline over good records mixed with 10,000 hostile ones per format ---
 
-N_BAD, N_GOOD, SEGMENTS = 10_000, 4_000, 10
+N_BAD, N_GOOD, N_UNLABELED, SEGMENTS = 10_000, 4_000, 400, 10
 KEYS = ("a", "b", "c")
 FEATURES = ("f1", "f2", "f3", "f4")
 
@@ -342,6 +342,21 @@ def text_record(fmt, row):
                 + " ".join(f"{f}:{row[f]!r}" for f in FEATURES if f in row)).encode()
     return (f"{row['label']} "
             + " ".join(f"{j + 1}:{row[f]!r}" for j, f in enumerate(FEATURES) if f in row)).encode()
+
+
+def unlabeled_record(fmt, row, variant=0):
+    """The row's record without a label, as each format writes one (libsvm has no way to):
+    an example to serve, not a hostile record. JSON: no label field, or a null one; CSV: an
+    empty label field; VW: no label before the tag or the first '|'."""
+    if fmt == "jsonl":
+        return json.dumps({k: v for k, v in row.items() if k != "label"} if variant % 2 else
+                          {**row, "label": None}).encode()
+    if fmt == "csv":
+        return with_label(fmt, row, b"")
+    if fmt == "vw":
+        text = text_record(fmt, row)
+        return text[text.index(b" ") + 1:] if variant % 2 else text[text.index(b"|"):]
+    raise ValueError(f"{fmt} records cannot be without a label")
 
 
 def with_label(fmt, row, label):
@@ -402,9 +417,8 @@ def hostile(fmt, rng, row):
     if kind == 6:      # wrong field counts and shapes
         shapes = {"csv": lambda: [text + b",1", text[:text.rindex(b",")], b"e1,a", b"1",
                                   b",,,,,,,,"],
-                  "jsonl": lambda: [b"[1, 2]", b"1", b'"x"', b"null", b"{}", b'{"f1": 1}',
-                                    b'{"label": null}', b'{"label": 1, "label": 5}'],
-                  "vw": lambda: [text.replace(b"|", b" "), b" | f1:1", b"1 x 'e| f1:1",
+                  "jsonl": lambda: [b"[1, 2]", b"1", b'"x"', b"null", b'{"label": 1, "label": 5}'],
+                  "vw": lambda: [text.replace(b"|", b" "), b"1 x 'e| f1:1",
                                  b"1 -2 'e| f", b"1 1e300 'e| f1:1", text + b"\r" + text],
                   "libsvm": lambda: [text + b" 3", b"1 0:1", b"1 -3:1", b"1 1.5:1", b"1 a:1",
                                      b"1 :1", b"1 1:1:1", text + b"\r" + text]}[fmt]()
@@ -437,12 +451,15 @@ def huge_records(fmt, row):
 
 
 def fuzz_layout(fmt, seed):
-    """(lines, {position: bad record bytes}, [position of each good record], good rows): segments
-    of good records alone, then of hostile records mixed with good ones and blank lines."""
+    """(lines, {position: bad record bytes}, [position of each good record], {position: row of
+    each record without a label}, good rows): segments of good records alone, then of hostile
+    records mixed with good ones, records without a label (but in libsvm) and blank lines."""
     rng = np.random.default_rng(seed)
     rows = good_rows(rng, N_GOOD)
+    unlabeled = iter([{**row, "id": "u" + row["id"]} for row in good_rows(
+        np.random.default_rng(seed + 100), N_UNLABELED)] if fmt != "libsvm" else [])
     bad_count = [N_BAD // SEGMENTS] * SEGMENTS
-    lines, bad, good_at = [], {}, []
+    lines, bad, good_at, served = [], {}, [], {}
     first = first_line(fmt)
     per_segment = N_GOOD // SEGMENTS
     for s in range(SEGMENTS):
@@ -456,6 +473,10 @@ def fuzz_layout(fmt, seed):
         extra = iter(huge_records(fmt, mixed[0]) if s == SEGMENTS // 2 else [])
         good_iter = iter(mixed)
         for slot in slots:
+            row = next(unlabeled, None) if slot == "good" and rng.random() < 0.2 else None
+            if row is not None:
+                served[first + len(lines)] = row
+                lines.append(unlabeled_record(fmt, row, len(served)))
             if slot == "blank":
                 lines.append([b"", b" ", b"\t", b"\r"][rng.integers(4)])
             elif slot == "good":
@@ -466,7 +487,7 @@ def fuzz_layout(fmt, seed):
                 assert b"\n" not in record and record.strip() and not record.endswith(b"\r")
                 bad[first + len(lines)] = record
                 lines.append(record)
-    return lines, bad, good_at, rows
+    return lines, bad, good_at, served, rows
 
 
 PARQUET_SCHEMA = pa.schema([("id", pa.string()), ("segment", pa.string()),
@@ -483,7 +504,7 @@ def parquet_row(row, **changes):
 
 
 def hostile_parquet_row(rng, row):
-    kinds = [{"label": None}, {"label": ""}, {"label": "abc"}, {"label": "5"},
+    kinds = [{"label": "abc"}, {"label": "5"},
              {"label": "1e300"}, {"label": "nan"}, {"label": "\ufeff1"}, {"label": "1\x00"},
              {"label": "9" * 400}, {"f2": float("nan")}, {"f3": float("inf")},
              {"f1": -1e300}, {"f4": 1e101}, {"tags": [1, 2]}, {"meta": {"a": 1}},
@@ -493,23 +514,29 @@ def hostile_parquet_row(rng, row):
 
 def write_fuzz_input(tmp_path, fmt, seed):
     """(mixed file, good-only file, {position: raw bytes of each bad record}, [positions of the
-    good records in the mixed file])."""
-    lines, bad, good_at, rows = fuzz_layout("csv" if fmt == "parquet" else fmt, seed)
+    good records in the mixed file], [positions of those without a label])."""
+    lines, bad, good_at, served, rows = fuzz_layout("csv" if fmt == "parquet" else fmt, seed)
     mixed, only_good = tmp_path / f"mixed.{fmt}", tmp_path / f"good.{fmt}"
     if fmt != "parquet":
         head = [HEADER] if fmt == "csv" else []
         mixed.write_bytes(b"\n".join(head + lines) + b"\n")
         good_lines = [lines[p - first_line(fmt)] for p in good_at]
         only_good.write_bytes(b"\n".join(head + good_lines) + b"\n")
-        return mixed, only_good, bad, good_at
-    # Parquet: the same layout of good and hostile rows (no blank lines), labels as text
+        return mixed, only_good, bad, good_at, sorted(served)
+    # Parquet: the same layout of good, unlabeled and hostile rows (no blank lines), labels as
+    # text
     rng = np.random.default_rng(seed + 1)
     table_rows, bad_rows, good_positions, good = [], {}, [], iter(rows)
+    served_positions = []
     for position in range(2, 2 + len(lines)):
         if position in bad:
             record = hostile_parquet_row(rng, rows[rng.integers(len(rows))])
             bad_rows[len(table_rows)] = json.dumps(record, default=str).encode()
             table_rows.append(record)
+        elif position in served:
+            served_positions.append(len(table_rows))
+            table_rows.append(parquet_row(served[position],
+                                          label=None if len(served_positions) % 2 else ""))
         elif position in good_at:
             good_positions.append(len(table_rows))
             table_rows.append(parquet_row(next(good)))
@@ -518,7 +545,7 @@ def write_fuzz_input(tmp_path, fmt, seed):
     pq.write_table(pa.table({"id": [r["id"] for r in rows], "segment": [r["segment"] for r in rows],
                              "label": [float(r["label"]) for r in rows],
                              **{f: [r.get(f) for r in rows] for f in FEATURES}}), only_good)
-    return mixed, only_good, bad_rows, good_positions
+    return mixed, only_good, bad_rows, good_positions, served_positions
 
 
 def train(out, path, fmt):
@@ -539,8 +566,10 @@ def models(out):
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "vw", "libsvm", "parquet"])
 def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
-    mixed, only_good, bad, good_at = write_fuzz_input(tmp_path, fmt, seed=11)
-    assert len(bad) >= N_BAD
+    """Hostile records are dead letters, byte for byte; good ones are learned, those without a
+    label served; the models equal those of a run over the good records alone."""
+    mixed, only_good, bad, good_at, served_at = write_fuzz_input(tmp_path, fmt, seed=11)
+    assert len(bad) >= N_BAD and (len(served_at) > N_UNLABELED // 2 or fmt == "libsvm")
     out = train(tmp_path / "mixed-run", mixed, fmt)
     dead = read_output(str(out / "dead")).to_pylist()
     assert {d["source"] for d in dead} == {str(mixed.resolve())}
@@ -555,8 +584,10 @@ def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
     wrong = [p for p in bad if got[p] != bad[p]]
     assert not wrong, (wrong[:3], bad[wrong[0]][:80], got[wrong[0]][:80])
 
-    predicted = read_output(str(out / "pred")).column("position").to_pylist()
-    assert sorted(predicted) == sorted(good_at)  # each good record exactly once
+    predicted = read_output(str(out / "pred")).select(["position", "served"]).to_pylist()
+    # each good record exactly once, served where it has no label
+    assert sorted((p["position"], p["served"]) for p in predicted) == sorted(
+        [(p, False) for p in good_at] + [(p, True) for p in served_at])
 
     alone = models(train(tmp_path / "good-run", only_good, fmt))
     learned = models(out)

@@ -1,6 +1,7 @@
 """Delivery under SIGKILL: a run killed at many random moments (and right after checkpoints),
-resumed each time, loses no prediction, learns every example exactly once, and ends with the
-models of an uninterrupted run, bit for bit."""
+resumed each time, loses no prediction, learns every example exactly once, serves every example
+without a label with the same prediction and model version as the uninterrupted run, and ends
+with the models of an uninterrupted run, bit for bit."""
 import subprocess
 import sys
 import time
@@ -15,6 +16,12 @@ from unitless.connectors.files import read_output  # noqa: E402
 KEYS = ("a", "b", "c")
 N = 60_000
 KILLS = 30
+SERVED = 10  # every tenth example has no label: served
+
+
+def labeled(key):
+    """How many examples of the model key have a label."""
+    return sum(1 for i in range(N) if KEYS[i % 3] == key and i % SERVED != SERVED - 1)
 
 
 def write_examples(path, n=N, seed=11):
@@ -25,7 +32,8 @@ def write_examples(path, n=N, seed=11):
         f.write("id,segment,label,x1,x2,x3\n")
         for i in range(n):
             x1, x2, x3 = (float(v) for v in X[i])
-            f.write(f"e{i},{KEYS[i % 3]},{y[i]},{x1!r},{x2!r},{x3!r}\n")
+            label = "" if i % SERVED == SERVED - 1 else y[i]
+            f.write(f"e{i},{KEYS[i % 3]},{label},{x1!r},{x2!r},{x3!r}\n")
 
 
 def command(data, out, resume=True):
@@ -59,12 +67,13 @@ def check_campaign(crash, expected, reference):
     got = final_models(KEYS, crash / "models")
     for key in KEYS:
         assert got[key][0].equals(expected[key][0]), key
-        assert got[key][1:] == expected[key][1:] and got[key][1] == N // 3
+        assert got[key][1:] == expected[key][1:] and got[key][1] == labeled(key)
     # every example has a prediction; duplicates (at least once) are identical to the original
     predicted = read_output(str(crash / "pred")).to_pylist()
     assert {r["id"] for r in predicted} == set(reference)
     for r in predicted:
         want = reference[r["id"]]
-        assert (r["model_key"], r["examples_seen"], r["prediction"], r["loss"]) == (
-            want["model_key"], want["examples_seen"], want["prediction"], want["loss"])
+        assert (r["model_key"], r["examples_seen"], r["prediction"], r["loss"], r["served"]) == (
+            want["model_key"], want["examples_seen"], want["prediction"], want["loss"],
+            want["served"])
     assert not [p for p in crash.rglob("*") if ".tmp" in p.name], "a temporary file remains"

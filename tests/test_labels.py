@@ -139,12 +139,15 @@ def test_true_false_labels_without_a_mapping(tmp_path):
 
 
 def test_missing_labels_stay_missing_with_a_mapping(tmp_path):
+    """A record without a label is served, not mapped to the negative class."""
     path = tmp_path / "m.csv"
     path.write_text("x,y\n1,yes\n2,\n3,no\n")
     code, out = run(tmp_path, "--input", str(path), "--label-column", "y",
                     "--positive-label", "yes")
-    assert code == 0
-    assert [d["reason"] for d in dead_letters(out)] == ["missing label field 'y'"]
+    assert code == 0 and dead_letters(out) == []
+    rows = read_output(str(out / "pred")).to_pylist()
+    assert [(r["label"], r["served"]) for r in sorted(rows, key=lambda r: r["position"])] == [
+        (1.0, False), (None, True), (-1.0, False)]
 
 
 def test_label_map_alike_on_both_paths():

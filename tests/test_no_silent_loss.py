@@ -2,6 +2,7 @@
 every runner whatever options the user passed, and a run whose examples do not add up (read =
 learned + refused + replayed) fails with one line, in the command and in a user's pipeline."""
 import itertools
+import re
 import time
 
 import apache_beam as beam
@@ -99,8 +100,16 @@ def test_what_a_second_bundle_at_once_does_fails_the_run(tmp_path, monkeypatch):
     slow_elements(monkeypatch)
     monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
     monkeypatch.setattr(bundles.KeyGuard, "hold", lambda self, key: None)
-    with pytest.raises(Exception, match=r"3,000 (examples )?given to Learn"):
-        learn_on_prism(tmp_path, reversed_blocks(tmp_path))
+    # (Prism splits on its own clock: on a loaded machine a run may see no split. Such a run
+    # must then be right; one of three runs must meet the split and fail)
+    for attempt in range(3):
+        try:
+            rows = learn_on_prism(tmp_path / str(attempt), reversed_blocks(tmp_path))
+        except Exception as err:
+            assert re.search(r"3,000 (examples )?given to Learn", str(err)), err
+            return
+        assert len({(r["model_key"], r["examples_seen"]) for r in rows}) == len(rows) == 3000
+    pytest.fail("three runs and no second bundle of a key at once: nothing was shown")
 
 
 def error_line(capsys):
@@ -134,7 +143,7 @@ def test_examples_lost_fail_the_command_with_one_line(tmp_path, monkeypatch, cap
     assert code == 1
     assert error_line(capsys).startswith(
         f"unitless: error: {lost:,} of 1,500 examples given to Learn were neither learned, "
-        "refused nor replayed (lost)")
+        "served, refused nor replayed (lost)")
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
@@ -145,7 +154,7 @@ def test_examples_lost_fail_a_users_pipeline(tmp_path, monkeypatch, runner):
     learn = Learn(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None,
                   **OPTIONS)
     with pytest.raises(Exception, match=f"{lost:,} of 3,000 examples given to Learn were "
-                                        r"neither learned, refused nor replayed \(lost\)"):
+                                        r"neither learned, served, refused nor replayed \(lost\)"):
         with pipeline(runner) as p:
             _ = p | beam.Create(blocks).with_output_types(ExampleBlock) | learn
 

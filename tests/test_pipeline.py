@@ -136,7 +136,7 @@ def test_bad_records_go_to_the_dead_letter_output_and_nothing_is_lost(tmp_path):
     bad = {  # line number (1-based, header is line 1) -> (replacement, expected reason)
         5: ("e3,a,1,0.1,0.2", "expected 7 fields"),
         9: ("e7,a,1,abc,1,2,3", "feature 'f1' 'abc' is not a number"),
-        20: ("e18,a,,1,2,3,4", "missing label"),
+        20: ("e18,a,nan,1,2,3,4", "label 'nan' is not a number"),  # (no label: served)
         33: ("e31,a,7,1,2,3,4", "label 7.0 is not a logistic label"),
         40: ("e38,a,1,nan,2,3,4", "not finite"),
         41: ("e39,a,1,1,inf,3,4", "not finite"),

@@ -27,6 +27,8 @@ def rows_of(schema, n):
     for i, field in enumerate(schema):
         if pa.types.is_floating(field.type):
             columns[field.name] = [FLOATS[(i + j) % len(FLOATS)] for j in range(n)]
+        elif pa.types.is_boolean(field.type):
+            columns[field.name] = [None if j % 5 == 4 else j % 3 == 0 for j in range(n)]
         elif pa.types.is_integer(field.type):
             columns[field.name] = [None if j % 7 == 3 else (-1) ** j * j * 10 ** (j % 13)
                                    for j in range(n)]

@@ -14,7 +14,10 @@
   ``dead_letters``).
 * ``Learn(...)``: example blocks, or your own records (dicts or ``beam.Row``s), -> predictions
   made before each example is learned (Arrow tables), one model per model key, checkpointed.
-* ``Score(model_dir, ...)``: the same inputs -> scores from each key's latest checkpoint.
+* ``Score(model_dir, ...)``: the same inputs -> scores from each key's latest checkpoint (a
+  newer one taken up while it runs).
+* ``ModelDirectoryHandler(model_dir, ...)``: Beam ML's ``RunInference`` over a model directory,
+  elements (model key, record) -> ``PredictionResult``, predicting as ``Score`` does.
 * ``WritePredictions(target)`` / ``WriteDeadLetters(target)``: tables -> part files in a
   directory or messages on a ``kafka://host:port/topic``.
 * ``Rows()``: Arrow tables -> one dict per row (for ``assert_that`` or your own steps).
@@ -26,12 +29,13 @@ itself builds its pipelines from these transforms.
 import apache_beam as beam
 
 from .pipelines.config import TrainConfig, configure
+from .pipelines.inference import ModelDirectoryHandler
 from .pipelines.io import ReadExamples, WriteDeadLetters, WritePredictions
 from .pipelines.score import Score
 from .pipelines.train import Learn
 
-__all__ = ["Learn", "ReadExamples", "Rows", "Score", "TrainConfig", "WriteDeadLetters",
-           "WritePredictions", "configure"]
+__all__ = ["Learn", "ModelDirectoryHandler", "ReadExamples", "Rows", "Score", "TrainConfig",
+           "WriteDeadLetters", "WritePredictions", "configure"]
 
 
 class Rows(beam.PTransform):

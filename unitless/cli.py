@@ -22,7 +22,7 @@ from .connectors.kafka import is_kafka  # noqa: E402
 from .connectors.storage import is_dir, where  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
 from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
-                               READ_OPTIONS, configure)
+                               READ_OPTIONS, REFRESH_SECONDS, configure)
 
 def bundled_example():
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
@@ -149,6 +149,10 @@ def parser():
     _input_args(score)
     score.add_argument("--model-dir", required=True,
                        help="model directory of a training run (one model per key)")
+    score.add_argument("--refresh-seconds", type=float, default=REFRESH_SECONDS,
+                       help="look for a key's newer checkpoint (or its first) when one of its "
+                            "examples comes and this long has passed since the last look "
+                            "(0: every time)")
     inspect = sub.add_parser("inspect", help="summarise a checkpoint")
     inspect.add_argument("checkpoint", help="checkpoint file, a model key's directory, or a "
                                             "model directory (a line per model key)")
@@ -172,7 +176,7 @@ def _options(args, names):
     return {name: given[name] for name in names if name in given}
 
 
-def _config(args, require_label=True):
+def _config(args, scoring=False):
     """The run's configuration from the command line: inputs (the bundled example when none is
     given: a shell-expanded ``--input dir/*.csv`` gives several), options checked once."""
     inputs = [path for group in args.input or [] for path in
@@ -183,7 +187,7 @@ def _config(args, require_label=True):
         options["id_column"] = options.get("id_column") or "id"
         print(f"unitless: no --input given; using the bundled example {inputs[0]}",
               file=sys.stderr)
-    return configure(inputs, require_label=require_label, **options)
+    return configure(inputs, scoring=scoring, **options)
 
 
 def parse_args(argv=None):
@@ -289,7 +293,8 @@ def train(args, beam_args):
     result = pipeline.run()
     result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
-                       time.time() - started, _counter(result, "replayed_examples_skipped"))
+                       time.time() - started, _counter(result, "replayed_examples_skipped"),
+                       _counter(result, "served_examples"))
     print(render(model_lines(cfg.model_dir, verify=False), counts))
     print(f"predictions: {where(cfg.predictions)}")
     print(f"models:      {where(cfg.model_dir)}")
@@ -313,9 +318,10 @@ def score(args, beam_args):
     from .pipelines.score import build_scoring
     pipeline = _pipeline(beam_args)
     _freeze_imports()
-    cfg = _config(args, require_label=False)
+    cfg = _config(args, scoring=True)
     with pipeline as p:
-        build_scoring(p, cfg, args.model_dir, streaming="--streaming" in beam_args)
+        build_scoring(p, cfg, args.model_dir, streaming="--streaming" in beam_args,
+                      refresh_seconds=args.refresh_seconds)
     print(f"predictions: {where(cfg.predictions)}")
 
 

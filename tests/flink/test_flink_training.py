@@ -1,7 +1,8 @@
 """The training pipeline on Apache Flink (Beam's portable Flink runner, an embedded local Flink
 1.19 cluster, 2 parallel subtasks) gives the FnApiRunner's predictions and checkpoints, bit for
 bit: files in Flink's batch and streaming modes, a bounded Kafka topic, and `unitless train
---runner FlinkRunner` with no other Flink option."""
+--runner FlinkRunner` with no other Flink option. Every ninth example has no label: served in
+its place in its key's order, not learned."""
 import json
 import os
 import sys
@@ -32,7 +33,8 @@ def examples(n, seed):
     y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
     p = np.arange(1, len(KEYS) + 1, dtype=float)
     keys = rng.choice(len(KEYS), size=n, p=p / p.sum())
-    return [{"id": f"{seed}-{i}", "segment": KEYS[keys[i]], "label": int(y[i]),
+    return [{"id": f"{seed}-{i}", "segment": KEYS[keys[i]],
+             "label": None if i % 9 == 8 else int(y[i]),
              "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
 
 
@@ -66,8 +68,8 @@ def reference(data, tmp_path_factory):
 
 
 def prediction_rows(rows):
-    return sorted((r["model_key"], r["examples_seen"], r["prediction"], r["loss"], r["id"])
-                  for r in rows)
+    return sorted((r["model_key"], r["examples_seen"], r["served"], r["prediction"], r["loss"],
+                   r["id"]) for r in rows)
 
 
 def file_predictions(out):
@@ -80,6 +82,7 @@ def assert_same_predictions(got, want, rows):
     assert set(ids) == {r["id"] for r in rows}, "an example was not predicted"
     # bit for bit: == on floats (NaN would fail, and there is none)
     assert prediction_rows(got) == prediction_rows(want)
+    assert {r["id"] for r in got if r["served"]} == {r["id"] for r in rows if r["label"] is None}
 
 
 def checkpoint(path):
@@ -111,7 +114,8 @@ def assert_same_checkpoints(got_dir, want_dir, rows):
             assert checkpoint(os.path.join(got, name)) == checkpoint(os.path.join(want, name)), \
                 f"{key}/{name}"
         meta, _ = checkpoint(got)  # the newest: every example of the key learned
-        assert meta["examples_seen"] == sum(r["segment"] == key for r in rows)
+        assert meta["examples_seen"] == sum(r["segment"] == key and r["label"] is not None
+                                            for r in rows)
         last = json.loads(read_checkpoint(got).schema.metadata[b"unitless"])
         assert last.get("restart_positions", {}) == {  # (the watermark passed everything)
             s: p for s, p in last["input_positions"].items()

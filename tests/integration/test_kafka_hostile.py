@@ -1,7 +1,8 @@
 """Hostile Kafka messages on a real broker: null values, invalid UTF-8, garbage, several lines in
-one message and the file fuzz's hostile records, among good JSON, VW and CSV messages. Every bad
-message comes back as a dead-letter message with the identical value, every good one is
-predicted once, and the models equal those of a run over the good messages alone."""
+one message and the file fuzz's hostile records, among good JSON, VW and CSV messages and
+messages without a label. Every bad message comes back as a dead-letter message with the
+identical value, every good one is predicted once (served where it has no label), and the models
+equal those of a run over the labeled good messages alone."""
 import json
 import sys
 import time
@@ -14,7 +15,7 @@ from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.test_hostile_records import (HEADER, MAX_REASON, good_rows, hostile,  # noqa: E402
-                                        models, text_record)
+                                        models, text_record, unlabeled_record)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 
@@ -37,23 +38,30 @@ def kafka_hostile(fmt, rng, rows, nulls):
 
 
 def messages(fmt, seed, n_good, n_bad, nulls):
-    """[(key, value, good?)] in the order to send them: good ones keyed by model key (one
-    partition per key keeps each model's order), hostile ones among them."""
+    """[(key, value, kind: "good", "served" or "bad")] in the order to send them: good ones
+    keyed by model key (one partition per key keeps each model's order), a fifth as many
+    without a label (served) and hostile ones among them."""
     rng = np.random.default_rng(seed)
     rows = good_rows(rng, n_good)
-    slots = ["good"] * n_good + ["bad"] * n_bad
+    unlabeled = [{**row, "id": "u" + row["id"]}
+                 for row in good_rows(np.random.default_rng(seed + 100), n_good // 5)]
+    slots = ["good"] * n_good + ["served"] * len(unlabeled) + ["bad"] * n_bad
     rng.shuffle(slots)
-    out, good = [], iter(rows)
+    out, good, served = [], iter(rows), iter(unlabeled)
     for slot in slots:
         if slot == "good":
             row = next(good)
-            out.append((row["segment"].encode(), text_record(fmt, row), True))
+            out.append((row["segment"].encode(), text_record(fmt, row), "good"))
+        elif slot == "served":
+            row = next(served)
+            out.append((row["segment"].encode(), unlabeled_record(fmt, row, len(out)),
+                        "served"))
         else:
             value = kafka_hostile(fmt, rng, rows, nulls)  # kafka-python sends no unkeyed null
-            out.append((b"tombstone" if value is None else None, value, False))
-    bad = [i for i, (*_, good) in enumerate(out) if not good]
-    out[bad[len(bad) // 2]] = (None, b'{"a":' * 50_000 + b"1" + b"}" * 50_000, False)
-    out[bad[len(bad) // 3]] = (None, b"x" * 300_000, False)
+            out.append((b"tombstone" if value is None else None, value, "bad"))
+    bad = [i for i, (*_, kind) in enumerate(out) if kind == "bad"]
+    out[bad[len(bad) // 2]] = (None, b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "bad")
+    out[bad[len(bad) // 3]] = (None, b"x" * 300_000, "bad")
     return out
 
 
@@ -116,11 +124,11 @@ def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     create_topics(bootstrap, topic, f"{topic}-dead", good_topic, f"{good_topic}-dead")
     batch = messages(fmt, 7, n_good, n_bad, nulls)
     places = produce(bootstrap, topic, batch)
-    bad = {place: value for place, (_, value, good) in zip(places, batch) if not good}
-    good_places = {place for place, (*_, good) in zip(places, batch) if good}
-    assert len(bad) == n_bad and len(good_places) == n_good
+    bad = {place: value for place, (_, value, kind) in zip(places, batch) if kind == "bad"}
+    kinds = {place: kind for place, (*_, kind) in zip(places, batch) if kind != "bad"}
+    assert len(bad) == n_bad and list(kinds.values()).count("good") == n_good
     assert (None in bad.values()) == nulls
-    produce(bootstrap, good_topic, [m for m in batch if m[2]])
+    produce(bootstrap, good_topic, [m for m in batch if m[2] == "good"])
 
     out = train(tmp_path, bootstrap, topic, fmt, "mixed")
     dead = consume(bootstrap, f"{topic}-dead", len(bad))
@@ -134,8 +142,9 @@ def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     assert set(got) == set(bad)
     assert all(got[p] == bad[p] for p in bad), next(p for p in bad if got[p] != bad[p])
 
-    predicted = read_output(str(out / "pred")).select(["source", "position"]).to_pylist()
-    assert sorted((r["source"], r["position"]) for r in predicted) == sorted(good_places)
+    predicted = read_output(str(out / "pred")).select(["source", "position", "served"])
+    assert sorted((r["source"], r["position"], r["served"]) for r in predicted.to_pylist()) == \
+        sorted((*place, kind == "served") for place, kind in kinds.items())
 
     alone = models(train(tmp_path, bootstrap, good_topic, fmt, "good"))
     assert consume(bootstrap, f"{good_topic}-dead", 1, timeout=3) == []

@@ -144,7 +144,7 @@ def _csv_header(f, path, spec):
             names = [str(i) for i in range(n)]
     spec = replace(spec, columns=list(names))
     where = "header" if spec.header else "columns"
-    if spec.require_label and spec.label not in spec.columns:
+    if spec.header_needs_label and spec.label not in spec.columns:
         raise ValueError(f"{path}: label column {spec.label!r} not in {where} {spec.columns}")
     missing = [c for c in spec.ignore if c not in spec.columns]
     if missing:

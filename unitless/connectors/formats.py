@@ -88,7 +88,10 @@ class LabelMap:
         if not self.active:
             if isinstance(raw, str) and raw.strip().lower() in _TRUTH:
                 return _TRUTH[raw.strip().lower()]
-            return _number(raw, "label")
+            label = _number(raw, "label")
+            if label != label:  # NaN is how a block marks an example without a label
+                raise BadRecord(f"label {quoted(raw)} is not a number")
+            return label
         if not isinstance(raw, (str, bool, int, float)):
             raise BadRecord(f"label {quoted(raw)} is not a number or text")
         try:
@@ -114,9 +117,9 @@ class LabelMap:
         raise BadRecord(f"label {quoted(text)} is not one of the classes {', '.join(names)}")
 
     def arrow(self, column):
-        """A label column (no nulls) mapped to float64 as ``value`` maps each value, vectorised
-        over the column's distinct values; None when some value needs the per-record path
-        (which refuses it, with its reason)."""
+        """A label column mapped to float64 as ``value`` maps each value (nulls stay null),
+        vectorised over the column's distinct values; None when some value needs the
+        per-record path (which refuses it, with its reason)."""
         if pa.types.is_boolean(column.type):
             return None
         if not pa.types.is_string(column.type):
@@ -124,7 +127,8 @@ class LabelMap:
         text = pc.utf8_trim_whitespace(column)
         distinct = pc.unique(text)
         try:
-            mapped = pa.array([self.value(v) for v in distinct.to_pylist()], pa.float64())
+            mapped = pa.array([None if v is None else self.value(v)
+                               for v in distinct.to_pylist()], pa.float64())
         except BadRecord:
             return None
         return pc.take(mapped, pc.index_in(text, value_set=distinct))
@@ -159,7 +163,10 @@ class RecordSpec:
     bias: bool = True
     categorical: tuple = ()
     delimiter: str = ","
-    require_label: bool = True  # scoring reads examples that may have no label (NaN)
+    # a record whose label is absent or null is refused (a dead letter), or else read with the
+    # label NaN: an example to serve (training) or score, not to learn
+    require_label: bool = True
+    header_needs_label: bool = True  # a CSV header without the label column is refused
     columns: list = field(default=None)  # CSV column names: given, or the reader sets them
     header: bool = True  # CSV: the first line names the columns (else it is data)
     ignore: tuple = ()  # columns dropped: neither features nor anything else
@@ -595,9 +602,12 @@ def parse_vw(spec, source, items):
         if not bar:
             raise BadRecord("no '|' feature section")
         tokens = head.split()
-        if not tokens:
-            raise BadRecord("missing label")
-        label = spec.label_value(tokens[0])
+        if not tokens or tokens[0].startswith("'"):  # VW's unlabeled example: no label, a tag
+            if spec.require_label:
+                raise BadRecord("missing label")
+            label, tokens = float("nan"), [None, *tokens]
+        else:
+            label = spec.label_value(tokens[0])
         weight, tag = 1.0, None
         for token in tokens[1:]:
             if token.startswith("'"):
@@ -723,11 +733,20 @@ def _read_csv(spec, data):
     for c in strings:
         i = table.column_names.index(c)
         table = table.set_column(i, c, pc.utf8_trim_whitespace(table.column(i)))
-    if spec.label in spec.columns and table.column(spec.label).null_count:
+    if spec.label in spec.columns and not _labels_fit(spec, table.column(spec.label)):
         return None
     if spec.weight and table.column(spec.weight).null_count:
         return None
     return spec.mapped_label_column(table)
+
+
+def _labels_fit(spec, column):
+    """True when a fast path may take the label column as it is: no nulls unless records may
+    lack labels, and no NaN value (NaN marks an absent label; a written one is refused by the
+    per-record path)."""
+    if column.null_count and spec.require_label:
+        return False
+    return not (pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py())
 
 
 def block_from_table(spec, source, table, positions, raw):
@@ -790,7 +809,7 @@ def numeric_table(spec, table):
     null, an absent feature) and labels and weights are present; else None. With a label
     mapping (RecordSpec.labels) the label column may hold text: it is mapped to numbers."""
     if (spec.labels and spec.labels.active and spec.label in table.column_names
-            and not table.column(spec.label).null_count):
+            and _labels_fit(spec, table.column(spec.label))):
         table = spec.mapped_label_column(table)
         if table is None:
             return None
@@ -799,7 +818,7 @@ def numeric_table(spec, table):
                   if name not in (spec.id, spec.model_key))
     if not numeric or spec.categorical or spec.label not in table.column_names:
         return None
-    if table.column(spec.label).null_count or (spec.weight and (
+    if not _labels_fit(spec, table.column(spec.label)) or (spec.weight and (
             spec.weight not in table.column_names or table.column(spec.weight).null_count)):
         return None
     if any(not (pa.types.is_string(table.schema.field(c).type)

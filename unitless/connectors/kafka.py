@@ -21,7 +21,7 @@ from .kafka_clients import choose, client_settings, partition_offsets
 from .records import string_array
 
 log = logging.getLogger("unitless")
-PREDICTION_SCHEMA_ID = "unitless.prediction/1"
+PREDICTION_SCHEMA_ID = "unitless.prediction/2"
 UNBOUNDED = (1 << 63) - 1
 VALUE_FORMATS = {"jsonl": parse_jsonl, "vw": parse_vw, "csv": parse_csv}
 CLIENT_SETTING = "unitless.kafka_client"  # the client, among a topic's settings
@@ -113,7 +113,7 @@ def parse_messages(cfg, partition, records):
 # --- prediction messages -----------------------------------------------------------------------
 
 def prediction_messages(table):
-    """One JSON object per row, as bytes: ``{"schema": "unitless.prediction/1", <column>:
+    """One JSON object per row, as bytes: ``{"schema": "unitless.prediction/2", <column>:
     <value>, ...}``, the columns in the table's order; the same objects ``json.dumps`` makes
     of ``{"schema": ..., **row}`` (a consumer decodes equal values of equal types), built a
     column at a time by Arrow rather than a Python call per field."""
@@ -158,6 +158,8 @@ def _json_values(column):
         else:
             text = pa.array([None if v is None else json.dumps(v) for v in column.to_pylist()],
                             pa.string())
-    else:  # (booleans, and what no prediction table holds: one Python call per value)
+    elif pa.types.is_boolean(kind):
+        text = pc.if_else(column, pa.scalar("true"), pa.scalar("false"))
+    else:  # (what no prediction table holds: one Python call per value)
         text = pa.array([json.dumps(v) for v in column.to_pylist()], pa.string())
     return pc.fill_null(text, "null")

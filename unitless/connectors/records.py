@@ -81,6 +81,12 @@ class ExampleBlock:
         return (sum(a.nbytes for a in arrays if a is not None) + self.ids.nbytes
                 + self.keys.nbytes)
 
+    @property
+    def served(self):
+        """Which examples have no label (NaN: the readers give it only for an absent or null
+        one, and refuse a written NaN): to serve, or score, not to learn."""
+        return np.isnan(self.labels)
+
     def batch(self):
         full = self.full()
         return make_batch(full.indptr, full.indices, full.values, full.labels, full.weights)

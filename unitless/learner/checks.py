@@ -247,7 +247,7 @@ def check_slots_equal_dense_layout(algorithm):
             scores, losses = np.empty((size, n_classes)), np.empty(size)
             run_batch(state.spec.code, V, M, S, state.hp_array(), LOSS_CODES["logistic"], 0.5,
                       batch.indptr, batch.indices, batch.values, learner_labels(state, labels),
-                      batch.weights, scores, losses)
+                      batch.weights, np.zeros(size, dtype=np.bool_), scores, losses)
             _same_bits(result.scores, scores, f"{n_classes} classes: predictions")
             _same_bits(result.losses, losses, f"{n_classes} classes: losses")
             start += size

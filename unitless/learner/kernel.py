@@ -85,18 +85,26 @@ def learner_label(label, k, K):
 
 
 @njit(cache=True)
-def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights,
+def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights, served,
               scores, losses):
     """Feed examples 0..n-1 to learner STEPS[code] one by one; K = S.shape[0] one-against-all
     learners.
 
     Learner k sees ``learner_label``. scores[n, k] is learner k's ŷ before it learned example
-    n; losses[n] sums their losses.
+    n; losses[n] sums their losses. An example with ``served[n]`` is predicted as if it were
+    the next one learned: its whole step is run, then what the step may change is put back
+    (its slots of V, and S; every slot and M for a learner with matrices, whose step writes
+    across them), so the next example is learned by the same model whatever was served.
     """
     K = S.shape[0]
+    whole = M.shape[0] > 0  # a learner with matrices: its step writes across every slot
     for n in range(labels.shape[0]):
         a, b = indptr[n], indptr[n + 1]
         idx, val = indices[a:b], values[a:b]
+        if served[n]:
+            S0 = S.copy()
+            V0 = V.copy() if whole else V[:, :, idx].copy()
+            M0 = M.copy() if whole else M
         total = 0.0
         for k in range(K):
             y = learner_label(labels[n], k, K)
@@ -104,31 +112,13 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
             scores[n, k] = y_hat
             total += ell
         losses[n] = total
-
-
-@njit(cache=True)
-def serve_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights,
-                scores, losses):
-    """``run_batch`` of each example n alone, as if it were the next the learner learns, and
-    the state put back after it as it was: what a step may change (the example's slots of V,
-    S; every slot and M for a learner with matrices, whose step writes across them)."""
-    whole = M.shape[0] > 0
-    S0, M0 = S.copy(), M
-    for n in range(labels.shape[0]):
-        a, b = indptr[n], indptr[n + 1]
-        idx = indices[a:b]
-        if whole:
-            V0, M0 = V.copy(), M.copy()
-        else:
-            V0 = V[:, :, idx].copy()
-        run_batch(code, V, M, S, hp, loss, tau, indptr[n:n + 2] - a, idx, values[a:b],
-                  labels[n:n + 1], weights[n:n + 1], scores[n:n + 1], losses[n:n + 1])
-        if whole:
-            V[...] = V0
-            M[...] = M0
-        else:
-            V[:, :, idx] = V0
-        S[...] = S0
+        if served[n]:
+            S[...] = S0
+            if whole:
+                V[...] = V0
+                M[...] = M0
+            else:
+                V[:, :, idx] = V0
 
 
 @njit(cache=True)

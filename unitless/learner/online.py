@@ -1,10 +1,10 @@
 """The public learner calls: validate a batch, learn from it in order, predict with frozen weights."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
 
-from .kernel import run_batch, serve_batch
+from .kernel import run_batch
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
@@ -27,13 +27,17 @@ class BatchResult:
     losses: np.ndarray  # [n]: the (importance-weighted) loss suffered on each example
 
 
-def check_batch(state, batch):
+def check_batch(state, batch, served=None):
     """Reasons the learner refuses examples: a list of (position, reason), in batch order."""
-    return check_examples(batch, state.dim, state.n_classes, state.loss)
+    return check_examples(batch, state.dim, state.n_classes, state.loss, served)
 
 
-def check_examples(batch, dim, n_classes, loss):
-    """``check_batch`` for a learner of that dimension, number of classes and loss."""
+def check_examples(batch, dim, n_classes, loss, served=None):
+    """``check_batch`` for a learner of that dimension, number of classes and loss. Examples
+    marked ``served`` (a mask) have no label: they are checked as if it were 1, which every
+    loss takes."""
+    if served is not None and served.any():
+        batch = replace(batch, labels=np.where(served, 1.0, batch.labels))
     n = len(batch)
     codes, entry = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
     if not _problem_codes(batch.indptr, batch.indices, batch.values, batch.labels,
@@ -109,19 +113,24 @@ def learn(state, batch):
     problems = check_batch(state, batch)
     if problems:
         raise InvalidExampleError(*problems[0])
-    return _learn_checked(state, batch, state.map_features(batch.indices))
+    return _learn_checked(state, batch, state.map_features(batch.indices),
+                          np.zeros(len(batch), dtype=np.bool_))
 
 
-def _learn_checked(state, batch, slots):
-    """``learn`` on a batch already checked whose features are at ``slots``."""
+def _learn_checked(state, batch, slots, served):
+    """``learn`` on a batch already checked whose features are at ``slots``; the examples
+    marked ``served`` are predicted as the next example learned would be and not learned
+    (their losses NaN: they have no label)."""
     n = len(batch)
     scores = np.empty((n, state.n_classes))
     losses = np.empty(n)
     run_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
               LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
-              batch.indptr, slots, batch.values, learner_labels(state, batch.labels),
-              batch.weights, scores, losses)
-    count_learned(state, losses)
+              batch.indptr, slots, batch.values,
+              learner_labels(state, np.where(served, 1.0, batch.labels)), batch.weights,
+              served, scores, losses)
+    losses[served] = np.nan
+    count_learned(state, losses[~served])
     return BatchResult(scores, losses)
 
 
@@ -132,22 +141,27 @@ def count_learned(state, losses):
     state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
 
 
-def learn_or_refuse(state, batch):
+def learn_or_refuse(state, batch, served=None):
     """Learn every example of the batch that the learner can take, in order, and refuse the
     others, leaving the state as if they had never come.
 
-    Refused: the examples ``check_batch`` names, and any example whose prediction, loss or
+    ``served`` (a mask, or None for none) marks examples without a label: each is predicted
+    as the next example learned would be (``predict_next``) and not learned, in its place in
+    the order. Refused: the examples ``check_batch`` names (a served one checked as if its
+    label were 1, which every loss takes), and any example whose prediction, loss or
     resulting state is not finite (the state is restored to what it was before it, and the
-    next example is learned from there). Returns (learned rows, BatchResult of those rows,
-    refused [(row, reason)]). When nothing is refused it does exactly what ``learn`` does.
+    next example is learned from there). Returns (rows kept, BatchResult of those rows,
+    refused [(row, reason)]); a served row's loss is NaN. When nothing is refused or served it
+    does exactly what ``learn`` does.
     """
-    refused = check_batch(state, batch)
+    served = np.zeros(len(batch), dtype=np.bool_) if served is None else np.asarray(served)
+    refused = check_batch(state, batch, served)
     rows = np.arange(len(batch))
     if refused:
         rows = np.setdiff1d(rows, [r for r, _ in refused])
-        batch = batch.take(rows)
+        batch, served = batch.take(rows), served[rows]
     parts = []
-    _learn_finite(state, batch, rows, parts, refused)
+    _learn_finite(state, batch, served, rows, parts, refused)
     kept = [p for p in parts if p[0].size]
     if not kept:
         return rows[:0], BatchResult(np.empty((0, state.n_classes)), np.empty(0)), sorted(refused)
@@ -156,15 +170,15 @@ def learn_or_refuse(state, batch):
                         np.concatenate([b.losses for _, b in kept])), sorted(refused))
 
 
-def _learn_finite(state, batch, rows, parts, refused):
+def _learn_finite(state, batch, served, rows, parts, refused):
     """Learn the batch; if anything came out non-finite, restore the state and bisect down to
     the examples responsible (learning the others in order)."""
     if not len(batch):
         return
     slots = state.map_features(batch.indices)
     snapshot = _Snapshot(state, slots)
-    result = _learn_checked(state, batch, slots)
-    problem = snapshot.non_finite(state, result)
+    result = _learn_checked(state, batch, slots, served)
+    problem = snapshot.non_finite(state, result, served)
     if problem is None:
         parts.append((rows, result))
         return
@@ -173,8 +187,9 @@ def _learn_finite(state, batch, rows, parts, refused):
         refused.append((int(rows[0]), problem))
         return
     half = len(batch) // 2
-    _learn_finite(state, batch.slice(0, half), rows[:half], parts, refused)
-    _learn_finite(state, batch.slice(half, len(batch)), rows[half:], parts, refused)
+    _learn_finite(state, batch.slice(0, half), served[:half], rows[:half], parts, refused)
+    _learn_finite(state, batch.slice(half, len(batch)), served[half:], rows[half:], parts,
+                  refused)
 
 
 class _Snapshot:
@@ -196,11 +211,11 @@ class _Snapshot:
         self.S = state.S.copy()
         self.counters = (state.examples_seen, state.cumulative_loss)
 
-    def non_finite(self, state, result):
-        """Why the batch's outcome cannot be kept, or None."""
+    def non_finite(self, state, result, served):
+        """Why the batch's outcome cannot be kept, or None (served examples have no loss)."""
         if not np.isfinite(result.scores).all():
             return "the prediction is not finite"
-        if not np.isfinite(result.losses).all():
+        if not np.isfinite(result.losses[~served]).all():
             return "the loss is not finite"
         t = self.touched
         if not (np.isfinite(state.V[:, :, t]).all() and np.isfinite(state.S).all()
@@ -223,17 +238,12 @@ class _Snapshot:
 def predict_next(state, batch):
     """Each example's scores [n, K] as the model would predict it were it the next example it
     learns: its whole step (a scale update before the prediction included) run on the state
-    and undone (``serve_batch``), so the state is as it was after every example and each is
-    predicted by the same model. A learner predicts before it sees the label, so the label
-    plays no part: a missing one is replaced by 1, which every loss takes. New features keep
-    the slots they are given, at their initial values (as having none)."""
-    labels = np.where(np.isnan(batch.labels), 1.0, batch.labels)
-    scores = np.empty((len(batch), state.n_classes))
-    serve_batch(state.spec.code, state.V, state.M, state.S, state.hp_array(),
-                LOSS_CODES[state.loss], state.hyperparameters.get("quantile_tau", 0.5),
-                batch.indptr, state.map_features(batch.indices), batch.values,
-                learner_labels(state, labels), batch.weights, scores, np.empty(len(batch)))
-    return scores
+    and undone (``run_batch``'s served examples), so the state is as it was after every
+    example and each is predicted by the same model. A learner predicts before it sees the
+    label, so the label plays no part. New features keep the slots they are given, at their
+    initial values (as having none)."""
+    served = np.ones(len(batch), dtype=np.bool_)
+    return _learn_checked(state, batch, state.map_features(batch.indices), served).scores
 
 
 def predict(state, batch):

@@ -1,18 +1,20 @@
 """Every example given to ``Learn`` accounted for, counted inside the pipeline.
 
-A run's identity: each example read is learned, refused or replayed (skipped as learned before
-a resume, which only a resumed run may do), and the models grew by the examples learned.
-Serving and delayed outcomes add their terms to ``Tally`` and to ``Tally.problem``, nothing
-else. The counts are taken from the steps' outputs themselves (the blocks going in, the
-prediction and dead-letter tables coming out, and each model's examples at the end of its
-input), so a retried or split bundle counts once, as its committed outputs do; Beam metrics may
-count a retry twice or, on some runners, not at all. Once a bounded input has ended, a run
+A run's identity: each example read is learned, served (predicted without a label, not
+learned), refused or replayed (skipped as learned before a resume, which only a resumed run may
+do), and the models grew by the examples learned. Delayed outcomes add their terms to ``Tally``
+and to ``Tally.problem``, nothing else. The counts are taken from the steps' outputs themselves
+(the blocks going in, the prediction and dead-letter tables coming out, and each model's
+examples at the end of its input), so a retried or split bundle counts once, as its committed
+outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a bounded input has ended, a run
 whose counts do not add up fails with one line (``AccountingError``).
 """
 import typing
 
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
+
+from .keyed_model import served_count
 
 ACCOUNTS = "accounts"  # the tag of a step's Tally output
 
@@ -23,6 +25,7 @@ class Tally(typing.NamedTuple):
     refused: int = 0    # records sent to the dead letters instead
     replayed: int = 0   # examples a resumed run read again and skipped, as learned before
     in_models: int = 0  # examples the models learned in this run, by their own count
+    served: int = 0     # examples without a label, predicted and not learned
 
     def __add__(self, other):
         return Tally(*(a + b for a, b in zip(self, other)))
@@ -30,15 +33,15 @@ class Tally(typing.NamedTuple):
     def problem(self, resumed, models_counted=True):
         """None when every example read is accounted for exactly once, else the one line
         saying what is not. ``models_counted``: the models reported ``in_models``."""
-        missing = self.read - (self.learned + self.refused + self.replayed)
-        counts = (f"learned {self.learned:,}, refused {self.refused:,}, replayed "
-                  f"{self.replayed:,}")
+        missing = self.read - (self.learned + self.served + self.refused + self.replayed)
+        counts = (f"learned {self.learned:,}, served {self.served:,}, refused "
+                  f"{self.refused:,}, replayed {self.replayed:,}")
         if missing > 0:
             what = (f"{missing:,} of {self.read:,} examples given to Learn were neither "
-                    f"learned, refused nor replayed (lost): {counts}")
+                    f"learned, served, refused nor replayed (lost): {counts}")
         elif missing < 0:
-            what = (f"{-missing:,} more examples were learned, refused or replayed than the "
-                    f"{self.read:,} given to Learn (counted twice): {counts}")
+            what = (f"{-missing:,} more examples were learned, served, refused or replayed "
+                    f"than the {self.read:,} given to Learn (counted twice): {counts}")
         elif self.replayed and not resumed:
             what = (f"{self.replayed:,} examples were skipped as learned before in a run that "
                     "did not resume: a model met its examples out of input order")
@@ -60,6 +63,15 @@ def count_as(*fields):
     item by item (the combine sums them within a bundle before the shuffle)."""
     def tally(item):
         return Tally(**dict.fromkeys(fields, len(item)))
+    return beam.Map(tally).with_output_types(Tally)
+
+
+def count_predictions():
+    """A step counting each prediction table's rows as learned or served (its ``served``
+    column)."""
+    def tally(table):
+        served = served_count(table)
+        return Tally(learned=table.num_rows - served, served=served)
     return beam.Map(tally).with_output_types(Tally)
 
 

@@ -69,6 +69,10 @@ class TrainConfig:
     model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
 
 
+# how long a scoring step goes without looking for a key's newer checkpoint (``score.py``)
+REFRESH_SECONDS = 30
+
+
 def names(value):
     """Column names given as 'a,b,c' or as a list: a tuple without blanks."""
     if value is None:
@@ -115,8 +119,10 @@ def kafka_settings(value, client="auto"):
     return settings
 
 
-def record_spec(options, require_label=True):
-    """The RecordSpec of the reading options (READ_OPTIONS names), checked."""
+def record_spec(options, scoring=False):
+    """The RecordSpec of the reading options (READ_OPTIONS names), checked. A record without a
+    label is an example to serve (or, ``scoring``, to score); a sharded model refuses it (it
+    serves nothing yet)."""
     o = {**READ_OPTIONS, **options}
     delimiter = DELIMITER_NAMES.get(o["delimiter"], o["delimiter"])
     if not delimiter:
@@ -141,7 +147,8 @@ def record_spec(options, require_label=True):
     return RecordSpec(label=o["label_column"], id=o["id_column"], model_key=o["model_key_column"],
                       weight=o["weight_column"], bits=int(o["bits"]), bias=not o["no_bias"],
                       categorical=names(o["categorical_columns"]), delimiter=delimiter,
-                      require_label=require_label, columns=columns, header=not o["no_header"],
+                      require_label=not scoring and int(o.get("shards") or 0) > 0,
+                      header_needs_label=not scoring, columns=columns, header=not o["no_header"],
                       ignore=names(o["ignore_columns"]),
                       labels=LabelMap(None if positive is None else str(positive),
                                       classes(o["classes"])[1]))
@@ -183,7 +190,7 @@ EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".json": 
               ".vw": "vw", ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm"}
 
 
-def configure(inputs=None, require_label=True, **options):
+def configure(inputs=None, scoring=False, **options):
     """A checked TrainConfig from options named as READ_OPTIONS, OUTPUT_OPTIONS, LEARN_OPTIONS
     and HYPERPARAMETERS (missing ones take their defaults; None hyperparameters are the
     algorithm's defaults). ``inputs`` (paths, globs or one kafka:// URL) may be None for a
@@ -193,7 +200,7 @@ def configure(inputs=None, require_label=True, **options):
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r}; options are: {', '.join(sorted(known))}")
     o = {**READ_OPTIONS, **OUTPUT_OPTIONS, **LEARN_OPTIONS, **options}
-    spec = record_spec(o, require_label)
+    spec = record_spec(o, scoring)
     fmt = o["format"]
     if inputs is not None:
         inputs, fmt = resolve_inputs(inputs, fmt)
@@ -273,7 +280,7 @@ class LearnerCheck:
     loss: str
 
     def __call__(self, block):
-        return check_examples(block.batch(), self.dim, self.n_classes, self.loss)
+        return check_examples(block.batch(), self.dim, self.n_classes, self.loss, block.served)
 
 
 def learner_check(cfg):

@@ -6,7 +6,8 @@ mean of the predictions' ``error`` column, set by the model that made them) agai
 seen. Free of Beam; matplotlib (the ``plot`` extra) is imported only to draw.
 
 Delivery is at least once: a prediction repeated after a restart has the same
-``(model_key, examples_seen)`` and is counted once; part files are in no order.
+``(model_key, examples_seen)`` and is counted once; part files are in no order. Served
+predictions (``served``: no label, so no loss) are not part of a learning curve.
 """
 import glob
 import json
@@ -24,7 +25,7 @@ from ..connectors.records import clip
 
 log = logging.getLogger("unitless")
 COLUMNS = {"model_key": pa.string(), "examples_seen": pa.int64(), "loss": pa.float64(),
-           "error": pa.float64()}
+           "error": pa.float64(), "served": pa.bool_()}
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
@@ -68,8 +69,9 @@ def _read_file(path):
             "seen": cols["examples_seen"].cast(pa.float64()).to_numpy(zero_copy_only=False),
             "loss": cols["loss"].cast(pa.float64()).to_numpy(zero_copy_only=False),
             "error": cols["error"].cast(pa.float64()).to_numpy(zero_copy_only=False)}
+    served = cols["served"].fill_null(False).to_numpy(zero_copy_only=False)
     good = np.isfinite(rows["seen"]) & (rows["seen"] >= 1) & np.isfinite(rows["loss"])
-    return {k: v[good] for k, v in rows.items()}, int(n - good.sum())
+    return {k: v[good & ~served] for k, v in rows.items()}, int(n - (good | served).sum())
 
 
 def _read_json_lines(path):
@@ -80,6 +82,8 @@ def _read_json_lines(path):
                 continue
             try:
                 row = json.loads(line)
+                if row.get("served") is True:
+                    continue
                 key, s, l, e = (row.get("model_key") or "", row["examples_seen"], row["loss"],
                                 row.get("error"))
                 if not (isinstance(key, str) and type(s) is int and s >= 1 and math.isfinite(l)

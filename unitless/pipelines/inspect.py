@@ -30,6 +30,7 @@ def summary(path, top=20):
         "hyperparameters": meta["hyperparameters"], "model_key": meta.get("model_key"),
         "classes": meta["n_classes"], "dimension": meta["dim"],
         "examples_seen": meta["examples_seen"], "progressive_loss": meta["progressive_loss"],
+        "examples_served": meta.get("examples_served", 0),
         "active_features": int(len(set(idx.tolist()))),
         "input_positions": meta.get("input_positions"), "time": meta.get("time"),
         "schema_version": meta["schema_version"], "ranked_by": basis,
@@ -45,8 +46,8 @@ def render(info):
              f"  hyperparams {info['hyperparameters']}",
              f"  model key   {info['model_key']!r}; classes {info['classes']}; "
              f"dimension {info['dimension']}; active features {info['active_features']}",
-             f"  examples    {info['examples_seen']}; progressive loss "
-             f"{info['progressive_loss']:.6f}",
+             f"  examples    {info['examples_seen']} learned, {info['examples_served']} served; "
+             f"progressive loss {info['progressive_loss']:.6f}",
              f"  positions   {info['input_positions']}",
              f"  top features by {info['ranked_by']}:"]
     for f in info["top_features"]:

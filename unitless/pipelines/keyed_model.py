@@ -21,7 +21,13 @@ PREDICTION_SCHEMA = pa.schema([
     ("probability", pa.float64()), ("label", pa.float64()), ("loss", pa.float64()),
     ("error", pa.float64()), ("examples_seen", pa.int64()), ("source", pa.string()),
     ("position", pa.int64()), ("checkpoint_id", pa.string()), ("event_time", pa.float64()),
+    ("served", pa.bool_()),
 ])
+
+
+def served_count(table):
+    """How many rows of a prediction table were served (predicted without a label)."""
+    return pc.sum(table.column("served")).as_py() or 0
 
 
 def outcome_columns(state, scores, labels):
@@ -42,18 +48,22 @@ def outcome_columns(state, scores, labels):
 
 def prediction_table(key, state, ids, labels, result, start, sources, positions,
                      checkpoint_id=None, event_times=None):
-    """The predictions (PREDICTION_SCHEMA) of examples learned one after the other by the
-    model ``key`` (learner ``state``), the first as its example ``start + 1``: ``result`` its
-    BatchResult, ``sources`` a string array (one per example)."""
+    """The predictions (PREDICTION_SCHEMA) of examples predicted one after the other by the
+    model ``key`` (learner ``state``), which had learned ``start`` examples before the first:
+    ``result`` their BatchResult, ``sources`` a string array (one per example). An example
+    without a label (NaN) was served, not learned: its label, loss and error are null, and its
+    ``examples_seen`` is the model's count when it served it; a learned example's is the count
+    with it (so a served example and its labeled twin right after it share one)."""
     n = len(labels)
+    served = np.isnan(labels)
     prediction, prob, error = outcome_columns(state, result.scores, labels)
     return pa.table([
-        ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob, pa.array(labels),
-        pa.array(result.losses), error,
-        pa.array(np.arange(start + 1, start + n + 1, dtype=np.int64)), sources,
+        ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob,
+        pa.array(labels, mask=served), pa.array(result.losses, mask=served), error,
+        pa.array(start + np.cumsum(~served, dtype=np.int64)), sources,
         pa.array(positions), pa.repeat(pa.scalar(checkpoint_id, pa.string()), n),
         pa.array(event_times, pa.float64()) if event_times is not None
-        else pa.nulls(n, pa.float64()),
+        else pa.nulls(n, pa.float64()), pa.array(served),
     ], schema=PREDICTION_SCHEMA)
 
 
@@ -83,6 +93,8 @@ class KeyedModel:
     passed_partitions: set = field(default_factory=set)
     checkpoint_passed: set = None  # ``passed_partitions`` at the last checkpoint taken or read
     run_start: int = 0  # examples_seen when this run made or resumed the model
+    served: int = 0  # examples without a label it predicted (over every run, with --resume)
+    checkpoint_served: int = 0  # ``served`` at the last checkpoint
 
     def learned_in_run(self):
         return self.state.examples_seen - self.run_start
@@ -92,6 +104,7 @@ class KeyedModel:
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
+            "examples_served": self.served,
             "time": time.time(), "errors": self.errors,
             "unlearned_sources": self.unlearned, "learned_through": self.through,
             "restart_positions": self.restart,
@@ -111,7 +124,8 @@ class KeyedModel:
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},
                    {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},
                    {k: int(v) for k, v in restart.items()}, passed_partitions=passed,
-                   checkpoint_passed=set(passed))
+                   checkpoint_passed=set(passed), served=int(meta.get("examples_served", 0)),
+                   checkpoint_served=int(meta.get("examples_served", 0)))
 
     def enter_source(self, block):
         """True when the block tells where this model starts in a source, which the caller
@@ -164,7 +178,8 @@ class KeyedModel:
 
         Examples at or before the position already learned from their source are skipped (a
         replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
-        letters and never touch the model. A block without a source is learned whole.
+        letters and never touch the model; examples without a label are served in their place
+        in the order, not learned. A block without a source is learned whole.
         """
         skipped = 0
         if block.source is not None:
@@ -182,7 +197,7 @@ class KeyedModel:
             self.through[block.source] = max(last, span[1] if span else last,
                                              self.through.get(block.source, -1))
         start = self.state.examples_seen
-        _, result, refused = learn_or_refuse(self.state, block.batch())
+        _, result, refused = learn_or_refuse(self.state, block.batch(), block.served)
         # refused: what a resumed model's settings refuse beyond the source's checks, and
         # examples whose prediction, loss or resulting state would not be finite
         block, dead = block.screen(refused)
@@ -195,9 +210,9 @@ class KeyedModel:
         table = prediction_table(self.key, self.state, block.ids, block.labels, result, start,
                                  pa.repeat(pa.scalar(block.source, pa.string()), n),
                                  block.positions, self.checkpoint_id, block.event_times)
-        error = table.column("error")
-        if error.null_count == 0:
-            self.errors += float(pc.sum(error).as_py() or 0.0)
+        # (null where there is nothing to count: regression, and examples served)
+        self.errors += float(pc.sum(table.column("error")).as_py() or 0.0)
+        self.served += served_count(table)
         return table
 
     def progressive_loss(self):
@@ -215,9 +230,10 @@ class KeyedModel:
         return bool(every_seconds) and time.time() - self.checkpoint_time >= every_seconds
 
     def checkpoint_behind(self):
-        """True when the last checkpoint misses examples learned since, or (as far as this
-        process knows) restart positions or partitions the watermark has passed since."""
+        """True when the last checkpoint misses examples learned or served since, or (as far as
+        this process knows) restart positions or partitions the watermark has passed since."""
         return (self.checkpoint_examples != self.state.examples_seen
+                or self.checkpoint_served != self.served
                 or self.checkpoint_restart not in (None, self.restart)
                 or self.passed_partitions != (self.checkpoint_passed or set()))
 
@@ -225,6 +241,7 @@ class KeyedModel:
         self.checkpoint_restart = dict(self.restart)
         self.checkpoint_passed = set(self.passed_partitions)
         self.checkpoint_examples = self.state.examples_seen
+        self.checkpoint_served = self.served
         self.checkpoint_time = time.time()
         self.checkpoint_id = f"{self.key}@{self.state.examples_seen}"
 

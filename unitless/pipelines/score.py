@@ -1,6 +1,7 @@
-"""The scoring pipeline: each model key's latest checkpoint predicts examples, learning nothing."""
+"""The scoring pipeline: each model key's latest checkpoint predicts examples, learning nothing;
+a newer checkpoint, and a key's first, are taken up while it runs."""
 import logging
-from dataclasses import dataclass
+import time
 
 import apache_beam as beam
 import numpy as np
@@ -8,23 +9,23 @@ import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
 from ..learner import example_losses, predict_next
-from .checkpoints import load_latest, model_keys, sharded_models
-from .config import configure
+from .checkpoints import checkpoint_files, key_dir, load_latest, model_keys, sharded_models
+from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
 from .keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
 from .train import key_by_model
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in
                           ("id", "model_key", "prediction", "probability", "label", "loss",
-                           "error", "source", "position")])
+                           "error", "source", "position", "checkpoint_id")])
 log = logging.getLogger("unitless")
 
 
 def load_models(model_dir):
-    """{model key: learner state} from each key's newest valid checkpoint under model_dir (a
-    model over feature shards: its consistent cut, merged into one state). A key
-    none of whose checkpoints is valid gets no model (with a warning: its examples then go to
-    the dead letters); FileNotFoundError when no key has a valid checkpoint."""
+    """{model key: (learner state, checkpoint id)} from each key's newest valid checkpoint
+    under model_dir (a model over feature shards: its consistent cut, merged into one state). A
+    key none of whose checkpoints is valid gets no model (with a warning: its examples then go
+    to the dead letters); FileNotFoundError when no key has a valid checkpoint."""
     models = {}
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
@@ -32,22 +33,81 @@ def load_models(model_dir):
             log.warning("model %r has no valid checkpoint under %s; it is not scored", key,
                         model_dir)
             continue
-        models[key] = KeyedModel.from_table(found[1]).state
-    for key, _, _, _, model in sharded_models(model_dir):  # merged: a whole model per worker
-        models[key] = model
+        models[key] = _scoring_model(found[1])
+    for key, _, _, meta, model in sharded_models(model_dir):  # merged: a whole model per worker
+        models[key] = model, f"{key}@{meta['examples_seen']}"
     if not models:
         raise FileNotFoundError(f"no valid checkpoints under {model_dir}")
     return models
+
+
+def _scoring_model(table):
+    model = KeyedModel.from_table(table)
+    return model.state, model.checkpoint_id or f"{model.key}@{model.state.examples_seen}"
+
+
+class ScoringModels:
+    """The models a scoring step uses, by model key: each key's newest valid checkpoint, looked
+    for again when one of the key's examples comes and ``refresh_seconds`` have passed since the
+    key was last looked for (0: every time), so a newer checkpoint is taken up, and a key whose
+    first checkpoint appears after the start is scored from then on, without a restart and
+    without a look at every key. Looking is a listing of the key's directory; a checkpoint is
+    read only when a newer one is listed. A newer checkpoint that cannot be read (truncated,
+    corrupt) or whose learner is another (algorithm, loss, dimension, classes, bias) is skipped
+    with a warning, and the model in use kept. Models over feature shards are the ones found
+    at the start."""
+
+    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
+        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
+        self.models = load_models(model_dir)  # key -> (state, checkpoint id)
+        now = time.monotonic()
+        self.looked = dict.fromkeys(self.models, now)  # key -> when last looked for
+        self.newest = {}  # key -> the newest checkpoint file listed (read or skipped)
+
+    def get(self, key):
+        """(state, checkpoint id) of the key's model, or None when it has none yet."""
+        now = time.monotonic()
+        if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
+            self.looked[key] = now
+            self._look(key)
+        return self.models.get(key)
+
+    def _look(self, key):
+        files = checkpoint_files(key_dir(self.model_dir, key))
+        if not files or files[-1] == self.newest.get(key):
+            return
+        self.newest[key] = files[-1]
+        found = load_latest(self.model_dir, key)  # (warns of each file it cannot read)
+        if found is None:
+            return
+        state, checkpoint_id = _scoring_model(found[1])
+        current = self.models.get(key)
+        if current is not None:
+            was, now = _learner(current[0]), _learner(state)
+            if was != now:
+                log.warning("ignoring checkpoint %s: its learner %s is not the one in use, %s",
+                            found[0], now, was)
+                return
+            if state.examples_seen <= current[0].examples_seen:
+                return  # (the newest could not be read: an older one was found)
+        log.info("model %r: scoring with checkpoint %s", key, found[0])
+        self.models[key] = state, checkpoint_id
+
+
+def _learner(state):
+    return (f"{state.algorithm}/{state.loss}, dimension {state.dim}, {state.n_classes} "
+            f"class(es), bias index {state.bias_index}")
 
 
 def score_block(models, key, block):
     """(scores table or None, dead letters) for one model key's block: each example's
     prediction, as the model would make it were the example the next it learns
     (``predict_next``: the model is left as it was), and where it has a label, its loss and
-    error."""
-    state = models.get(key)
-    if state is None:
+    error; ``models`` a ScoringModels."""
+    found = models.get(key)
+    if found is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
+    state, checkpoint_id = found
     scores = predict_next(state, block.batch())
     n = len(block)
     prediction, prob, error = outcome_columns(state, scores, block.labels)
@@ -56,15 +116,17 @@ def score_block(models, key, block):
     return pa.table([block.ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob,
                      pa.array(block.labels, mask=missing), pa.array(loss, mask=missing), error,
                      pa.repeat(pa.scalar(block.source, pa.string()), n),
-                     pa.array(block.positions)], schema=SCORE_SCHEMA), []
+                     pa.array(block.positions),
+                     pa.repeat(pa.scalar(checkpoint_id, pa.string()), n)],
+                    schema=SCORE_SCHEMA), []
 
 
 class ScoreDoFn(beam.DoFn):
-    def __init__(self, model_dir):
-        self.model_dir = model_dir
+    def __init__(self, model_dir, refresh_seconds):
+        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
 
     def setup(self):
-        self.models = load_models(self.model_dir)
+        self.models = ScoringModels(self.model_dir, self.refresh_seconds)
 
     def process(self, element):
         table, dead = score_block(self.models, *element)
@@ -77,46 +139,65 @@ class ScoreDoFn(beam.DoFn):
 class Score(beam.PTransform):
     """ExampleBlocks (from ``ReadExamples``) or the user's own records (as for ``Learn``) -> a
     PCollection of scores (Arrow tables: id, model key, prediction, probability, label, loss,
-    error, source, position), each example scored by its model key's latest checkpoint in
-    ``model_dir``, learning nothing. Examples whose key has no model, and records that cannot be
-    read, are ``transform.dead_letters`` once it is applied (nothing is written: pass them to
+    error, source, position, checkpoint id), each example scored by its model key's latest
+    checkpoint in ``model_dir``, learning nothing, looked for again every ``refresh_seconds``
+    (``ScoringModels``). Examples whose key has no model, and records that cannot be read, are
+    ``transform.dead_letters`` once it is applied (nothing is written: pass them to
     ``WriteDeadLetters``). Reading options as for ``Learn`` (``label_column``, ``bits``, ...);
     a label is optional."""
 
-    def __init__(self, model_dir, **options):
+    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, **options):
         super().__init__()
-        self.model_dir = model_dir
-        self.cfg = configure(require_label=False, dead_letter=None, **options)
+        if not refresh_seconds >= 0:
+            raise ValueError(f"--refresh-seconds wants 0 or more, got {refresh_seconds}")
+        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
+        self.cfg = configure(scoring=True, dead_letter=None, **options)
         self.dead_letters = None
 
     def expand(self, examples):
         load_models(self.model_dir)  # fails fast, at graph construction, on no models
         blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size, None, None)
+        score = ScoreDoFn(self.model_dir, self.refresh_seconds)
         scored = (blocks | "Key by model" >> key_by_model(self.cfg.chunk_size)
-                  | "Score" >> beam.ParDo(ScoreDoFn(self.model_dir)).with_outputs(
-                      DEAD, main="scores"))
+                  | "Score" >> beam.ParDo(score).with_outputs(DEAD, main="scores"))
         self.dead_letters = scored[DEAD] if parse_dead is None else (
             (parse_dead, scored[DEAD]) | "Dead letters" >> beam.Flatten())
         return scored.scores
 
 
-@dataclass(frozen=True)
 class MissingModel:
     """Refuses examples whose model key has no checkpoint (run where examples are read, so the
-    dead letter keeps the raw record)."""
-    keys: frozenset
+    dead letter keeps the raw record); a key without one is looked for again after
+    ``refresh_seconds``, as ``ScoringModels`` does."""
+
+    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
+        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
+        self.known, self.looked = None, {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "known": None, "looked": {}}  # (each worker lists anew)
 
     def __call__(self, block):
+        if self.known is None:
+            self.known = set(model_keys(self.model_dir))
+            self.known.update(key for key, *_ in sharded_models(self.model_dir, verify=False))
+        now = time.monotonic()
+        for key in set(block.keys.to_pylist()) - self.known:
+            if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
+                self.looked[key] = now
+                if checkpoint_files(key_dir(self.model_dir, key)):
+                    self.known.add(key)
         return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
-                if k not in self.keys]
+                if k not in self.known]
 
 
-def build_scoring(pipeline, cfg, model_dir, streaming=False):
+def build_scoring(pipeline, cfg, model_dir, streaming=False, refresh_seconds=REFRESH_SECONDS):
     """The `unitless score` graph: read ``cfg.inputs`` (files or Kafka), score each example
     with its key's model, write the scores to ``cfg.predictions`` and every dead letter to
     ``cfg.dead_letter``."""
-    read = ReadExamples.from_config(cfg, streaming, MissingModel(frozenset(load_models(model_dir))))
-    score = Score(model_dir, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
+    load_models(model_dir)  # fails fast on no models
+    read = ReadExamples.from_config(cfg, streaming, MissingModel(model_dir, refresh_seconds))
+    score = Score(model_dir, refresh_seconds, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
     scores = pipeline | "Read" >> read | score
     scores | "Write scores" >> WritePredictions(cfg.predictions, cfg.output_format,
                                                 cfg.kafka_settings)

@@ -19,6 +19,7 @@ class RunCounts:
     refused: int    # records sent to the dead letters
     seconds: float  # wall time of the pipeline
     skipped: int = 0  # examples read again after --resume and skipped, as learned before
+    served: int = 0   # examples without a label, predicted and not learned
 
 
 @dataclass
@@ -55,12 +56,14 @@ def model_lines(model_dir, verify=True):
 
 def render(lines, counts, top=20):
     """The run's table: the ``top`` models with most examples, the totals, and the run."""
-    rate = counts.examples / counts.seconds if counts.seconds > 0 else 0.0
+    predicted = counts.examples + counts.served
+    rate = predicted / counts.seconds if counts.seconds > 0 else 0.0
     skipped = (f", {counts.skipped:,} skipped (learned before --resume)" if counts.skipped
                else "")
+    served = f", {counts.served:,} served (no label)" if counts.served else ""
     return (render_models(lines, top) + "\n"
-            f"this run: {counts.examples:,} examples learned ({rate:,.0f} examples/s over "
-            f"{counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
+            f"this run: {counts.examples:,} examples learned{served} ({rate:,.0f} examples/s "
+            f"over {counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
 
 
 def render_models(lines, top=20):
@@ -80,19 +83,19 @@ def render_models(lines, top=20):
 
 
 def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resumed=False):
-    """None when the run learned something (or, resumed, found nothing new) and refused at
-    most ``max_fraction`` of what it read; else the one-line reason it failed, naming the
-    commonest refusal reason and an example record when the dead letters are files (those
+    """None when the run learned or served something (or, resumed, found nothing new) and
+    refused at most ``max_fraction`` of what it read; else the one-line reason it failed, naming
+    the commonest refusal reason and an example record when the dead letters are files (those
     written since ``since``)."""
-    read = counts.examples + counts.skipped + counts.refused
-    if (counts.examples or counts.skipped) and counts.refused <= max_fraction * read:
+    read = counts.examples + counts.served + counts.skipped + counts.refused
+    done = counts.examples or counts.served or counts.skipped
+    if done and counts.refused <= max_fraction * read:
         return None
     if not read:
         return None if resumed else "no example was learned: the input holds no records"
     what = (f"{counts.refused:,} of {read:,} records were refused "
             f"({counts.refused / read:.0%}, more than --max-dead-fraction {max_fraction:g})"
-            if counts.examples or counts.skipped
-            else f"no example was learned: all {read:,} records were refused")
+            if done else f"no example was learned: all {read:,} records were refused")
     example = commonest_refusal(dead_letter_dir, since) if dead_letter_dir else None
     return what + (f"; commonest reason: {example}" if example else "")
 

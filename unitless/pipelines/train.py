@@ -25,13 +25,13 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as
+from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
 from .bundles import KeyGuard, hold_each_key_in_one_bundle, new_step
 from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
-from .keyed_model import KeyedModel, ModelGroup
+from .keyed_model import KeyedModel, ModelGroup, served_count
 
 log = logging.getLogger("unitless")
 
@@ -312,8 +312,8 @@ class LearnDoFn(beam.DoFn):
     run starts after them. So before any checkpoint is written, everything this DoFn wrote to
     its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
     belong to examples after the last checkpoint, which a resumed run learns and predicts again
-    (at least once; a duplicate has the same model key and examples_seen). And as soon as a
-    block of a Kafka partition the model has not learned from arrives, before anything waits
+    (at least once; a duplicate has the same source, position and examples_seen). And as soon
+    as a block of a Kafka partition the model has not learned from arrives, before anything waits
     to be learned, a checkpoint records where the model starts there (lowered if an earlier
     block arrives later): a restarted partition then starts no later than that, even when
     other models have checkpointed far past it (see ``resume_positions``); a file is read
@@ -347,6 +347,7 @@ class LearnDoFn(beam.DoFn):
         self.cfg = cfg
         self.step = new_step()
         self.examples = Metrics.counter("unitless", "examples")
+        self.served = Metrics.counter("unitless", "served_examples")
         self.bad = Metrics.counter("unitless", "bad_records")
         self.replayed = Metrics.counter("unitless", "replayed_examples_skipped")
         self.loss = Metrics.distribution("unitless", "loss_micros")
@@ -573,7 +574,9 @@ class LearnDoFn(beam.DoFn):
             dead_sink.write(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)
         if predictions is not None:
-            self.examples.inc(predictions.num_rows)
+            served = served_count(predictions)
+            self.examples.inc(predictions.num_rows - served)
+            self.served.inc(served)
             predictions_sink.write(predictions)
             self._log(model, predictions.num_rows)
             yield predictions
@@ -720,7 +723,7 @@ class Learn(beam.PTransform):
             tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]
             self.dead_letters = learned[DEAD] if parse_dead is None else (
                 (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
-        tallies.append(predictions | "Count learned" >> count_as("learned"))
+        tallies.append(predictions | "Count predicted" >> count_predictions())
         if blocks.is_bounded:
             _ = (tallies | "Tallies" >> beam.Flatten()
                  | "Account" >> CheckAccounts(cfg.resume, models_counted=not cfg.shards))

@@ -1,0 +1,200 @@
+"""Serve while learning on Kafka: latency from an example's produce time to its prediction
+message, 90% of the examples without a label (served) and 10% with one (learned), against
+offered load, beside a bare relay of the same client at the same loads.
+
+A single-node Apache Kafka (deploy/kafka/local_kafka.py) on this machine; topics of one
+partition; one model key; examples of the artificial stream (21 features), NAG, logistic loss.
+``unitless train --streaming`` runs on Prism; at each offered rate it is measured for
+``--seconds``, then the relay (consume each message with the client, produce it unchanged to
+another topic, no parsing, no learning: the floor the client and broker set) at the same rate,
+alternately. Latency = the output message's LogAppendTime − the example's produce timestamp
+(CreateTime: carried in a prediction's ``event_time``, in a relayed message's key), p50/p99/max,
+for every prediction and for the served ones alone.
+
+Targets (issue #33), Prism on this 2-core machine: p99 ≤ 100 ms at 10,000/s and ≤ 250 ms at
+25,000/s.
+
+    .venv/bin/python benchmarks/serving.py            # 5k, 10k, 25k, 50k/s, 20 s each
+    .venv/bin/python benchmarks/serving.py --quick    # 5k and 10k/s, 5 s each
+
+Writes benchmarks/results/serving{.md,.json} (``--quick``: results/tmp/serving_quick.*).
+"""
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
+                     table, write_results)
+from kafka_e2e import (LoadProducer, consumer, create_topics, paced_produce,  # noqa: E402
+                       produce, streaming_pipeline)
+from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+
+LABELED_EVERY = 10  # one example in ten carries its label
+RATES = (5_000, 10_000, 25_000, 50_000)
+TARGETS = {10_000: 100.0, 25_000: 250.0}  # offered examples/s -> p99 ms
+
+
+def example_values(n, first_id):
+    """n JSON examples of the artificial stream, a label on one in LABELED_EVERY."""
+    X, y, _ = artificial_stream(n, first_id + 1)
+    names = [f"x{j + 1}" for j in range(X.shape[1])]
+    return [json.dumps({"id": str(first_id + i),
+                        **({} if served(first_id + i) else {"label": int(y[i])}),
+                        **dict(zip(names, X[i].tolist()))}).encode() for i in range(n)]
+
+
+def served(example_id):
+    return int(example_id) % LABELED_EVERY != 0
+
+
+def percentiles(latency_ms):
+    if not len(latency_ms):
+        return dict.fromkeys(("p50", "p99", "max"))
+    return {q: float(np.percentile(latency_ms, v)) for q, v in (("p50", 50), ("p99", 99),
+                                                                ("max", 100))}
+
+
+class Relay(threading.Thread):
+    """The bare relay, live: each message of ``source`` produced unchanged to ``target``, its
+    produce timestamp as the key (the watcher's latency reference)."""
+
+    def __init__(self, bootstrap, source, target):
+        super().__init__(daemon=True)
+        self.bootstrap, self.source, self.target, self.stop = bootstrap, source, target, False
+
+    def run(self):
+        c, tp = consumer(self.bootstrap, self.source, max_poll_records=8192)
+        p = LoadProducer(self.bootstrap)
+        while not self.stop:
+            for r in c.poll(timeout_ms=50).get(tp, []):
+                send = p.p.produce if p.confluent else p.p.send
+                while True:
+                    try:
+                        send(self.target, key=str(r.timestamp).encode(), value=r.value)
+                        break
+                    except BufferError:
+                        p.p.poll(0.01)
+            if p.confluent:
+                p.p.poll(0)
+        p.close()
+        c.close()
+
+
+def relayed_latencies(bootstrap, topic, count, timeout):
+    """Append time − produce time (ms) of the first ``count`` messages of the relay's output."""
+    c, tp = consumer(bootstrap, topic, max_poll_records=50_000)
+    out, deadline = [], time.time() + timeout
+    while len(out) < count and time.time() < deadline:
+        out.extend(m.timestamp - int(m.key) for m in c.poll(timeout_ms=200).get(tp, []))
+    c.close()
+    return np.array(out, dtype=float)
+
+
+def pipeline_phase(bootstrap, topic, watcher, first, rate, seconds):
+    count = int(rate * seconds)
+    achieved = paced_produce(bootstrap, topic, example_values(count, first), rate)
+    complete = watcher.wait_for(first + count, 300)
+    rows = watcher.rows[first:first + count]
+    latency = np.array([append - event * 1000.0 for append, event, _ in rows])
+    mask = np.array([served(i) for _, _, i in rows], dtype=bool)
+    return {"offered_per_s": rate, "achieved_per_s": achieved, "examples": count,
+            "predictions": len(rows), "complete": complete, "all": percentiles(latency),
+            "served": percentiles(latency[mask] if len(rows) else latency)}
+
+
+def relay_phase(bootstrap, work_topic, rate, seconds):
+    source, target = f"{work_topic}-in", f"{work_topic}-out"
+    create_topics(bootstrap, source, target, append_time=(target,))
+    relay = Relay(bootstrap, source, target)
+    relay.start()
+    count = int(rate * seconds)
+    achieved = paced_produce(bootstrap, source, example_values(count, 0), rate)
+    latency = relayed_latencies(bootstrap, target, count, 120)
+    relay.stop = True
+    relay.join(10)
+    return {"offered_per_s": rate, "achieved_per_s": achieved, "examples": count,
+            "relayed": len(latency), "all": percentiles(latency)}
+
+
+def run(bootstrap, work, rates, seconds):
+    topic, warm = "serve", 2_000
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
+                  append_time=(f"{topic}-pred",))
+    log = open(work / "pipeline.log", "w")
+    process, watcher = streaming_pipeline(bootstrap, topic, work, log)
+    out = {"pipeline": [], "relay": []}
+    try:
+        produce(bootstrap, topic, example_values(warm, 0))
+        if not watcher.wait_for(warm, 180):
+            raise RuntimeError(f"no predictions after 180 s; log {log.name}")
+        first = warm
+        for rate in rates:  # alternately: the pipeline at a rate, then the relay at it
+            out["pipeline"].append(pipeline_phase(bootstrap, topic, watcher, first, rate,
+                                                  seconds))
+            first += out["pipeline"][-1]["examples"]
+            progress(f"pipeline: {out['pipeline'][-1]}")
+            out["relay"].append(relay_phase(bootstrap, f"relay-{rate}", rate, seconds))
+            progress(f"relay: {out['relay'][-1]}")
+        ids = [r[2] for r in watcher.rows]
+        out["duplicates"] = len(ids) - len(set(ids))
+    finally:
+        process.kill()
+        process.wait()
+        watcher.stop = True
+        watcher.join(5)
+        log.close()
+    return out
+
+
+def render(data, seconds):
+    rows = []
+    for p, r in zip(data["pipeline"], data["relay"]):
+        target = TARGETS.get(p["offered_per_s"])
+        rows.append([f"{p['offered_per_s']:,}", f"{p['achieved_per_s']:,.0f}",
+                     f"{p['predictions']:,} of {p['examples']:,}",
+                     *(f"{p[part][q]:.0f}" if p[part][q] is not None else "—"
+                       for part in ("all", "served") for q in ("p50", "p99")),
+                     f"{p['all']['max']:.0f}" if p["all"]["max"] is not None else "—",
+                     f"{r['all']['p50']:.0f}", f"{r['all']['p99']:.0f}",
+                     "—" if target is None else
+                     f"≤ {target:.0f}: {'yes' if (p['all']['p99'] or 1e9) <= target else 'no'}"])
+    return (table(["offered /s", "achieved /s", "predictions", "p50 ms", "p99 ms",
+                   "served p50 ms", "served p99 ms", "max ms", "relay p50 ms", "relay p99 ms",
+                   "p99 target"], rows)
+            + f"\n\nEach rate offered for {seconds} s, the pipeline first, then the bare relay "
+            f"(its client: the load producer's). One example in {LABELED_EVERY} carries its label "
+            "(learned), the rest are served. Producer, broker, pipeline, relay and this script "
+            "share the machine's 2 cores; a load above what the pipeline sustains queues up, and "
+            "latency then grows with the phase's length. Duplicate predictions seen: "
+            f"{data['duplicates']}.\n")
+
+
+def main():
+    args = parse_args(__doc__, rates=(str, None, "offered loads, examples/s, comma-separated"),
+                      seconds=(int, None, "length of each phase (default 20; --quick 5)"))
+    rates = ([int(r) for r in args.rates.split(",")] if args.rates
+             else list(RATES[:2] if args.quick else RATES))
+    seconds = args.seconds or (5 if args.quick else 20)
+    h = header()
+    work = Path(tempfile.mkdtemp(prefix="unitless-serving-bench-"))
+    try:
+        with LocalKafka(work / "broker", startup_timeout=120) as kafka:
+            progress(f"broker at {kafka.bootstrap_servers}")
+            data = run(kafka.bootstrap_servers, work, rates, seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_results(result_name("serving", args.quick),
+                  "Serve while learning: produce → prediction latency on Kafka (Prism)", h,
+                  render(data, seconds), data)
+
+
+if __name__ == "__main__":
+    main()

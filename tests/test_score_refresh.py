@@ -1,0 +1,112 @@
+"""Scoring sees new models and new keys: a scoring step takes up a key's newer checkpoint and a
+key's first, written by real training runs while it is running, at most every
+``refresh_seconds``; it skips a newer checkpoint that is corrupt or of another learner, keeping
+the model in use; every score names the checkpoint it used."""
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.runners import RUNNERS, pipeline
+from unitless.beam import Score
+from unitless.cli import main
+from unitless.connectors.formats import RecordSpec, parse_csv
+from unitless.learner import predict_next
+from unitless.pipelines.checkpoints import checkpoint_files, key_dir, load_latest
+from unitless.pipelines.keyed_model import KeyedModel
+from unitless.pipelines.score import MissingModel, ScoringModels
+
+HEADER = "id,segment,label,x1,x2"
+
+
+def rows(n, keys, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) * [1e-3, 1e3]
+    y = np.where(X @ [1e3, -1e-3] > 0, 1, -1)
+    return [f"e{seed}-{i},{keys[i % len(keys)]},{y[i]},{float(X[i, 0])!r},{float(X[i, 1])!r}"
+            for i in range(n)]
+
+
+def train(tmp_path, name, lines, *extra):
+    data = tmp_path / f"{name}.csv"
+    data.write_text("\n".join([HEADER, *lines]) + "\n")
+    assert main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", str(tmp_path / "models"), "--predictions",
+                 str(tmp_path / name / "pred"), "--dead-letter", str(tmp_path / name / "dead"),
+                 "--algorithm", "nag", *extra]) == 0
+
+
+def block(lines):
+    spec = RecordSpec(label="label", id="id", model_key="segment", bits=18,
+                      columns=HEADER.split(","), require_label=False)
+    parsed, dead = parse_csv(spec, "s", list(enumerate(line.encode() for line in lines)))
+    assert dead == []
+    return parsed
+
+
+def newest(models, key):
+    found = load_latest(str(models), key)
+    return KeyedModel.from_table(found[1]).state
+
+
+def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp_path,
+                                                                              caplog):
+    models = tmp_path / "models"
+    train(tmp_path, "first", rows(300, "a", 1))
+    scoring = ScoringModels(str(models), refresh_seconds=0)
+    assert scoring.get("a")[1] == "a@300" and scoring.get("b") is None
+    # training goes on (a's newer checkpoint) and meets key b (its first)
+    train(tmp_path, "more", rows(400, "ab", 2), "--resume")
+    state, used = scoring.get("a")
+    assert used == "a@500"
+    probe = block(rows(5, "a", 3))
+    assert np.array_equal(predict_next(state, probe.batch()),
+                          predict_next(newest(models, "a"), probe.batch()))
+    assert scoring.get("b")[1] == "b@200"
+    # a newer checkpoint that is corrupt: skipped with a warning, the model in use kept
+    a_dir = Path(key_dir(str(models), "a"))
+    (a_dir / "ckpt-000000000900.arrow").write_bytes(b"ARROW1 truncated")
+    (a_dir / "latest").write_text("ckpt-000000000900.arrow")
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert scoring.get("a")[1] == "a@500"
+    assert "ckpt-000000000900.arrow" in caplog.text
+    # a newer one of another learner: skipped with a warning naming both
+    other = tmp_path / "other"
+    other.mkdir()
+    train(other, "other", rows(1000, "a", 4), "--bits", "12")
+    theirs = Path(key_dir(str(other / "models"), "a"))
+    name = checkpoint_files(str(theirs))[-1]
+    (a_dir / name).write_bytes((theirs / name).read_bytes())
+    (a_dir / "latest").write_text(name)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="unitless"):
+        assert scoring.get("a")[1] == "a@500"
+    assert "is not the one in use" in caplog.text
+
+
+def test_a_key_is_looked_for_again_only_after_refresh_seconds(tmp_path):
+    train(tmp_path, "first", rows(100, "a", 1))
+    scoring = ScoringModels(str(tmp_path / "models"), refresh_seconds=3600)
+    missing = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
+    assert scoring.get("b") is None and len(missing(block(rows(2, "b", 5)))) == 2
+    train(tmp_path, "more", rows(100, "ab", 2), "--resume")
+    # within the hour nothing is looked for again; with no wait, both see the new key
+    assert scoring.get("b") is None and scoring.get("a")[1] == "a@100"
+    assert len(missing(block(rows(2, "b", 5)))) == 2
+    scoring.refresh_seconds = missing.refresh_seconds = 0
+    assert scoring.get("b")[1] == "b@50" and scoring.get("a")[1] == "a@150"
+    assert missing(block(rows(2, "b", 5))) == []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_every_score_names_the_checkpoint_it_used(tmp_path, runner):
+    train(tmp_path, "first", rows(300, "ab", 1))
+    import apache_beam as beam
+    with pipeline(runner) as p:
+        scores = (p | beam.Create([block(rows(40, "ab", 7))])
+                  | Score(str(tmp_path / "models"), model_key_column="segment"))
+        used = scores | beam.FlatMap(lambda t: zip(t.column("model_key").to_pylist(),
+                                                   t.column("checkpoint_id").to_pylist()))
+        from apache_beam.testing.util import assert_that, equal_to
+        assert_that(used | beam.Distinct(), equal_to([("a", "a@150"), ("b", "b@150")]))
