@@ -42,17 +42,17 @@ RATES = (5_000, 10_000, 25_000, 50_000)
 TARGETS = {10_000: 100.0, 25_000: 250.0}  # offered examples/s -> p99 ms
 
 
-def example_values(n, first_id):
-    """n JSON examples of the artificial stream, a label on one in LABELED_EVERY."""
+def example_values(n, first_id, labeled_every=LABELED_EVERY):
+    """n JSON examples of the artificial stream, a label on one in ``labeled_every``."""
     X, y, _ = artificial_stream(n, first_id + 1)
     names = [f"x{j + 1}" for j in range(X.shape[1])]
     return [json.dumps({"id": str(first_id + i),
-                        **({} if served(first_id + i) else {"label": int(y[i])}),
+                        **({} if served(first_id + i, labeled_every) else {"label": int(y[i])}),
                         **dict(zip(names, X[i].tolist()))}).encode() for i in range(n)]
 
 
-def served(example_id):
-    return int(example_id) % LABELED_EVERY != 0
+def served(example_id, labeled_every):
+    return int(example_id) % labeled_every != 0
 
 
 def percentiles(latency_ms):
@@ -98,13 +98,13 @@ def relayed_latencies(bootstrap, topic, count, timeout):
     return np.array(out, dtype=float)
 
 
-def pipeline_phase(bootstrap, topic, watcher, first, rate, seconds):
+def pipeline_phase(bootstrap, topic, watcher, first, rate, seconds, labeled_every):
     count = int(rate * seconds)
-    achieved = paced_produce(bootstrap, topic, example_values(count, first), rate)
+    achieved = paced_produce(bootstrap, topic, example_values(count, first, labeled_every), rate)
     complete = watcher.wait_for(first + count, 300)
     rows = watcher.rows[first:first + count]
     latency = np.array([append - event * 1000.0 for append, event, _ in rows])
-    mask = np.array([served(i) for _, _, i in rows], dtype=bool)
+    mask = np.array([served(i, labeled_every) for _, _, i in rows], dtype=bool)
     return {"offered_per_s": rate, "achieved_per_s": achieved, "examples": count,
             "predictions": len(rows), "complete": complete, "all": percentiles(latency),
             "served": percentiles(latency[mask] if len(rows) else latency)}
@@ -124,7 +124,7 @@ def relay_phase(bootstrap, work_topic, rate, seconds):
             "relayed": len(latency), "all": percentiles(latency)}
 
 
-def run(bootstrap, work, rates, seconds):
+def run(bootstrap, work, rates, seconds, labeled_every):
     topic, warm = "serve", 2_000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
@@ -138,7 +138,7 @@ def run(bootstrap, work, rates, seconds):
         first = warm
         for rate in rates:  # alternately: the pipeline at a rate, then the relay at it
             out["pipeline"].append(pipeline_phase(bootstrap, topic, watcher, first, rate,
-                                                  seconds))
+                                                  seconds, labeled_every))
             first += out["pipeline"][-1]["examples"]
             progress(f"pipeline: {out['pipeline'][-1]}")
             out["relay"].append(relay_phase(bootstrap, f"relay-{rate}", rate, seconds))
@@ -154,7 +154,7 @@ def run(bootstrap, work, rates, seconds):
     return out
 
 
-def render(data, seconds):
+def render(data, seconds, labeled_every):
     rows = []
     for p, r in zip(data["pipeline"], data["relay"]):
         target = TARGETS.get(p["offered_per_s"])
@@ -170,7 +170,7 @@ def render(data, seconds):
                    "served p50 ms", "served p99 ms", "max ms", "relay p50 ms", "relay p99 ms",
                    "p99 target"], rows)
             + f"\n\nEach rate offered for {seconds} s, the pipeline first, then the bare relay "
-            f"(its client: the load producer's). One example in {LABELED_EVERY} carries its label "
+            f"(its client: the load producer's). One example in {labeled_every} carries its label "
             "(learned), the rest are served. Producer, broker, pipeline, relay and this script "
             "share the machine's 2 cores; a load above what the pipeline sustains queues up, and "
             "latency then grows with the phase's length. Duplicate predictions seen: "
@@ -179,7 +179,10 @@ def render(data, seconds):
 
 def main():
     args = parse_args(__doc__, rates=(str, None, "offered loads, examples/s, comma-separated"),
-                      seconds=(int, None, "length of each phase (default 20; --quick 5)"))
+                      seconds=(int, None, "length of each phase (default 20; --quick 5)"),
+                      labeled_every=(int, None, f"one example in this many has its label "
+                                     f"(default {LABELED_EVERY}; 1: all learned, none served)"))
+    labeled_every = args.labeled_every or LABELED_EVERY
     rates = ([int(r) for r in args.rates.split(",")] if args.rates
              else list(RATES[:2] if args.quick else RATES))
     seconds = args.seconds or (5 if args.quick else 20)
@@ -188,12 +191,12 @@ def main():
     try:
         with LocalKafka(work / "broker", startup_timeout=120) as kafka:
             progress(f"broker at {kafka.bootstrap_servers}")
-            data = run(kafka.bootstrap_servers, work, rates, seconds)
+            data = run(kafka.bootstrap_servers, work, rates, seconds, labeled_every)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_results(result_name("serving", args.quick),
                   "Serve while learning: produce → prediction latency on Kafka (Prism)", h,
-                  render(data, seconds), data)
+                  render(data, seconds, labeled_every), data)
 
 
 if __name__ == "__main__":

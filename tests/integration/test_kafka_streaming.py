@@ -1,5 +1,7 @@
 """Streaming on Beam's Prism runner against a real broker: kill the pipeline at a random point and
-restart it with --resume, or restart the broker under it; every example is learned exactly once."""
+restart it with --resume, or restart the broker under it; every example is learned exactly once,
+and every fifth, which has no label, is served: predicted (again, identically, after a restart)
+and never learned."""
 import json
 import random
 import subprocess
@@ -20,6 +22,16 @@ from unitless.pipelines.checkpoints import (latest_checkpoint, load_latest,  # n
                                             read_checkpoint)
 
 KEYS = ("north", "south")
+SERVED = 5  # every fifth example has no label
+
+
+def is_served(i):
+    return i % SERVED == SERVED - 1
+
+
+def labeled(key, total):
+    """How many of the first ``total`` examples of the model key have a label (are learned)."""
+    return sum(1 for i in range(total) if KEYS[i % 2] == key and not is_served(i))
 
 
 def produce(bootstrap, topic, start, n, per_second=None):
@@ -32,6 +44,8 @@ def produce(bootstrap, topic, start, n, per_second=None):
         x = rng.normal(size=2) * [1e3, 1e-2]
         row = {"id": str(i), "label": 1 if x[0] * 1e-3 - x[1] * 1e2 > 0 else -1,
                "x": float(x[0]), "z": float(x[1])}
+        if is_served(i):
+            del row["label"]
         producer.send(topic, key=KEYS[i % 2].encode(), value=json.dumps(row).encode())
     producer.flush()
     producer.close()
@@ -94,10 +108,11 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
         produce(bootstrap, topic, 1000 * (k + 1), 1000)  # more arrives while it is down
     last = streaming(bootstrap, topic, models, "--resume")
     try:
-        done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, last)
+        done = wait_for(lambda: all(seen(models, k) == labeled(k, total) for k in KEYS), 180,
+                        last)
         assert done, {k: seen(models, k) for k in KEYS}
         time.sleep(2)  # nothing is learned twice after the end either
-        assert all(seen(models, k) == total // 2 for k in KEYS)
+        assert all(seen(models, k) == labeled(k, total) for k in KEYS)
     finally:
         kill_group(last)
 
@@ -123,7 +138,8 @@ def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
         time.sleep(3)
         broker.start()
         arriving.join()
-        done = wait_for(lambda: all(seen(models, k) == total // 2 for k in KEYS), 180, pipeline)
+        done = wait_for(lambda: all(seen(models, k) == labeled(k, total) for k in KEYS), 180,
+                        pipeline)
         assert done, {k: seen(models, k) for k in KEYS}
     finally:
         kill_group(pipeline)
@@ -149,7 +165,7 @@ def assert_equals_an_uninterrupted_run(bootstrap, topic, models, whole, total):
         a = read_checkpoint(latest_checkpoint(str(models), key))
         b = read_checkpoint(latest_checkpoint(str(whole), key))
         ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
-        assert ma["examples_seen"] == mb["examples_seen"] == total // 2
+        assert ma["examples_seen"] == mb["examples_seen"] == labeled(key, total)
         assert ma["input_positions"] == mb["input_positions"]
         np.testing.assert_allclose(a.column("w").to_numpy(), b.column("w").to_numpy(),
                                    rtol=1e-12, atol=0)
@@ -157,15 +173,23 @@ def assert_equals_an_uninterrupted_run(bootstrap, topic, models, whole, total):
 
 def assert_every_example_predicted(bootstrap, topic, total):
     """Every example has a prediction on the topic (examples predicted but not yet checkpointed
-    when the pipeline stopped are predicted again: at-least-once output)."""
+    when the pipeline stopped are predicted again: at-least-once output), served where it has
+    no label; a prediction made again is the same, with the same model version."""
     consumer = KafkaConsumer(f"{topic}-pred", bootstrap_servers=bootstrap,
                              auto_offset_reset="earliest", group_id=None)
-    ids, deadline = set(), time.time() + 30
-    while len(ids) < total and time.time() < deadline:
+    made, deadline = {}, time.time() + 30
+    while len(made) < total and time.time() < deadline:
         for records in consumer.poll(timeout_ms=500).values():
-            ids.update(json.loads(r.value)["id"] for r in records)
+            for r in records:
+                row = json.loads(r.value)
+                again = made.setdefault(row["id"], row)
+                assert [again[c] for c in ("model_key", "examples_seen", "prediction",
+                                           "served", "source", "position")] == [
+                    row[c] for c in ("model_key", "examples_seen", "prediction", "served",
+                                     "source", "position")], (again, row)
     consumer.close()
-    assert ids == {str(i) for i in range(total)}
+    assert set(made) == {str(i) for i in range(total)}
+    assert all(made[str(i)]["served"] == is_served(i) for i in range(total))
 
 
 def test_a_reader_or_sink_started_while_the_broker_is_away_waits_for_it(broker, kafka_client):
