@@ -41,6 +41,7 @@ Targets (issue #15): ≥ 50,000 examples/s sustained, ≥ 0.7× the faster relay
 
 Writes benchmarks/results/kafka_e2e{.md,.json} (``--quick``: results/tmp/kafka_e2e_quick.*).
 """
+import contextlib
 import json
 import os
 import shutil
@@ -263,6 +264,10 @@ class PredictionWatcher(threading.Thread):
                                  table.column("id").to_pylist()))
         self.reader.close()
 
+    def duplicates(self):
+        ids = [r[2] for r in self.rows]
+        return len(ids) - len(set(ids))
+
     def wait_for(self, count, timeout):
         deadline = time.time() + timeout
         while len(self.rows) < count and time.time() < deadline:
@@ -316,29 +321,40 @@ def paced_phase(bootstrap, topic, watcher, first, rate, seconds):
     return out
 
 
-def streaming_pipeline(bootstrap, topic, work, logf, *extra):
-    """``unitless train --streaming`` on Prism from the topic (its output to ``logf``), and a
-    started PredictionWatcher of its predictions: (process, watcher)."""
+@contextlib.contextmanager
+def streaming_pipeline(bootstrap, topic, work, log_name, *extra):
+    """``unitless train --streaming`` on Prism from the topic (its output to ``work/log_name``)
+    while the block runs, which gets a started PredictionWatcher of its predictions; the
+    pipeline is killed and the watcher stopped after it. ``watcher.duplicates()``: predictions
+    seen more than once."""
+    log = open(work / log_name, "w")
     process = subprocess.Popen(unitless_command(train_cmd(
         bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
-        "--checkpoint-seconds", "10", *extra)), stdout=logf, stderr=subprocess.STDOUT)
+        "--checkpoint-seconds", "10", *extra)), stdout=log, stderr=subprocess.STDOUT)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
-    return process, watcher
+    watcher.log = log.name
+    try:
+        yield watcher
+    finally:
+        process.kill()
+        process.wait()
+        watcher.stop = True
+        watcher.join(5)
+        log.close()
 
 
 def streaming_run(bootstrap, work, n, rates, seconds, client):
     topic, warm = f"live-{client}", 2000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
-    logf = open(work / f"streaming-{client}.log", "w")
-    process, watcher = streaming_pipeline(bootstrap, topic, work, logf, "--kafka-client", client)
     out = {"runner": "PrismRunner (--streaming)"}
-    try:
+    with streaming_pipeline(bootstrap, topic, work, f"streaming-{client}.log", "--kafka-client",
+                            client) as watcher:
         produce(bootstrap, topic, example_values(warm, seed=2, first_id=0))
         if not watcher.wait_for(warm, 180):
             raise RuntimeError(f"no predictions from the streaming pipeline after 180 s "
-                               f"({len(watcher.rows)} of {warm}); log {logf.name}")
+                               f"({len(watcher.rows)} of {warm}); log {watcher.log}")
         progress(f"streaming pipeline warm ({warm} predictions)")
         out["burst"] = burst_phase(bootstrap, topic, watcher, warm, n)
         # fixed offered loads: the target's half, and half of what the burst sustained
@@ -346,14 +362,7 @@ def streaming_run(bootstrap, work, n, rates, seconds, client):
         for rate in rates or [TARGET // 2, int(out["burst"]["examples_per_s_sustained"] / 2)]:
             out["paced"].append(paced_phase(bootstrap, topic, watcher, first, rate, seconds))
             first += out["paced"][-1]["examples"]
-        ids = [r[2] for r in watcher.rows]
-        out["duplicates"] = len(ids) - len(set(ids))
-    finally:
-        process.kill()
-        process.wait()
-        watcher.stop = True
-        watcher.join(5)
-        logf.close()
+        out["duplicates"] = watcher.duplicates()
     return out
 
 

@@ -128,13 +128,11 @@ def run(bootstrap, work, rates, seconds, labeled_every):
     topic, warm = "serve", 2_000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
-    log = open(work / "pipeline.log", "w")
-    process, watcher = streaming_pipeline(bootstrap, topic, work, log)
     out = {"pipeline": [], "relay": []}
-    try:
+    with streaming_pipeline(bootstrap, topic, work, "pipeline.log") as watcher:
         produce(bootstrap, topic, example_values(warm, 0))
         if not watcher.wait_for(warm, 180):
-            raise RuntimeError(f"no predictions after 180 s; log {log.name}")
+            raise RuntimeError(f"no predictions after 180 s; log {watcher.log}")
         first = warm
         for rate in rates:  # alternately: the pipeline at a rate, then the relay at it
             out["pipeline"].append(pipeline_phase(bootstrap, topic, watcher, first, rate,
@@ -143,14 +141,7 @@ def run(bootstrap, work, rates, seconds, labeled_every):
             progress(f"pipeline: {out['pipeline'][-1]}")
             out["relay"].append(relay_phase(bootstrap, f"relay-{rate}", rate, seconds))
             progress(f"relay: {out['relay'][-1]}")
-        ids = [r[2] for r in watcher.rows]
-        out["duplicates"] = len(ids) - len(set(ids))
-    finally:
-        process.kill()
-        process.wait()
-        watcher.stop = True
-        watcher.join(5)
-        log.close()
+        out["duplicates"] = watcher.duplicates()
     return out
 
 
