@@ -24,7 +24,7 @@ from unitless.pipelines.checkpoints import write_checkpoints  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.pipelines.keyed_model import KeyedModel  # noqa: E402
 
-# ``KeyByModel``'s default and ``LearnDoFn.FLUSH_ROWS``, copied: importing them would import
+# ``KeyByModel``'s default and ``LearnBlocks.FLUSH_ROWS``, copied: importing them would import
 # Beam into this loop that runs without it
 GATHER_BYTES = 256 << 20
 FLUSH_ROWS = 1 << 18

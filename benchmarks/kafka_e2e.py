@@ -321,16 +321,19 @@ def paced_phase(bootstrap, topic, watcher, first, rate, seconds):
     return out
 
 
+PRISM_ARGS = ("--runner", "PrismRunner", "--prism_location", PRISM)
+
+
 @contextlib.contextmanager
-def streaming_pipeline(bootstrap, topic, work, log_name, *extra):
-    """``unitless train --streaming`` on Prism from the topic (its output to ``work/log_name``)
-    while the block runs, which gets a started PredictionWatcher of its predictions; the
-    pipeline is killed and the watcher stopped after it. ``watcher.duplicates()``: predictions
-    seen more than once."""
+def streaming_pipeline(bootstrap, topic, work, log_name, *extra, runner_args=PRISM_ARGS):
+    """``unitless train --streaming`` (on Prism unless ``runner_args`` name another runner) from
+    the topic (its output to ``work/log_name``) while the block runs, which gets a started
+    PredictionWatcher of its predictions; the pipeline is killed and the watcher stopped after
+    it. ``watcher.duplicates()``: predictions seen more than once."""
     log = open(work / log_name, "w")
     process = subprocess.Popen(unitless_command(train_cmd(
-        bootstrap, topic, work, "--streaming", "--runner", "PrismRunner", "--prism_location", PRISM,
-        "--checkpoint-seconds", "10", *extra)), stdout=log, stderr=subprocess.STDOUT)
+        bootstrap, topic, work, "--streaming", *runner_args, "--checkpoint-seconds", "10",
+        *extra)), stdout=log, stderr=subprocess.STDOUT)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
     watcher.log = log.name
@@ -422,7 +425,7 @@ def bare_learner(bootstrap, source, target, n, client):
     from unitless.connectors.sinks import open_sink
     from unitless.pipelines.config import configure, learner_check, new_learner
     from unitless.pipelines.keyed_model import KeyedModel
-    from unitless.pipelines.train import LearnDoFn  # (its flush rule, imported before the clock)
+    from unitless.pipelines.train import LearnBlocks  # (its flush rule, imported before the clock)
     url = f"kafka://{bootstrap}/{source}"
     cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",
                     kafka_client=client)
@@ -443,7 +446,7 @@ def bare_learner(bootstrap, source, target, n, client):
         table = model.learn_block(block)[0]
         sink.write(table)
         predicted += table.num_rows
-        if sink.rows >= LearnDoFn.FLUSH_ROWS:
+        if sink.rows >= LearnBlocks.FLUSH_ROWS:
             sink.flush()
 
     reader.seek(0)

@@ -4,7 +4,9 @@ offered load, beside a bare relay of the same client at the same loads.
 
 A single-node Apache Kafka (deploy/kafka/local_kafka.py) on this machine; topics of one
 partition; one model key; examples of the artificial stream (21 features), NAG, logistic loss.
-``unitless train --streaming`` runs on Prism; at each offered rate it is measured for
+``unitless train --streaming`` runs on Prism (``--runner flink``: Flink, parallelism 2, an
+embedded local cluster of Beam's Flink job server, LOOPBACK workers); at each offered rate it is
+measured for
 ``--seconds``, then the relay (consume each message with the client, produce it unchanged to
 another topic, no parsing, no learning: the floor the client and broker set) at the same rate,
 alternately. Latency = the output message's LogAppendTime − the example's produce timestamp
@@ -16,9 +18,12 @@ Targets (issue #33), Prism on this 2-core machine: p99 ≤ 100 ms at 10,000/s an
 
     .venv/bin/python benchmarks/serving.py            # 5k, 10k, 25k, 50k/s, 20 s each
     .venv/bin/python benchmarks/serving.py --quick    # 5k and 10k/s, 5 s each
+    .venv/bin/python benchmarks/serving.py --runner flink   # the same on Flink (Java 17)
 
-Writes benchmarks/results/serving{.md,.json} (``--quick``: results/tmp/serving_quick.*).
+Writes benchmarks/results/serving{.md,.json} (Flink: serving_flink.*; ``--quick``: in
+results/tmp/).
 """
+import contextlib
 import json
 import shutil
 import sys
@@ -33,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
                      table, write_results)
-from kafka_e2e import (LoadProducer, consumer, create_topics, paced_produce,  # noqa: E402
-                       produce, streaming_pipeline)
+from kafka_e2e import (PRISM_ARGS, LoadProducer, consumer, create_topics,  # noqa: E402
+                       paced_produce, produce, streaming_pipeline)
+from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 
 LABELED_EVERY = 10  # one example in ten carries its label
@@ -124,12 +130,13 @@ def relay_phase(bootstrap, work_topic, rate, seconds):
             "relayed": len(latency), "all": percentiles(latency)}
 
 
-def run(bootstrap, work, rates, seconds, labeled_every):
+def run(bootstrap, work, rates, seconds, labeled_every, runner_args):
     topic, warm = "serve", 2_000
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead",
                   append_time=(f"{topic}-pred",))
     out = {"pipeline": [], "relay": []}
-    with streaming_pipeline(bootstrap, topic, work, "pipeline.log") as watcher:
+    with streaming_pipeline(bootstrap, topic, work, "pipeline.log",
+                            runner_args=runner_args) as watcher:
         produce(bootstrap, topic, example_values(warm, 0))
         if not watcher.wait_for(warm, 180):
             raise RuntimeError(f"no predictions after 180 s; log {watcher.log}")
@@ -172,22 +179,40 @@ def main():
     args = parse_args(__doc__, rates=(str, None, "offered loads, examples/s, comma-separated"),
                       seconds=(int, None, "length of each phase (default 20; --quick 5)"),
                       labeled_every=(int, None, f"one example in this many has its label "
-                                     f"(default {LABELED_EVERY}; 1: all learned, none served)"))
+                                     f"(default {LABELED_EVERY}; 1: all learned, none served)"),
+                      runner=(str, "prism", "prism, or flink (parallelism 2)"))
     labeled_every = args.labeled_every or LABELED_EVERY
+    if args.runner not in ("prism", "flink"):
+        raise SystemExit(f"--runner wants prism or flink, not {args.runner}")
     rates = ([int(r) for r in args.rates.split(",")] if args.rates
              else list(RATES[:2] if args.quick else RATES))
     seconds = args.seconds or (5 if args.quick else 20)
     h = header()
     work = Path(tempfile.mkdtemp(prefix="unitless-serving-bench-"))
     try:
-        with LocalKafka(work / "broker", startup_timeout=120) as kafka:
+        with LocalKafka(work / "broker", startup_timeout=120) as kafka, \
+                runner_args(args.runner, work) as runner:
             progress(f"broker at {kafka.bootstrap_servers}")
-            data = run(kafka.bootstrap_servers, work, rates, seconds, labeled_every)
+            data = run(kafka.bootstrap_servers, work, rates, seconds, labeled_every, runner)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    write_results(result_name("serving", args.quick),
-                  "Serve while learning: produce → prediction latency on Kafka (Prism)", h,
-                  render(data, seconds, labeled_every), data)
+    name = "serving" if args.runner == "prism" else "serving_flink"
+    runner_name = "Prism" if args.runner == "prism" else "Flink, parallelism 2"
+    write_results(result_name(name, args.quick),
+                  f"Serve while learning: produce → prediction latency on Kafka ({runner_name})",
+                  h, render(data, seconds, labeled_every), data)
+
+
+@contextlib.contextmanager
+def runner_args(runner, work):
+    """The streaming pipeline's runner arguments: Prism's, or a Flink job server's (started
+    here, parallelism 2, the pipeline's SDK workers in its own process: LOOPBACK)."""
+    if runner == "prism":
+        yield PRISM_ARGS
+        return
+    with FlinkJobServer(jar=job_server_jar(), parallelism=2, workdir=work / "flink") as server:
+        yield ("--runner", "PortableRunner", "--job_endpoint", server.endpoint,
+               "--environment_type", "LOOPBACK", "--parallelism", "2")
 
 
 if __name__ == "__main__":

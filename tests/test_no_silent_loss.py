@@ -39,13 +39,13 @@ def slow_elements(monkeypatch, seconds=0.5):
     the SDK worker: Prism's default environment is LOOPBACK). Prism splits a bundle that shows
     no progress between two of its 100 ms progress ticks."""
     calls = itertools.count()
-    enter_source = train.LearnDoFn._enter_source
+    enter_source = train.LearnBlocks.enter_source
 
     def slow(self, *args):
         if next(calls) % 8 == 0:
             time.sleep(seconds)
         return enter_source(self, *args)
-    monkeypatch.setattr(train.LearnDoFn, "_enter_source", slow)
+    monkeypatch.setattr(train.LearnBlocks, "enter_source", slow)
 
 
 def learn_on_prism(tmp_path, blocks):
@@ -122,12 +122,12 @@ def error_line(capsys):
 
 def drop_model_key(monkeypatch, dropped):
     """The learning step loses every example of one model key (a bug made on purpose)."""
-    learn_all = train.LearnDoFn._learn_all
+    learn_all = train.LearnBlocks.learn
 
     def lossy(self, group, block, pieces=None):
         pieces = block.split_by_key() if pieces is None else pieces
         return learn_all(self, group, block, [(k, p) for k, p in pieces if k != dropped])
-    monkeypatch.setattr(train.LearnDoFn, "_learn_all", lossy)
+    monkeypatch.setattr(train.LearnBlocks, "learn", lossy)
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])

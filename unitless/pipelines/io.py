@@ -68,7 +68,7 @@ class ReadFiles(beam.DoFn):
 
     With ``spans`` (a run that reads one file), each block carries the span of lines or rows it
     was read from, the file's first from its start: a model then learns each block as it
-    arrives, when it comes in order (see ``LearnDoFn``), instead of holding the file in Beam
+    arrives, when it comes in order (see ``ordering.InOrder``), instead of holding the file in Beam
     state until the end of the input. Several files get none: their blocks wait, so that
     files are learned in the order of their names on every runner.
     """
@@ -224,7 +224,7 @@ class ReadPartition(beam.DoFn):
                     return
                 if streaming:
                     # an idle partition must not hold back the watermark (and with it every
-                    # model's learning, see LearnDoFn): its next block will be stamped later
+                    # model's learning, see InOrder): its next block will be stamped later
                     _advance(watermark, Timestamp.now())
                     tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
                     return
@@ -239,7 +239,7 @@ class ReadPartition(beam.DoFn):
                     # the block before's, and the watermark follows at once: a range split
                     # off (by the runner, at any claim) starts at or past the stamps of every
                     # block this one still holds, so its own blocks, stamped later than that
-                    # on any worker's clock, are learned after them (LearnDoFn)
+                    # on any worker's clock, are learned after them (InOrder)
                     stamp = _advance(watermark, Timestamp.now())
                 if not tracker.try_claim(records.offsets[claimable - 1]):
                     yield from self._emit(partition, pending, stamp, start)

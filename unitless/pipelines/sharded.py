@@ -3,8 +3,9 @@ model's state split over S keys (model key, shard), which a runner spreads over 
 
 The learner's three parts (``learner/sharded.py``) run in three places:
 
-* ``Sequencer`` (keyed by model) orders the model's examples as ``Learn`` does (they wait for
-  the watermark, then go in input order) and cuts them into rounds of τ + 1 examples, numbered
+* the sequencer (``InOrder(CutRounds)``, keyed by model) orders the model's examples as
+  ``Learn`` does (they wait for the watermark, then go in input order) and cuts them into
+  rounds of τ + 1 examples, numbered
   0, 1, ...; each shard gets every round, with only its own features (``split_batch``).
 * ``ShardDoFn`` (keyed by (model, shard)) computes its part of round r's ŷ once it has applied
   the gradients of every round before r, and writes the part to the feedback topic (Kafka).
@@ -28,7 +29,7 @@ Checkpoints: every shard counts every example, so after the same examples all sh
 checkpoint of the same number, ckpt-<examples>: MODEL_DIR/shards/<s>-of-<S>/<key directory>/
 (``shard_dir``). The newest number every shard of a model holds is a consistent cut
 (``consistent_cut``). Rounds that end a checkpoint interval (``--checkpoint-every`` examples,
-``--checkpoint-seconds``; the Sequencer marks them, so the shards agree) and the last round
+``--checkpoint-seconds``; the sequencer marks them, so the shards agree) and the last round
 take one.
 
 Needs a streaming runner (Prism, Flink): the shards and the feedback reader run together.
@@ -67,11 +68,11 @@ from .checkpoints import (Cut, load_shard, shard_counts, shard_dir, sharded_cuts
 from .config import check_resume, new_learner
 from .io import ReadFeedback
 from .keyed_model import prediction_table
-from .train import (DecodedModels, LearnDoFn, key_by_model,
-                    weigh_state_without_scanning_modules)
+from .ordering import InOrder, weigh_state_without_scanning_modules
+from .train import DecodedModels, key_by_model
 
 log = logging.getLogger("unitless")
-MODELS, DONE = "models", "done"  # output tags: model keys (Sequencer), models learned (shard 0)
+MODELS, DONE = "models", "done"  # output tags: model keys (the sequencer), models learned (shard 0)
 ShardElement = typing.Tuple[typing.Tuple[str, int], typing.Any]
 
 
@@ -110,8 +111,8 @@ def resume_cuts(cfg):
 
 @dataclass
 class _Rounds:
-    """A Sequencer's model: rounds cut so far, where in each source, and the blocks of this
-    release (not stored)."""
+    """The sequencer's state of a model: rounds cut so far, where in each source, and the
+    blocks of this release (not stored)."""
     next_round: int = 0
     examples: int = 0
     checkpoint_examples: int = 0
@@ -129,9 +130,9 @@ class _Rounds:
         return cls(*pickle.loads(data))
 
 
-class Sequencer(LearnDoFn):
-    """(model key, ExampleBlock) -> ((model key, shard), Round) for every shard, the model's
-    examples in ``Learn``'s order (the same waiting and release, see ``LearnDoFn``), cut into
+class CutRounds:
+    """``InOrder``'s handler in the shard sequencer: (model key, ExampleBlock) -> ((model key,
+    shard), Round) for every shard, the model's examples in ``Learn``'s order, cut into
     rounds of ``max_delay + 1`` (a release's last round may be shorter), and at the end of a
     bounded input ((model key, shard), End); the model key to ``MODELS`` then.
 
@@ -140,37 +141,23 @@ class Sequencer(LearnDoFn):
     from gets a start record before any of its examples go on (``write_starts``), as ``Learn``
     checkpoints one: a restarted partition then starts no later than that."""
 
-    LEARNS_ON_ARRIVAL = False  # rounds are cut in the waiting order only
+    learns_on_arrival = False  # rounds are cut in the waiting order only
 
     def __init__(self, cfg, cuts=None):
-        super().__init__(cfg)
-        self.cuts = cuts or {}
+        self.cfg, self.cuts = cfg, cuts or {}
 
-    def setup(self):
-        weigh_state_without_scanning_modules()
-        self.keys = KeyGuard(self.step)
-
-    def teardown(self):
-        self.keys.release()
-
-    def start_bundle(self):
-        pass
-
-    def finish_bundle(self):
-        self.keys.release()
-
-    def _enter_source(self, key, block, stored, pieces):
+    def enter_source(self, key, block, stored, pieces):
         if not (block.restarts_midway and len(block)):
             return
-        rounds = self._model(key, stored)
+        rounds = self.state(key, stored)
         start = int(block.positions.min()) - 1
         if block.source in rounds.positions or rounds.starts.get(block.source, start + 1) <= start:
             return
         write_starts(starts_dir(self.cfg.model_dir, sharded=True), [(key, block.source, start)])
         rounds.starts[block.source] = start
-        self._store(key, rounds, stored)
+        self.store(key, rounds, stored)
 
-    def _model(self, key, stored):
+    def state(self, key, stored):
         data = stored.read()
         if data is not None:
             return _Rounds.from_bytes(data)
@@ -178,23 +165,23 @@ class Sequencer(LearnDoFn):
         return _Rounds(cut.rounds, cut.examples, cut.examples, positions=dict(cut.positions),
                        starts=dict(cut.starts))
 
-    def _store(self, key, rounds, stored):
+    def store(self, key, rounds, stored):
         stored.write(rounds.to_bytes())
 
-    def _learn_all(self, rounds, block, pieces=None):
+    def learn(self, rounds, block, pieces=None):
         rounds.pending.append(block)
         return ()
 
-    def _watermark_passed(self, rounds, past, at):
+    def watermark_passed(self, rounds, past, at):
         return []  # (rounds are cut in the waiting order only: a restart follows the cuts)
 
-    def _released(self, key, rounds):
+    def released(self, key, rounds):
         return self._cut(key, rounds)
 
-    def _input_ended(self, key, rounds, stored):
-        rounds = rounds or self._model(key, stored)
+    def input_ended(self, key, rounds, stored):
+        rounds = rounds or self.state(key, stored)
         yield from self._cut(key, rounds)
-        self._store(key, rounds, stored)
+        self.store(key, rounds, stored)
         for s in range(self.cfg.shards):
             yield (key, s), End(rounds.next_round)
         yield beam.pvalue.TaggedOutput(MODELS, key)
@@ -589,8 +576,8 @@ def learn_over_shards(blocks, cfg):
     covered = [(key, source) for key, cut in cuts.items() for source in cut.positions]
     rounds = (blocks | "Key by model" >> key_by_model(
                   cfg.chunk_size, starts=starts_dir(cfg.model_dir, sharded=True), covered=covered)
-              | "Sequence" >> beam.ParDo(Sequencer(cfg, cuts)).with_outputs(MODELS, ACCOUNTS,
-                                                                            main="rounds"))
+              | "Sequence" >> beam.ParDo(InOrder(CutRounds(cfg, cuts))).with_outputs(
+                  MODELS, ACCOUNTS, main="rounds"))
     feedback = (blocks.pipeline | "Feedback partitions" >> beam.Create(ranges)
                 | "Read feedback" >> beam.ParDo(ReadFeedback(topic, run, cfg.shards))
                 .with_output_types(ShardElement))

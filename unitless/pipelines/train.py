@@ -1,23 +1,14 @@
 """The training pipeline: read examples, key them by model, predict-then-update in a stateful
 DoFn holding each model's learner state, write predictions, dead letters and checkpoints."""
-import itertools
 import logging
 import math
-import pickle
-import sys
 import time
 import typing
 import zlib
 from collections import OrderedDict
 
 import apache_beam as beam
-from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
-                                              on_timer)
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 
@@ -26,12 +17,13 @@ from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
-from .bundles import KeyGuard, hold_each_key_in_one_bundle, new_step
+from .bundles import hold_each_key_in_one_bundle
 from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
                           read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .keyed_model import KeyedModel, ModelGroup, served_count
+from .ordering import InOrder
 
 log = logging.getLogger("unitless")
 
@@ -44,7 +36,7 @@ class KeyByModel(beam.DoFn):
     the same fixed work (Beam state and timers) whatever its size: gathered, a key pays it per
     ``size`` examples or per bundle, not per input block. Only blocks with the same source,
     timestamp and window are gathered (all of a file's blocks; a Kafka partition stamps each
-    block later), so ``LearnDoFn`` orders a key's blocks by their timestamps as before.
+    block later), so ``InOrder`` orders a key's blocks by their timestamps as before.
 
     A group's blocks are held (``ExampleBlock.compact``: a CSV's feature indices once per
     block, not once per example, so that ``gather_bytes`` holds 1.7 times the examples) and
@@ -173,38 +165,6 @@ def new_keyed_model(cfg, key):
     return KeyedModel(key, new_learner(cfg))
 
 
-def weigh_state_without_scanning_modules():
-    """Make the worker's Beam state cache weigh values without listing every module's globals.
-
-    The Python SDK weighs each value it caches (every state read that misses, every write)
-    with objsize, which first collects the ids of all globals of all loaded modules so as not
-    to count them: about 1.1 ms a call here (some 1,800 modules), 11 calls per model key for a
-    key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
-    are bytes, ints and lists of them, which reach no module globals, so the scan changes
-    nothing for them; for other state in the same worker, a value reaching a module's globals
-    is now counted heavier, which makes the cache evict sooner, never hold more. Lists of bytes
-    and ints, which is what the cache is handed here, are weighed directly (each item's size,
-    a repeated item counted again), without objsize's walk: 4.6 s of a 10,000-key run's 77
-    (profiled). Applied once per worker process; without the function it replaces (another
-    Beam), nothing changes.
-    """
-    from apache_beam.runners.worker import statecache
-    original = getattr(statecache, "get_deep_size", None)
-    if original is None or getattr(original, "unitless", False):
-        return
-    import objsize
-
-    def get_deep_size(*objs):
-        if all(type(o) is list and all(type(v) in (bytes, int) for v in o) for o in objs):
-            return sum(sys.getsizeof(o) + sum(map(sys.getsizeof, o)) for o in objs)
-        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
-                                     get_referents_func=statecache._get_referents_func,
-                                     filter_func=statecache._filter_func,
-                                     exclude_modules_globals=False)
-    get_deep_size.unitless = True
-    statecache.get_deep_size = get_deep_size
-
-
 class DecodedModels:
     """The decoded models a worker keeps between a key's elements (the rest stay encoded in
     Beam state), least recently used first: at most ``count`` of them, holding at most ``mib``
@@ -236,52 +196,9 @@ class DecodedModels:
             self.pop(next(iter(self.models)))
 
 
-LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting
-
-
-def waiting_entry(header, block):
-    """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
-    first and last position) apart from the block, so that ordering reads no block."""
-    head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
-    return len(head).to_bytes(4, "little") + head + pickle.dumps(block,
-                                                                 protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def due(header):
-    """When a waiting entry is released (µs): a block when the watermark reaches its stamp; a
-    mark once the watermark is past it: the next millisecond (timers fire at whole ones)."""
-    return (header[0] // 1000 + 1) * 1000 if header[4:] == (LEARNED,) else header[0]
-
-
-def waiting_header(data):
-    return pickle.loads(data[4:4 + int.from_bytes(data[:4], "little")])
-
-
-def waiting_block(data):
-    return pickle.loads(data[4 + int.from_bytes(data[:4], "little"):])
-
-
-def learning_order(ready):
-    """Waiting entries [(header, data)] sorted by (timestamp, source, first position) -> lists
-    of entries' data, learned list after list: a source's blocks whose position ranges
-    interleave (gathered blocks, see KeyByModel, may) form one list, to be merged in position
-    order; the user's own records (no source) come one block at a time, as they came."""
-    out = []
-    for (_, source), same in itertools.groupby(ready, key=lambda b: b[0][:2]):
-        end = None
-        for (_, _, first, last), data in same:
-            if source != "" and end is not None and first < end:
-                out[-1].append(data)
-                end = max(end, last)
-            else:
-                out.append([data])
-                end = last
-    return out
-
-
-class LearnDoFn(beam.DoFn):
-    """(model key or group, ExampleBlock) -> predictions and dead letters, written to their
-    sinks and also output as PCollections.
+class LearnBlocks:
+    """``InOrder``'s handler in the learning step: (model key or group, ExampleBlock) ->
+    predictions and dead letters, written to their sinks and also output as PCollections.
 
     The key may be a group of model keys (``KeyByModel``'s ``model_groups``): the key's state
     then holds the models of all of them together (``ModelGroup``), its blocks hold all of
@@ -289,24 +206,6 @@ class LearnDoFn(beam.DoFn):
     are learned by its own model. What is said below of a model holds for each model of a
     group; a block is learned on arrival only when it continues every model it holds examples
     of.
-
-    Order, by construction: Beam promises no order between a key's elements after the shuffle
-    (Flink's batch mode, Dataflow and retries do reorder them), so a block is not learned when
-    it arrives. It waits in the key's state until the watermark passes its timestamp; then every
-    waiting block the watermark has passed is learned, in (timestamp, source, position) order.
-    Sources give a source's blocks strictly increasing timestamps (a Kafka partition's reader
-    advances its watermark with them) or all one timestamp (files, whose blocks then wait for
-    the end of the input and are learned in file and line order). So a model learns each
-    source's examples in input order on every runner, and the replay check (examples at or
-    before the position a model learned) drops only examples it learned before a restart.
-    One exception, for streaming latency and rate and for memory: a block whose ``span`` (the
-    positions its reader read whole into it: a Kafka partition's offsets, a run's one file's
-    lines or rows) starts right after what the model has learned from that source, or where
-    this run started reading it (``KeyedModel.continues``), holds all of the model's next
-    examples there, so it is learned as it arrives, without waiting in state for the
-    watermark; blocks that must follow it wait as before. Only the order between different
-    Kafka partitions' examples then follows their arrival, not stamps (several files' blocks
-    carry no span, so files are still learned in the order of their names).
 
     Delivery: a checkpoint records the input positions its model learned up to, and a resumed
     run starts after them. So before any checkpoint is written, everything this DoFn wrote to
@@ -331,21 +230,12 @@ class LearnDoFn(beam.DoFn):
     bundle holding any other key's start. A block learned on arrival leaves a mark in the
     waiting state for that: ``KeyedModel.restart``, ``resume_positions``.)
     """
-    MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
-    # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
-    # once, where it walks the whole object graph of a block (its sizing, profiled on 64 keys
-    # and 200k examples: 1.20 s of 6.5 s with the blocks as objects, 0.84 s as bytes)
-    WAITING = BagStateSpec("waiting", BytesCoder())
-    EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
-    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
-    END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
-    LEARNS_ON_ARRIVAL = True  # a block that continues its model (see the docstring)
+    learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
     PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.step = new_step()
         self.examples = Metrics.counter("unitless", "examples")
         self.served = Metrics.counter("unitless", "served_examples")
         self.bad = Metrics.counter("unitless", "bad_records")
@@ -353,11 +243,8 @@ class LearnDoFn(beam.DoFn):
         self.loss = Metrics.distribution("unitless", "loss_micros")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.decoded = Metrics.counter("unitless", "models_decoded")
-        self.on_arrival = Metrics.counter("unitless", "blocks_learned_on_arrival")
 
     def setup(self):
-        weigh_state_without_scanning_modules()
-        self.keys = KeyGuard(self.step)
         # key -> ModelGroup last written to state (skips decoding)
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.started = self.last_log = time.time()
@@ -369,7 +256,6 @@ class LearnDoFn(beam.DoFn):
                       open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
 
     def teardown(self):
-        self.keys.release()
         for sink in self.sinks:
             sink.close()
 
@@ -380,9 +266,8 @@ class LearnDoFn(beam.DoFn):
     def finish_bundle(self):
         self._write_checkpoints()
         self._flush()
-        self.keys.release()
 
-    def _model(self, key, stored):
+    def state(self, key, stored):
         """The ``ModelGroup`` of the keyed step's ``key``, as last stored."""
         data = stored.read()
         cached = self.models.get(key)
@@ -403,54 +288,19 @@ class LearnDoFn(beam.DoFn):
     def _new_model(self, model_key):
         return new_keyed_model(self.cfg, model_key)
 
-    def _store(self, key, group, stored):
+    def store(self, key, group, stored):
         stored.write(group.to_bytes())
         self.models.keep(key, group, group.nbytes, len(group.models))
 
-    def process(self, element, timestamp=beam.DoFn.TimestampParam,
-                stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
-                earliest=beam.DoFn.StateParam(EARLIEST),
-                release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
-        key, block = element
-        self.keys.hold(key)
-        end.set(GlobalWindow().max_timestamp())
-        if not len(block):
-            return
-        on_arrival = self.LEARNS_ON_ARRIVAL and block.span is not None
-        # (split once: both steps below need each model key's examples)
-        pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
-        self._enter_source(key, block, stored, pieces)
-        learned = False
-        if on_arrival:
-            group = self._model(key, stored)
-            # nothing any of its models needs first can be waiting
-            learned = all(self._of(group, k).continues(piece) for k, piece in pieces)
-            if learned:
-                self.on_arrival.inc()
-                yield from self._learn_all(group, block, pieces)
-                self._store(key, group, stored)
-                if not block.restarts_midway:
-                    return
-        # the user's own records have no source and no positions: they keep arrival order
-        # (the sort is stable), which is all the order they have
-        first, last = ((int(block.positions.min()), int(block.positions.max()))
-                       if block.source is not None else (-1, -1))
-        header = (timestamp.micros, block.source or "", first, last)
-        # a partition's block learned on arrival waits as a mark: where a resumed run may
-        # restart the partition moves past it once the watermark passes it (KeyedModel.restart)
-        if learned:
-            header += (LEARNED,)
-        waiting.add(waiting_entry(header, block if not learned else None))
-        release_at = earliest.read()
-        if release_at is None or due(header) < release_at:
-            earliest.write(due(header))
-            release.set(Timestamp(micros=due(header)))
+    def continues(self, group, pieces):
+        """Each model the block holds examples of has learned all of its own before them."""
+        return all(self._of(group, k).continues(piece) for k, piece in pieces)
 
-    def _enter_source(self, key, block, stored, pieces):
+    def enter_source(self, key, block, stored, pieces):
         """A Kafka partition's block (``pieces``: split by model key): record where each of its
         models starts there, before learning."""
         if block.restarts_midway:
-            group = self._model(key, stored)
+            group = self.state(key, stored)
             entered = False
             for k, piece in pieces:
                 model = self._of(group, k)
@@ -458,46 +308,20 @@ class LearnDoFn(beam.DoFn):
                     self._checkpoint(model)
                     entered = True
             if entered:
-                self._store(key, group, stored)
+                self.store(key, group, stored)
 
-    @on_timer(RELEASE)
-    def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
-                        stored=beam.DoFn.StateParam(MODEL),
-                        waiting=beam.DoFn.StateParam(WAITING),
-                        earliest=beam.DoFn.StateParam(EARLIEST),
-                        release=beam.DoFn.TimerParam(RELEASE)):
-        """The watermark passed ``fired``: learn the blocks waiting up to it, in order."""
-        self.keys.hold(key)
-        model = yield from self._learn_waiting(key, fired.micros, stored, waiting, earliest,
-                                               release)
-        if model is not None:
-            yield from self._released(key, model)
-            self._store(key, model, stored)
-
-    @on_timer(END)
-    def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
-                     waiting=beam.DoFn.StateParam(WAITING),
-                     earliest=beam.DoFn.StateParam(EARLIEST),
-                     release=beam.DoFn.TimerParam(RELEASE)):
-        self.keys.hold(key)
-        learned = None
-        if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
-            learned = yield from self._learn_waiting(key, None, stored, waiting, earliest,
-                                                     release)
-        yield from self._input_ended(key, learned, stored)
-
-    def _released(self, key, model):
+    def released(self, key, group):
         """What follows a release's learning, before the model is stored (outputs)."""
         return ()
 
-    def _input_ended(self, key, learned, stored):
+    def input_ended(self, key, learned, stored):
         """The end of the input, once everything waiting is learned (``learned``: the group,
         when it learned): each of its models' last checkpoint, then they leave Beam state and
         this worker's memory (nothing of this key comes after the end; a run drained and
         restored from a runner's savepoint resumes them from those checkpoints, with
         ``--resume``), which frees both as keys finish. Outputs: the examples its models
         learned in this run, by their own count (``accounting``)."""
-        group = learned or self._model(key, stored)
+        group = learned or self.state(key, stored)
         for model in group.every_model():
             if model.checkpoint_behind():
                 self._checkpoint(model)
@@ -506,38 +330,7 @@ class LearnDoFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
             model.learned_in_run() for model in group.every_model())))
 
-    def _learn_waiting(self, key, upto, stored, waiting, earliest, release):
-        """Learn the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
-        source, position) order; the others wait on, the timer set for the earliest of them.
-        Returns the group when it learned (for the caller to store), else None."""
-        entries = [(waiting_header(data), data) for data in waiting.read()]
-        released = sorted(((h, data) for h, data in entries if upto is None or due(h) <= upto),
-                          key=lambda b: b[0][:3])
-        later = [(h, data) for h, data in entries if upto is not None and due(h) > upto]
-        model = None
-        if released:
-            model = self._model(key, stored)
-            ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
-            for blocks in learning_order(ready):
-                yield from self._learn_all(model, ExampleBlock.concat(
-                    [waiting_block(data) for data in blocks]))
-            # what the watermark is past, not just at (another key's element stamped ``upto``
-            # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
-            at = [h for h, _ in ready if upto is not None and h[0] >= upto]
-            for h in self._watermark_passed(
-                    model, [h for h, _ in released if upto is None or h[0] < upto], at):
-                later.append((h + (LEARNED,), waiting_entry(h + (LEARNED,), None)))
-        waiting.clear()
-        earliest.clear()
-        for _, data in later:
-            waiting.add(data)
-        if later:
-            first = min(due(h) for h, _ in later)
-            earliest.write(first)
-            release.set(Timestamp(micros=first))
-        return model
-
-    def _learn_all(self, group, block, pieces=None):
+    def learn(self, group, block, pieces=None):
         """Learn a block of the group's model keys (``pieces``: split by model key, if it is
         already): each key's examples by its own model, in parts of up to ``chunk_size``."""
         for k, piece in pieces if pieces is not None else block.split_by_key():
@@ -546,7 +339,7 @@ class LearnDoFn(beam.DoFn):
                 yield from self._learn(model, part)
         group.learned(block)
 
-    def _watermark_passed(self, group, past, at):
+    def watermark_passed(self, group, past, at):
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
         of blocks learned on arrival): the group's models may restart their sources after
         them (``KeyedModel.restart``): every example of theirs up to there is in the blocks
@@ -671,7 +464,7 @@ class Learn(beam.PTransform):
     One model per model key, held in Beam state (the model keys share ``model_groups`` keys of
     the keyed step, default 1,024; 0: a key each; see ``KeyByModel``), learning every example
     exactly once and each source's examples in input order, however the runner delivers them
-    (see ``LearnDoFn``; the user's own records, which have no positions, in the order they
+    (see ``InOrder``; the user's own records, which have no positions, in the order they
     arrive); checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
     ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
     keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
@@ -717,7 +510,7 @@ class Learn(beam.PTransform):
             learned = (blocks | "Key by model" >> key_by_model(
                            cfg.chunk_size, starts=starts_dir(cfg.model_dir), covered=covered,
                            model_groups=cfg.model_groups)
-                       | "Learn" >> beam.ParDo(LearnDoFn(cfg)).with_outputs(
+                       | "Learn" >> beam.ParDo(InOrder(LearnBlocks(cfg))).with_outputs(
                            DEAD, ACCOUNTS, main="predictions"))
             predictions = learned.predictions
             tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]

@@ -1,0 +1,259 @@
+"""A keyed step that hands each key's example blocks on in input order, on every runner:
+``InOrder``, the waiting, release and marks shared by the learning step (``train.LearnBlocks``)
+and the shard sequencer (``sharded.CutRounds``), which it is given."""
+import itertools
+import pickle
+import sys
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
+                                              on_timer)
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+
+from ..connectors.records import ExampleBlock
+from .bundles import KeyGuard, new_step
+
+
+def weigh_state_without_scanning_modules():
+    """Make the worker's Beam state cache weigh values without listing every module's globals.
+
+    The Python SDK weighs each value it caches (every state read that misses, every write)
+    with objsize, which first collects the ids of all globals of all loaded modules so as not
+    to count them: about 1.1 ms a call here (some 1,800 modules), 11 calls per model key for a
+    key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
+    are bytes, ints and lists of them, which reach no module globals, so the scan changes
+    nothing for them; for other state in the same worker, a value reaching a module's globals
+    is now counted heavier, which makes the cache evict sooner, never hold more. Lists of bytes
+    and ints, which is what the cache is handed here, are weighed directly (each item's size,
+    a repeated item counted again), without objsize's walk: 4.6 s of a 10,000-key run's 77
+    (profiled). Applied once per worker process; without the function it replaces (another
+    Beam), nothing changes.
+    """
+    from apache_beam.runners.worker import statecache
+    original = getattr(statecache, "get_deep_size", None)
+    if original is None or getattr(original, "unitless", False):
+        return
+    import objsize
+
+    def get_deep_size(*objs):
+        if all(type(o) is list and all(type(v) in (bytes, int) for v in o) for o in objs):
+            return sum(sys.getsizeof(o) + sum(map(sys.getsizeof, o)) for o in objs)
+        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
+                                     get_referents_func=statecache._get_referents_func,
+                                     filter_func=statecache._filter_func,
+                                     exclude_modules_globals=False)
+    get_deep_size.unitless = True
+    statecache.get_deep_size = get_deep_size
+
+
+LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting
+
+
+def waiting_entry(header, block):
+    """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
+    first and last position) apart from the block, so that ordering reads no block."""
+    head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(head).to_bytes(4, "little") + head + pickle.dumps(block,
+                                                                 protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def due(header):
+    """When a waiting entry is released (µs): a block when the watermark reaches its stamp; a
+    mark once the watermark is past it: the next millisecond (timers fire at whole ones)."""
+    return (header[0] // 1000 + 1) * 1000 if header[4:] == (LEARNED,) else header[0]
+
+
+def waiting_header(data):
+    return pickle.loads(data[4:4 + int.from_bytes(data[:4], "little")])
+
+
+def waiting_block(data):
+    return pickle.loads(data[4 + int.from_bytes(data[:4], "little"):])
+
+
+def learning_order(ready):
+    """Waiting entries [(header, data)] sorted by (timestamp, source, first position) -> lists
+    of entries' data, learned list after list: a source's blocks whose position ranges
+    interleave (gathered blocks, see KeyByModel, may) form one list, to be merged in position
+    order; the user's own records (no source) come one block at a time, as they came."""
+    out = []
+    for (_, source), same in itertools.groupby(ready, key=lambda b: b[0][:2]):
+        end = None
+        for (_, _, first, last), data in same:
+            if source != "" and end is not None and first < end:
+                out[-1].append(data)
+                end = max(end, last)
+            else:
+                out.append([data])
+                end = last
+    return out
+
+
+
+class InOrder(beam.DoFn):
+    """(key, ExampleBlock) -> what its ``handler`` makes of each key's blocks, handed to it in
+    input order; the key's state is the handler's (a model group, a model's rounds).
+
+    Order, by construction: Beam promises no order between a key's elements after the shuffle
+    (Flink's batch mode, Dataflow and retries do reorder them), so a block is not handed on when
+    it arrives. It waits in the key's state until the watermark passes its timestamp; then every
+    waiting block the watermark has passed is handed on, in (timestamp, source, position)
+    order.
+    Sources give a source's blocks strictly increasing timestamps (a Kafka partition's reader
+    advances its watermark with them) or all one timestamp (files, whose blocks then wait for
+    the end of the input and are learned in file and line order). So a model learns each
+    source's examples in input order on every runner, and the replay check (examples at or
+    before the position a model learned) drops only examples it learned before a restart.
+    One exception, for streaming latency and rate and for memory: a block whose ``span`` (the
+    positions its reader read whole into it: a Kafka partition's offsets, a run's one file's
+    lines or rows) starts right after what the model has learned from that source, or where
+    this run started reading it (``KeyedModel.continues``), holds all of the model's next
+    examples there, so it is learned as it arrives, without waiting in state for the
+    watermark; blocks that must follow it wait as before. Only the order between different
+    Kafka partitions' examples then follows their arrival, not stamps (several files' blocks
+    carry no span, so files are still learned in the order of their names).
+
+    The handler: ``learns_on_arrival`` (whether a block that continues the key's state may skip
+    the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from
+    and to Beam state), ``continues(state, pieces)`` (if it learns on arrival: the block, split
+    by model key, holds the state's next examples), ``enter_source(key, block, stored,
+    pieces)`` (what to do with a Kafka partition's block as it arrives, before it waits),
+    ``learn(state, block, pieces=None)`` (a block handed on; yields outputs),
+    ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
+    ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
+    ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's. This step
+    holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is refused.
+    """
+    MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
+    # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
+    # once, where it walks the whole object graph of a block (its sizing, profiled on 64 keys
+    # and 200k examples: 1.20 s of 6.5 s with the blocks as objects, 0.84 s as bytes)
+    WAITING = BagStateSpec("waiting", BytesCoder())
+    EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+    END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.step = new_step()
+        self.on_arrival = Metrics.counter("unitless", "blocks_learned_on_arrival")
+
+    def setup(self):
+        weigh_state_without_scanning_modules()
+        self.keys = KeyGuard(self.step)
+        self._call("setup")
+
+    def teardown(self):
+        self.keys.release()
+        self._call("teardown")
+
+    def start_bundle(self):
+        self._call("start_bundle")
+
+    def finish_bundle(self):
+        self._call("finish_bundle")
+        self.keys.release()
+
+    def _call(self, hook):
+        method = getattr(self.handler, hook, None)
+        if method is not None:
+            method()
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
+                earliest=beam.DoFn.StateParam(EARLIEST),
+                release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
+        key, block = element
+        self.keys.hold(key)
+        end.set(GlobalWindow().max_timestamp())
+        if not len(block):
+            return
+        on_arrival = self.handler.learns_on_arrival and block.span is not None
+        # (split once: both steps below need each model key's examples)
+        pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
+        self.handler.enter_source(key, block, stored, pieces)
+        learned = False
+        if on_arrival:
+            state = self.handler.state(key, stored)
+            # nothing it needs first can be waiting
+            learned = self.handler.continues(state, pieces)
+            if learned:
+                self.on_arrival.inc()
+                yield from self.handler.learn(state, block, pieces)
+                self.handler.store(key, state, stored)
+                if not block.restarts_midway:
+                    return
+        # the user's own records have no source and no positions: they keep arrival order
+        # (the sort is stable), which is all the order they have
+        first, last = ((int(block.positions.min()), int(block.positions.max()))
+                       if block.source is not None else (-1, -1))
+        header = (timestamp.micros, block.source or "", first, last)
+        # a partition's block learned on arrival waits as a mark: where a resumed run may
+        # restart the partition moves past it once the watermark passes it (KeyedModel.restart)
+        if learned:
+            header += (LEARNED,)
+        waiting.add(waiting_entry(header, block if not learned else None))
+        release_at = earliest.read()
+        if release_at is None or due(header) < release_at:
+            earliest.write(due(header))
+            release.set(Timestamp(micros=due(header)))
+
+    @on_timer(RELEASE)
+    def release_waiting(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                        stored=beam.DoFn.StateParam(MODEL),
+                        waiting=beam.DoFn.StateParam(WAITING),
+                        earliest=beam.DoFn.StateParam(EARLIEST),
+                        release=beam.DoFn.TimerParam(RELEASE)):
+        """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
+        self.keys.hold(key)
+        state = yield from self._release(key, fired.micros, stored, waiting, earliest, release)
+        if state is not None:
+            yield from self.handler.released(key, state)
+            self.handler.store(key, state, stored)
+
+    @on_timer(END)
+    def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
+                     waiting=beam.DoFn.StateParam(WAITING),
+                     earliest=beam.DoFn.StateParam(EARLIEST),
+                     release=beam.DoFn.TimerParam(RELEASE)):
+        self.keys.hold(key)
+        state = None
+        if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
+            state = yield from self._release(key, None, stored, waiting, earliest, release)
+        yield from self.handler.input_ended(key, state, stored)
+
+    def _release(self, key, upto, stored, waiting, earliest, release):
+        """Hand on the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
+        source, position) order; the others wait on, the timer set for the earliest of them.
+        Returns the key's state when it took blocks (for the caller to store), else None."""
+        entries = [(waiting_header(data), data) for data in waiting.read()]
+        released = sorted(((h, data) for h, data in entries if upto is None or due(h) <= upto),
+                          key=lambda b: b[0][:3])
+        later = [(h, data) for h, data in entries if upto is not None and due(h) > upto]
+        state = None
+        if released:
+            state = self.handler.state(key, stored)
+            ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
+            for blocks in learning_order(ready):
+                yield from self.handler.learn(state, ExampleBlock.concat(
+                    [waiting_block(data) for data in blocks]))
+            # what the watermark is past, not just at (another key's element stamped ``upto``
+            # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
+            at = [h for h, _ in ready if upto is not None and h[0] >= upto]
+            for h in self.handler.watermark_passed(
+                    state, [h for h, _ in released if upto is None or h[0] < upto], at):
+                later.append((h + (LEARNED,), waiting_entry(h + (LEARNED,), None)))
+        waiting.clear()
+        earliest.clear()
+        for _, data in later:
+            waiting.add(data)
+        if later:
+            first = min(due(h) for h, _ in later)
+            earliest.write(first)
+            release.set(Timestamp(micros=first))
+        return state
+
