@@ -13,6 +13,10 @@ alternately. Latency = the output message's LogAppendTime − the example's prod
 (CreateTime: carried in a prediction's ``event_time``, in a relayed message's key), p50/p99/max,
 for every prediction and for the served ones alone.
 
+Then, on Prism: how long after a training run writes a key's newer checkpoint the first
+score using it is appended, ``unitless score --streaming --refresh-seconds 1`` scoring a steady
+1,000 examples/s meanwhile (``REFRESHES`` times).
+
 Targets (issue #33), Prism on this 2-core machine: p99 ≤ 100 ms at 10,000/s and ≤ 250 ms at
 25,000/s.
 
@@ -26,6 +30,7 @@ results/tmp/).
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
-                     table, write_results)
+                     table, train_args, unitless_command, write_results)
 from kafka_e2e import (PRISM_ARGS, LoadProducer, consumer, create_topics,  # noqa: E402
                        paced_produce, produce, streaming_pipeline)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
@@ -152,6 +157,72 @@ def run(bootstrap, work, rates, seconds, labeled_every, runner_args):
     return out
 
 
+REFRESHES, REFRESH_SECONDS = 3, 1.0
+
+
+def refresh_delays(bootstrap, work, runner_args):
+    """Seconds from a newer checkpoint's file being written to the first score naming it."""
+    topic = "refresh"
+    create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead",
+                  append_time=(f"{topic}-scores",))
+    models, rounds = work / "refresh-models", REFRESHES + 1
+    # the load producer keys its messages "model": the model key the scoring run reads
+    labeled = [json.dumps({**json.loads(v), "key": "model"}).encode()
+               for v in example_values(500 * rounds, 10_000_000, labeled_every=1)]
+
+    def train(r):
+        data = work / f"refresh-{r}.jsonl"
+        data.write_bytes(b"\n".join(labeled[500 * r:500 * (r + 1)]) + b"\n")
+        subprocess.run(unitless_command(train_args(
+            data, work / f"refresh-pred-{r}", models, work / f"refresh-dead-{r}", "--id-column",
+            "id", "--model-key-column", "key", *(["--resume"] if r else []))), check=True,
+            capture_output=True)
+        newest = max((models / "k-model").glob("ckpt-*.arrow"))
+        return newest.stat().st_mtime, f"@{500 * (r + 1)}"
+
+    train(0)
+    log = open(work / "refresh.log", "w")
+    scoring = subprocess.Popen(unitless_command([
+        "score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id", "--model-dir",
+        str(models), "--predictions", f"kafka://{bootstrap}/{topic}-scores", "--dead-letter",
+        f"kafka://{bootstrap}/{topic}-dead", "--refresh-seconds", str(REFRESH_SECONDS),
+        "--streaming", *runner_args]), stdout=log, stderr=subprocess.STDOUT)
+    stop = threading.Event()
+
+    def steady_load():
+        while not stop.is_set():
+            paced_produce(bootstrap, topic, example_values(1000, 20_000_000), 1000)
+    load = threading.Thread(target=steady_load, daemon=True)
+    load.start()
+    c, tp = consumer(bootstrap, f"{topic}-scores", max_poll_records=50_000)
+    delays = []
+    try:
+        first_seen(c, tp, "@500", 180)
+        for r in range(1, rounds):
+            written, checkpoint = train(r)
+            appended = first_seen(c, tp, checkpoint, 120)
+            delays.append(appended - written)
+            progress(f"checkpoint {checkpoint}: first score {delays[-1]:.2f} s after it")
+    finally:
+        stop.set()
+        scoring.kill()
+        scoring.wait()
+        load.join(10)
+        c.close()
+        log.close()
+    return delays
+
+
+def first_seen(c, tp, checkpoint, timeout):
+    """Append time (s) of the next score whose checkpoint id ends with ``checkpoint``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for m in c.poll(timeout_ms=200).get(tp, []):
+            if json.loads(m.value)["checkpoint_id"].endswith(checkpoint):
+                return m.timestamp / 1000.0
+    raise RuntimeError(f"no score used checkpoint {checkpoint} within {timeout} s")
+
+
 def render(data, seconds, labeled_every):
     rows = []
     for p, r in zip(data["pipeline"], data["relay"]):
@@ -172,7 +243,12 @@ def render(data, seconds, labeled_every):
             "(learned), the rest are served. Producer, broker, pipeline, relay and this script "
             "share the machine's 2 cores; a load above what the pipeline sustains queues up, and "
             "latency then grows with the phase's length. Duplicate predictions seen: "
-            f"{data['duplicates']}.\n")
+            f"{data['duplicates']}.\n"
+            + ("" if not data.get("refresh_s") else
+               f"\nA newer checkpoint's first score, `unitless score --streaming "
+               f"--refresh-seconds {REFRESH_SECONDS:g}` at 1,000 examples/s: "
+               + ", ".join(f"{d:.2f}" for d in data["refresh_s"])
+               + " s after its file was written.\n"))
 
 
 def main():
@@ -194,6 +270,8 @@ def main():
                 runner_args(args.runner, work) as runner:
             progress(f"broker at {kafka.bootstrap_servers}")
             data = run(kafka.bootstrap_servers, work, rates, seconds, labeled_every, runner)
+            if args.runner == "prism":
+                data["refresh_s"] = refresh_delays(kafka.bootstrap_servers, work, runner)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     name = "serving" if args.runner == "prism" else "serving_flink"

@@ -193,6 +193,27 @@ def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_
     assert sorted(m.value for m in dead) == sorted([b"{broken", json.dumps(unknown).encode()])
 
 
+def test_score_takes_the_model_key_from_the_message_key(broker, tmp_path):
+    """Without --model-key-column a message's key is its model key, for scoring as for
+    training: every example finds its model (the reader's check asks for it by that key)."""
+    bootstrap, topic = broker.bootstrap_servers, "score-by-message-key"
+    create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in examples(300, seed=6)))
+    models = str(tmp_path / "models")
+    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                 "segment", "--model-dir", models, "--predictions", str(tmp_path / "pred"),
+                 "--dead-letter", str(tmp_path / "dead")]) == 0
+    fresh = [{k: v for k, v in r.items() if k != "label"} for r in examples(60, seed=7)]
+    produce(bootstrap, topic, fresh)  # (keyed by segment; the field is a feature here)
+    assert main(["score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
+                 "--model-dir", models, "--predictions", f"kafka://{bootstrap}/{topic}-scores",
+                 "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]) == 0
+    scores = [json.loads(m.value) for m in consume_all(bootstrap, f"{topic}-scores", 60)]
+    assert sorted(s["model_key"] for s in scores) == sorted(KEYS[i % 3] for i in range(60))
+    assert consume_all(bootstrap, f"{topic}-dead", 1, timeout=3) == []
+
+
 def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker, tmp_path):
     """The Kafka reader on the FnApiRunner over a real topic: each partition's blocks tile the
     offsets read, the first one's span from -1 (nothing before it is read in this run, so a

@@ -98,14 +98,14 @@ def parse_messages(cfg, partition, records):
     items = list(zip(records.offsets, records.values))
     block, dead = VALUE_FORMATS[cfg.value_format](cfg.spec, source, items)
     block.restarts_midway = True  # resumed at the offsets checkpoints record
-    block, refused = block.screen(cfg.check(block))
-    block.raw = None
-    if len(block):
+    if len(block):  # (before the check: it may ask for a model by key, as scoring does)
         rows = np.searchsorted(np.asarray(records.offsets), block.positions)
         if not cfg.spec.model_key:
             block.keys = string_array([(records.keys[r] or b"").decode("utf-8", "replace")
                                        for r in rows.tolist()])
         block.event_times = np.asarray(records.timestamps, dtype=np.float64)[rows] / 1000.0
+    block, refused = block.screen(cfg.check(block))
+    block.raw = None
     return block, dead + refused
 
 
