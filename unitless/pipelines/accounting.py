@@ -6,8 +6,9 @@ do), and the models grew by the examples learned. Delayed outcomes add their ter
 and to ``Tally.problem``, nothing else. The counts are taken from the steps' outputs themselves
 (the blocks going in, the prediction and dead-letter tables coming out, and each model's
 examples at the end of its input), so a retried or split bundle counts once, as its committed
-outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a bounded input has ended, a run
-whose counts do not add up fails with one line (``AccountingError``).
+outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a
+bounded input has ended, a run whose counts do not add up fails with one line
+(``AccountingError``).
 """
 import typing
 

@@ -202,22 +202,22 @@ class LearnBlocks:
 
     The key may be a group of model keys (``KeyByModel``'s ``model_groups``): the key's state
     then holds the models of all of them together (``ModelGroup``), its blocks hold all of
-    their examples, waiting and released as below as a whole, and each model key's examples
-    are learned by its own model. What is said below of a model holds for each model of a
-    group; a block is learned on arrival only when it continues every model it holds examples
-    of.
+    their examples, waiting and released (``InOrder``) as a whole, and each model key's
+    examples are learned by its own model. What is said below of a model holds for each model
+    of a group; a block is learned on arrival only when it continues every model it holds
+    examples of.
 
     Delivery: a checkpoint records the input positions its model learned up to, and a resumed
-    run starts after them. So before any checkpoint is written, everything this DoFn wrote to
+    run starts after them. So before any checkpoint is written, everything this step wrote to
     its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
     belong to examples after the last checkpoint, which a resumed run learns and predicts again
     (at least once; a duplicate has the same source, position and examples_seen). And as soon
-    as a block of a Kafka partition the model has not learned from arrives, before anything waits
-    to be learned, a checkpoint records where the model starts there (lowered if an earlier
-    block arrives later): a restarted partition then starts no later than that, even when
-    other models have checkpointed far past it (see ``resume_positions``); a file is read
-    again from its start. A retried bundle
-    starts from the state of the last committed one and repeats the same deterministic work.
+    as a block of a Kafka partition the model has not learned from arrives, before anything
+    waits to be learned, a checkpoint records where the model starts there (lowered if an
+    earlier block arrives later): a restarted partition then starts no later than that, even
+    when other models have checkpointed far past it (see ``resume_positions``); a file is read
+    again from its start. A retried bundle starts from the state of the last committed one and
+    repeats the same deterministic work.
 
     Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
     due. Those recording where a model starts in a source, and those at the end of input, are
