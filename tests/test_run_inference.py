@@ -42,7 +42,8 @@ def test_run_inference_with_the_handler_equals_score(tmp_path, runner):
     odd = [("d", {"id": "bad", "x": [1, 2]}), ("z", {"id": "nokey", "x": 1.0})]
     with pipeline(runner) as p:
         results = (p | beam.Create([(r["region"], r) for r in probe] + odd)
-                   | RunInference(ModelDirectoryHandler(str(models), id_column="id")))
+                   | RunInference(ModelDirectoryHandler(str(models), id_column="id",
+                                                        model_key_column="region")))
         rows = results | beam.Map(inferred)
         assert_that(rows | "scored" >> beam.Filter(lambda t: t[3] is None),
                     equal_to(expected), label="as Score")
