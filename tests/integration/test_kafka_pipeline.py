@@ -75,7 +75,7 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     create_topics(bootstrap, f"{topic}-predictions", partitions=5)  # a partition for each key
     rows = examples(900, seed=1)
     bad = [b"{not json", b"\xff\xfe{binary, not UTF-8",
-           json.dumps({"id": "x", "segment": "alpha", "a": 1}).encode(),
+           json.dumps({"id": "x", "segment": "alpha", "label": "nan", "a": 1}).encode(),
            json.dumps({"id": "y", "segment": "alpha", "label": 5, "a": 1}).encode()]
     produce(bootstrap, topic, rows, bad)
     train(tmp_path, bootstrap, topic)
