@@ -195,7 +195,6 @@ def build_scoring(pipeline, cfg, model_dir, streaming=False, refresh_seconds=REF
     """The `unitless score` graph: read ``cfg.inputs`` (files or Kafka), score each example
     with its key's model, write the scores to ``cfg.predictions`` and every dead letter to
     ``cfg.dead_letter``."""
-    load_models(model_dir)  # fails fast on no models
     read = ReadExamples.from_config(cfg, streaming, MissingModel(model_dir, refresh_seconds))
     score = Score(model_dir, refresh_seconds, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
     scores = pipeline | "Read" >> read | score
