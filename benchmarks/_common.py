@@ -420,7 +420,7 @@ def measure(fn, idle=None):
 TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
 
 
-def run_timed(cmd, cwd=ROOT):
+def run_timed(cmd, cwd=ROOT, env=None):
     """Run a command as a process of its own under ``/usr/bin/time -v``: wall s, CPU s
     (user+sys of the child, and each), peak RSS MiB, the 1-min load average before and after,
     its output."""
@@ -429,7 +429,7 @@ def run_timed(cmd, cwd=ROOT):
     load_before = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:

@@ -14,6 +14,8 @@ if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing unitless and its dependencies into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
     "$venv/bin/python" -m pip install --quiet -e "$root[test,bench]" >&2
+    # the learners and readers compiled now, not in the first run (numba's on-disk cache)
+    "$venv/bin/python" -m unitless.compile >&2
     rm -f "$venv"/.installed-*
     touch "$stamp"
 fi

@@ -283,6 +283,7 @@ def _freeze_imports():
 
 
 def train(args, beam_args):
+    from .compile import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training
     pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
@@ -296,6 +297,9 @@ def train(args, beam_args):
                        time.time() - started, _counter(result, "replayed_examples_skipped"),
                        _counter(result, "served_examples"))
     print(render(model_lines(cfg.model_dir, verify=False), counts))
+    notice = compiled_notice()
+    if notice:
+        print(notice)
     print(f"predictions: {where(cfg.predictions)}")
     print(f"models:      {where(cfg.model_dir)}")
     print(f"dead letters: {where(cfg.dead_letter)}")

@@ -6,6 +6,7 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import replace
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -13,8 +14,8 @@ import pyarrow.parquet as pq
 
 from .storage import (atomic_write, join, list_dir, makedirs, match, open_input, open_read,
                       read_bytes, scheme)
-from .formats import (BOM, PARSERS, _csv_fields, block_from_table, check_column_names,
-                      count_byte, csv_table, empty_block, parse_table)
+from .formats import (BOM, _csv_fields, block_from_table, check_column_names, count_byte,
+                      csv_table, empty_block, parse_lines, parse_table)
 from .records import TextLines, arrow_buffer
 
 log = logging.getLogger("unitless")
@@ -57,31 +58,55 @@ def _buffers(f, size, rest=b""):
         yield buffer if buffer.endswith(b"\n") else buffer + b"\n"
 
 
-def _lines(data, first_number):
-    """([(line number, line bytes as read)] of the non-blank lines of a buffer, [for each blank
-    line, how many non-blank lines came before it]). Lines end without their '\\r\\n' or
+@numba.njit(cache=True, nogil=True)
+def _lines(data):
+    """(line index, start, stop) of each non-blank line of a buffer of whole lines, and for each
+    blank line how many non-blank lines came before it. A line stops before its '\\r\\n' or
     '\\n'; a blank line holds nothing but ASCII whitespace."""
-    items, blanks = [], []
-    for number, line in enumerate(data.split(b"\n")[:-1], first_number):
-        line = line.rstrip(b"\r")
-        if line.strip():
-            items.append((number, line))
+    n = 0
+    for b in data:
+        n += b == 10
+    index = np.empty(n, np.int64)
+    starts = np.empty(n, np.int64)
+    stops = np.empty(n, np.int64)
+    blanks = np.empty(n, np.int64)
+    k = n_blank = line = start = 0
+    for i in range(data.shape[0]):
+        if data[i] != 10:
+            continue
+        stop = i
+        while stop > start and data[stop - 1] == 13:
+            stop -= 1
+        blank = True
+        for j in range(start, stop):
+            b = data[j]
+            if not (b == 32 or 9 <= b <= 13):  # (what bytes.strip() strips)
+                blank = False
+                break
+        if blank:
+            blanks[n_blank] = k
+            n_blank += 1
         else:
-            blanks.append(len(items))
-    return items, blanks
+            index[k], starts[k], stops[k] = line, start, stop
+            k += 1
+        line += 1
+        start = i + 1
+    return index[:k], starts[:k], stops[:k], blanks[:n_blank]
 
 
-def _line_chunks(parse, spec, path, data, first_number, chunk_size):
-    """(block, dead letters) for each chunk of a buffer's lines through the format's parser;
-    each block counts the blank lines before its chunk's last line (the last block also those
-    after it), and a buffer of blank lines alone gives one empty block that counts them."""
-    items, blanks = _lines(data, first_number)
-    n_chunks = max(1, -(-len(items) // chunk_size))
-    blank_lines = np.bincount(np.minimum(np.asarray(blanks, np.int64) // chunk_size,
-                                         n_chunks - 1), minlength=n_chunks)
+def _line_chunks(fmt, spec, path, data, first_number, chunk_size):
+    """(block, dead letters) for each chunk of a buffer's lines through ``parse_lines``; each
+    block counts the blank lines before its chunk's last line (the last block also those after
+    it), and a buffer of blank lines alone gives one empty block that counts them."""
+    index, starts, stops, blanks = _lines(np.frombuffer(data, np.uint8))
+    numbers = index + first_number
+    n_chunks = max(1, -(-len(index) // chunk_size))
+    blank_lines = np.bincount(np.minimum(blanks // chunk_size, n_chunks - 1), minlength=n_chunks)
     for k in range(n_chunks):
-        chunk = items[k * chunk_size:(k + 1) * chunk_size]
-        block, dead = parse(spec, path, chunk) if chunk else (empty_block(spec, path), [])
+        chunk = slice(k * chunk_size, (k + 1) * chunk_size)
+        block, dead = (parse_lines(fmt, spec, path, data, starts[chunk], stops[chunk],
+                                   numbers[chunk])
+                       if len(index) else (empty_block(spec, path), []))
         block.blank_lines = int(blank_lines[k])
         yield block, dead
 
@@ -179,7 +204,6 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
                 yield parse_table(spec, path, table, first)
                 first += table.num_rows
         return
-    parse = PARSERS[fmt]
     blank_lines = 0
     with open_input(path) as f:
         number, rest = 1, b""  # line number of the buffer's first line
@@ -194,7 +218,7 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
                     yield block_from_table(spec, path, rows, positions,
                                            TextLines(data, a)), []
             else:
-                for block, dead in _line_chunks(parse, spec, path, data, number, chunk_size):
+                for block, dead in _line_chunks(fmt, spec, path, data, number, chunk_size):
                     blank_lines += block.blank_lines
                     yield block, dead
             number += table.num_rows if table is not None else count_byte(data, ord("\n"))

@@ -23,7 +23,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ..learner import bias_index, hash_feature
+from ..learner.names import FeatureNames
 from .records import DeadLetter, ExampleBlock, arrow_buffer, quoted, string_array
+from .sparse_text import joined, read_block
 
 FORMATS = ("csv", "libsvm", "vw", "jsonl", "parquet")
 DEFAULT_KEY = ""
@@ -303,7 +305,7 @@ class _Builder:
             string_array(self.keys),
             np.asarray(self.labels, dtype=np.float64), np.asarray(self.weights, dtype=np.float64),
             np.asarray(self.indptr, dtype=np.int64), np.asarray(self.indices, dtype=np.int64),
-            np.asarray(self.values, dtype=np.float64), self.names, self.raw)
+            np.asarray(self.values, dtype=np.float64), FeatureNames.of(self.names), self.raw)
 
 
 def empty_block(spec, source):
@@ -569,6 +571,11 @@ _LIBSVM_INDEX = re.compile(r"0*([1-9][0-9]*)")
 def parse_libsvm(spec, source, items):
     """label [qid:n] index:value ...; indices are positive integers, hashed by their decimal
     name like any other feature name; qid is ignored."""
+    return _compiled_first("libsvm", spec, source, items)
+
+
+def _libsvm_lines(spec, source, items):
+    """parse_libsvm, a line at a time."""
     b = _Builder(spec, source)
 
     def one(line):
@@ -595,6 +602,11 @@ def parse_libsvm(spec, source, items):
 
 def parse_vw(spec, source, items):
     """VW text: label [importance] ['tag]|namespace feature[:value] ... |namespace ..."""
+    return _compiled_first("vw", spec, source, items)
+
+
+def _vw_lines(spec, source, items):
+    """parse_vw, a line at a time."""
     b = _Builder(spec, source)
 
     def one(line):
@@ -778,7 +790,7 @@ def block_from_table(spec, source, table, positions, raw):
         X[:, j] = col.to_numpy(zero_copy_only=False)
         if col.null_count:
             X[col.is_null().to_numpy(zero_copy_only=False), j] = 0.0
-    feature_names = {i: "constant" if c is None else c for i, c in features}
+    feature_names = FeatureNames.of({i: "constant" if c is None else c for i, c in features})
     present = X != 0.0
     if present.all():  # dense: every row holds every column
         indptr = np.arange(0, X.size + 1, X.shape[1], dtype=np.int64)
@@ -850,3 +862,30 @@ def _float_schema(spec, schema):
 
 
 PARSERS = {"csv": parse_csv, "libsvm": parse_libsvm, "vw": parse_vw, "jsonl": parse_jsonl}
+# the formats read by the compiled reader first, and their per-line parsers
+LINE_PARSERS = {"libsvm": _libsvm_lines, "vw": _vw_lines}
+
+
+def parse_lines(fmt, spec, source, data, starts, stops, positions):
+    """(block, dead letters) of the lines ``data[starts[r]:stops[r]]`` (bytes) at
+    ``positions``: read by the compiled reader where the format has one and it reads them all,
+    else by the format's parser (a line at a time, or Arrow's for CSV and JSON)."""
+    if fmt in LINE_PARSERS:
+        block = read_block(fmt, spec, source, data, starts, stops, positions)
+        if block is not None:
+            return block, []
+    items = [(p, data[a:b]) for p, a, b in zip(positions.tolist(), starts.tolist(),
+                                                stops.tolist())]
+    return LINE_PARSERS.get(fmt, PARSERS[fmt])(spec, source, items)
+
+
+def _compiled_first(fmt, spec, source, items):
+    """(block, dead letters) of (position, record) items: read by the compiled reader when
+    all are bytes and it reads them all, else a line at a time."""
+    lines = joined([raw for _, raw in items])
+    if lines is not None:
+        positions = np.fromiter((p for p, _ in items), np.int64, len(items))
+        block = read_block(fmt, spec, source, *lines, positions)
+        if block is not None:
+            return block, []
+    return LINE_PARSERS[fmt](spec, source, items)

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..learner import make_batch
+from ..learner.names import FeatureNames, merged_names
 
 
 @dataclass
@@ -19,7 +20,7 @@ class ExampleBlock:
     indptr: np.ndarray      # int64, CSR over hashed feature indices
     indices: np.ndarray
     values: np.ndarray
-    names: dict = field(default_factory=dict)   # feature index -> name, where known
+    names: FeatureNames = field(default_factory=FeatureNames)  # index -> name, where known
     raw: object = None      # raw record per example (indexable), kept at the source only
     event_times: np.ndarray = None  # float seconds since the epoch, where the source has them
     blank_lines: int = 0    # blank lines the reader skipped in this block's chunk of a file
@@ -157,7 +158,7 @@ class ExampleBlock:
                 order), every_key.take(order),
             np.concatenate([b.labels for b in blocks])[order],
             np.concatenate([b.weights for b in blocks])[order], indptr, indices,
-            np.empty(int(lengths.sum())), {i: name for b in blocks for i, name in b.names.items()},
+            np.empty(int(lengths.sum())), merged_names(b.names for b in blocks),
             None, None if any(t is None for t in times) else np.concatenate(times)[order],
             restarts_midway=blocks[0].restarts_midway)
         span = _tiled([b.span for b in blocks])
@@ -235,9 +236,7 @@ class ExampleBlock:
         lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        names = {}
-        for b in blocks:
-            names.update(b.names)
+        names = merged_names(b.names for b in blocks)
         times = [b.event_times for b in blocks]
         block = ExampleBlock(
             blocks[0].source, np.concatenate([b.positions for b in blocks]),

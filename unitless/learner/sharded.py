@@ -155,7 +155,7 @@ def merge(shards):
     for shard in shards:
         slots = model.map_features(shard.slot_index[:shard.n_slots])  # (may grow model.V)
         model.V[:, :, slots] = shard.V[:, :, :shard.n_slots]
-        model.feature_names.update(shard.feature_names)
+        model.name_features(shard.feature_names)
     model.S[...] = first.S
     for j, name in enumerate(first.spec.scalars):
         if name in first.spec.summed:

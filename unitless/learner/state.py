@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import slots
+from .names import FeatureNames
 from .losses import LOSS_CODES, LIPSCHITZ
 from .registry import MAX_MATRIX_DIM, check_hyperparameter, get_algorithm
 
@@ -44,7 +45,7 @@ class LearnerState:
     bias_index: int = -1         # feature index of the constant feature, -1 if none
     examples_seen: int = 0
     cumulative_loss: float = 0.0
-    feature_names: dict = field(default_factory=dict)  # index -> name, where known
+    feature_names: FeatureNames = field(default_factory=FeatureNames)  # where known
     slot_index: np.ndarray = None  # int64 [capacity]: the feature index of each slot
     n_slots: int = 0               # slots taken: one per feature some example has carried
     table: np.ndarray = None       # feature index -> slot (slots.py), with its hash shift
@@ -72,6 +73,11 @@ class LearnerState:
     def initial(self):
         """The value every coordinate of each vector starts at: [len(vectors)]."""
         return np.array([v for _, v in initial_values(self.spec, self.hyperparameters)])
+
+    def name_features(self, names):
+        """Take the names (index -> name) of features not named yet: a feature keeps the first
+        name it was given."""
+        self.feature_names = self.feature_names.merged(names)
 
     def map_features(self, indices):
         """The slots of these feature indices (int64, same shape), giving new features slots.
@@ -159,7 +165,7 @@ class LearnerState:
         return LearnerState(self.algorithm, self.loss, self.dim, self.n_classes,
                             dict(self.hyperparameters), self.V.copy(), self.M.copy(),
                             self.S.copy(), self.bias_index, self.examples_seen,
-                            self.cumulative_loss, dict(self.feature_names),
+                            self.cumulative_loss, self.feature_names,  # (never changed in place)
                             self.slot_index.copy(), self.n_slots, self.table.copy(), self.shift)
 
     def metadata(self):
@@ -234,9 +240,9 @@ def to_arrow(state, extra_metadata=None):
         changed |= (state.M[:, :, order] != 0).any(axis=(0, 3))
     cls, j = np.nonzero(changed)
     idx = active[j]
-    names = [state.feature_names.get(int(i)) for i in idx]
+    names = state.feature_names.lookup(idx)
     columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx.astype(np.int64)),
-               "name": pa.array(names, type=pa.string())}
+               "name": names}
     for v, name in enumerate(spec.vectors):
         columns[name] = pa.array(V[v][cls, j])
     for m, name in enumerate(spec.matrices):
@@ -310,7 +316,8 @@ def from_arrow(table):
         state.S[:, j] = values
     state.examples_seen = examples_seen
     state.cumulative_loss = cumulative_loss
-    state.feature_names = {int(i): n for i, n in zip(idx, names) if n is not None}
+    named = names.is_valid().to_numpy(zero_copy_only=False)
+    state.feature_names = FeatureNames.from_arrays(idx[named], names.filter(pa.array(named)))
     return state
 
 
@@ -387,7 +394,7 @@ def _state_columns(table, spec, dim, n_classes):
     name_column = _column(table, names, "name", nulls=True)
     if not (pa.types.is_string(name_column.type) or pa.types.is_large_string(name_column.type)):
         raise ValueError(f"model column 'name' is {name_column.type}, not string")
-    feature_names = name_column.to_pylist()
+    feature_names = name_column.cast(pa.string()).combine_chunks()  # (a table's column)
     vectors = []
     for name in spec.vectors:
         column = _column(table, names, name)

@@ -201,8 +201,7 @@ class KeyedModel:
         # refused: what a resumed model's settings refuse beyond the source's checks, and
         # examples whose prediction, loss or resulting state would not be finite
         block, dead = block.screen(refused)
-        for i, name in block.names.items():
-            self.state.feature_names.setdefault(i, name)
+        self.state.name_features(block.names)
         return self._predictions(block, result, start), dead, skipped
 
     def _predictions(self, block, result, start):

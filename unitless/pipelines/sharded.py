@@ -59,6 +59,7 @@ from ..connectors.sinks import open_sink
 from ..connectors.storage import unique_token
 from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.examples import Batch
+from ..learner.names import FeatureNames, merged_names
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
 from .accounting import ACCOUNTS, Tally
@@ -224,21 +225,17 @@ class CutRounds:
                              None if event_times is None else event_times[a:b])
             checkpoint = self._checkpoint_due(rounds)
             for s, part in enumerate(split_batch(batch.slice(a, b), self.cfg.shards)):
-                yield (key, s), Round(rounds.next_round, part, shard_names[s] if a == 0 else {},
+                yield (key, s), Round(rounds.next_round, part, shard_names[s] if a == 0 else FeatureNames(),
                                       checkpoint, meta if s == 0 else None,
                                       dict(rounds.positions))
             rounds.next_round += 1
 
     def _names_by_shard(self, blocks):
         """The blocks' feature names (index -> name), split by the shard holding each."""
-        names = {}
-        for b in blocks:
-            names.update(b.names)
-        where = shard_of(np.fromiter(names, dtype=np.int64, count=len(names)), self.cfg.shards)
-        by_shard = [{} for _ in range(self.cfg.shards)]
-        for (index, name), s in zip(names.items(), where.tolist()):
-            by_shard[s][index] = name
-        return by_shard
+        names = merged_names(b.names for b in blocks)
+        where = shard_of(names.indices, self.cfg.shards)
+        return [FeatureNames(names.indices[where == s], names.names.filter(pa.array(where == s)))
+                for s in range(self.cfg.shards)]
 
     def _checkpoint_due(self, rounds):
         every, seconds = self.cfg.checkpoint_every, self.cfg.checkpoint_seconds
@@ -323,8 +320,7 @@ def apply_delta(state, data):
     state.V[:, :, touched] = values
     state.S[...] = S
     state.examples_seen, state.cumulative_loss = examples_seen, cumulative_loss
-    for index, name in names.items():
-        state.feature_names.setdefault(index, name)
+    state.name_features(names)
 
 
 class ShardDoFn(beam.DoFn):
@@ -483,8 +479,7 @@ class ShardDoFn(beam.DoFn):
             update_part(shard.state, r.batch, part, gradients, scalars)
             start = shard.state.examples_seen
             count_learned(shard.state, result.losses)
-            for index, name in r.names.items():
-                shard.state.feature_names.setdefault(index, name)
+            shard.state.name_features(r.names)
             delta = state_delta(shard, r.batch, r.names)
             if shard.delta_bytes + len(delta) > 4 * shard.base_bytes:  # O(1) a round
                 self._compact(shard, base, deltas)  # (before the next round's prediction)

@@ -1,0 +1,181 @@
+"""Sparse text data end to end: `unitless train` on VW text and on libsvm against Vowpal Wabbit
+(VW) on the same examples, and the compiled reader's parse rate alone.
+
+Data: N examples of 40 features each, names drawn Zipf-like (exponent 1.1) from 2^18, each name
+with its own scale 10^u, u uniform in [-3, 3] (six orders of magnitude), values written with 6
+significant digits; labels ±1 from a logistic model in the unscaled features. Written once as VW
+text (``label | f17:0.25 ...``, hashed into 2^24 by both tools) and once as libsvm (``label
+18:0.25 ...``). VW reads only its own text format, so VW's time on the VW file is the reference
+for both.
+
+Each command runs as a process of its own, alternated A/B/C per repetition:
+* VW's own driver: ``python -m vowpalwabbit -d FILE -b 24 --loss_function logistic -p PREDS``
+  (its parser thread and learner; the wheel has no ``vw`` executable);
+* ``unitless train --format vw|libsvm --bits 24 --loss logistic`` (default learner, FnApiRunner,
+  parquet predictions).
+Every example must be predicted once, with no dead letters.
+
+    .venv/bin/python benchmarks/sparse.py [--quick] [--examples N] [--repeats R]
+
+Writes benchmarks/results/sparse{.md,.json} (``--quick``: results/tmp/sparse_quick.*).
+"""
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (fnum, header, parse_args, progress, relative_command,  # noqa: E402
+                     result_name, run_timed, scratch, table, unitless_command, write_results)
+from _vw import vw_average_loss, vw_command, vw_examples  # noqa: E402
+from pipeline import append_lines  # noqa: E402
+
+NAMES, FEATURES, BITS = 1 << 18, 40, 24
+
+
+def write_data(directory, n, seed=5, chunk=100_000):
+    """The VW text and libsvm files of n examples; (paths, features written)."""
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.uniform(-3, 3, NAMES)
+    weight = rng.normal(0, 1, NAMES)
+    paths = {"vw": directory / "data.vw", "libsvm": directory / "data.libsvm"}
+    for p in paths.values():
+        p.write_text("")
+    for a in range(0, n, chunk):
+        m = min(chunk, n - a)
+        names = (rng.zipf(1.1, m * FEATURES) - 1) % NAMES
+        x = rng.normal(0, 1, m * FEATURES)
+        margin = (x * weight[names]).reshape(m, FEATURES).sum(axis=1) / np.sqrt(FEATURES)
+        y = np.where(rng.random(m) < 1 / (1 + np.exp(-margin)), 1, -1)
+        values = _six_digits(x * scale[names])
+        labels = pc.cast(pa.array(y), pa.string())
+        offsets = pa.array(np.arange(0, m * FEATURES + 1, FEATURES, dtype=np.int32))
+        for fmt, prefix, first in (("vw", "f", 0), ("libsvm", "", 1)):
+            ids = pc.cast(pa.array(names + first), pa.string())
+            tokens = pc.binary_join_element_wise(pa.scalar(prefix), ids, pa.scalar(":"), values,
+                                                 "")
+            rows = pc.binary_join(pa.ListArray.from_arrays(offsets, tokens), " ")
+            head = pc.binary_join_element_wise(labels, pa.scalar(" |" if fmt == "vw" else ""),
+                                               "")
+            append_lines(paths[fmt], pc.binary_join_element_wise(head, rows, " "))
+    return paths
+
+
+def _six_digits(v):
+    """v as text with 6 significant digits, d.ddddde±x (Arrow string array)."""
+    e = np.floor(np.log10(np.abs(v))).astype(np.int64)
+    m = np.round(np.abs(v) / 10.0 ** (e - 5)).astype(np.int64)
+    carry = m >= 1_000_000
+    m, e = np.where(carry, m // 10, m), e + carry
+    text = [pa.array(np.where(v < 0, "-", "")), _text(m // 100_000), pa.scalar("."),
+            pc.utf8_lpad(_text(m % 100_000), 5, "0"), pa.scalar("e"), _text(e)]
+    return pc.binary_join_element_wise(*text, "")
+
+
+def _text(ints):
+    return pc.cast(pa.array(ints), pa.string())
+
+
+def run_ours(work, fmt, path, n):
+    from unitless.connectors.files import read_output
+    out = work / f"ours_{fmt}"
+    shutil.rmtree(out, ignore_errors=True)
+    r = run_timed(unitless_command([
+        "train", "--input", str(path), "--format", fmt, "--bits", str(BITS), "--loss",
+        "logistic", "--predictions", str(out / "predictions"), "--model-dir",
+        str(out / "models"), "--dead-letter", str(out / "dead")]))
+    preds, dead = read_output(str(out / "predictions")), read_output(str(out / "dead"))
+    if preds is None or preds.num_rows != n or dead is not None:
+        raise RuntimeError(f"{fmt}: {0 if preds is None else preds.num_rows} predictions, "
+                           f"{0 if dead is None else dead.num_rows} dead letters for {n}")
+    r["progressive_loss"] = float(pc.mean(preds.column("loss")).as_py())
+    shutil.rmtree(out, ignore_errors=True)
+    return r
+
+
+def run_vw(work, path, n):
+    preds = work / "vw.preds"
+    r = run_timed(vw_command("-d", path, "-b", BITS, "--loss_function", "logistic", "-p", preds))
+    if vw_examples(r["stderr"]) != n:
+        raise RuntimeError(f"VW read {vw_examples(r['stderr'])} examples of {n}")
+    r["progressive_loss"] = vw_average_loss(r["stderr"])
+    preds.unlink()
+    return r
+
+
+def parse_rate(path, fmt, limit_bytes=64 << 20):
+    """Features/s of the compiled reader alone (read_file over the first ``limit_bytes`` of the
+    file, in this process, after one warm-up pass that compiles)."""
+    from unitless.connectors.files import read_file
+    from unitless.connectors.formats import RecordSpec
+    sample = path.parent / f"sample.{fmt}"
+    with open(path, "rb") as f:
+        data = f.read(limit_bytes)
+    sample.write_bytes(data[:data.rfind(b"\n") + 1])
+    spec = RecordSpec(bits=BITS)
+    rates = []
+    for _ in range(4):
+        t = time.perf_counter()
+        features = sum(len(b.values) - len(b) for b, _ in read_file(str(sample), fmt, spec))
+        rates.append(features / (time.perf_counter() - t))
+    sample.unlink()
+    return max(rates[1:]), features
+
+
+def main():
+    args = parse_args(__doc__, examples=(int, None), repeats=(int, None))
+    n = args.examples or (20_000 if args.quick else 1_000_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    h = header()
+    runs = {"vw": [], "ours_vw": [], "ours_libsvm": []}
+    with scratch(None, "sparse_") as work:
+        paths = write_data(work, n)
+        sizes = {fmt: p.stat().st_size for fmt, p in paths.items()}
+        progress(f"data written: {n:,} examples, {sizes['vw'] / 2**20:.0f} MiB of VW text")
+        rates = {fmt: parse_rate(p, fmt) for fmt, p in paths.items()}
+        for rep in range(repeats):
+            runs["vw"].append(run_vw(work, paths["vw"], n))
+            for fmt in ("vw", "libsvm"):
+                runs[f"ours_{fmt}"].append(run_ours(work, fmt, paths[fmt], n))
+            progress(f"repetition {rep + 1}: " + ", ".join(
+                f"{k} {v[-1]['wall_s']:.1f} s" for k, v in runs.items()))
+    vw_walls = [r["wall_s"] for r in runs["vw"]]
+    rows = []
+    for name, rs in runs.items():
+        walls = [r["wall_s"] for r in rs]
+        ratios = [w / v for w, v in zip(walls, vw_walls)]
+        rows.append([name, f"{min(walls):.2f}–{max(walls):.2f}", f"{n / max(walls):,.0f}–"
+                     f"{n / min(walls):,.0f}", f"{min(r['cpu_s'] for r in rs):.1f}",
+                     f"{max(r['max_rss_mib'] for r in rs):,.0f}",
+                     f"{min(ratios):.2f}–{max(ratios):.2f}", fnum(rs[0]["progressive_loss"], 4)])
+    commands = "\n".join(f"* {k}: `{relative_command(v[0]['command'])}`" for k, v in runs.items())
+    body = f"""
+{n:,} examples of {FEATURES} features (names Zipf-like over 2^18, per-name scales 10^-3…10^3,
+6 significant digits), hashed into 2^{BITS}: VW text {sizes['vw'] / 2**20:,.0f} MiB, libsvm
+{sizes['libsvm'] / 2**20:,.0f} MiB. {repeats} repetitions, VW and ours alternated; each ratio
+is a run's wall time over VW's in the same repetition.
+
+{table(["command", "wall s", "examples/s", "CPU s (min)", "peak RSS MiB", "wall / VW's",
+        "progressive loss"], rows)}
+
+Parse alone (`read_file`, compiled reader, warm): VW text
+{rates['vw'][0] / 1e6:.1f}M features/s, libsvm {rates['libsvm'][0] / 1e6:.1f}M features/s
+(one core; best of three passes over the first 64 MiB).
+
+Commands:
+{commands}
+"""
+    out = {"examples": n, "repeats": repeats, "bytes": sizes,
+           "parse_features_per_s": {k: v[0] for k, v in rates.items()},
+           "runs": {k: [{x: y for x, y in r.items() if x not in ("stdout", "stderr")}
+                        for r in v] for k, v in runs.items()}}
+    write_results(result_name("sparse", args.quick),
+                  "Sparse text end to end: unitless train against Vowpal Wabbit", h, body, out)
+
+
+if __name__ == "__main__":
+    main()
