@@ -80,9 +80,9 @@ def _text(ints):
     return pc.cast(pa.array(ints), pa.string())
 
 
-def run_ours(work, fmt, path, n):
+def run_ours(work, fmt, path, n, name=None):
     from unitless.connectors.files import read_output
-    out = work / f"ours_{fmt}"
+    out = work / (name or f"ours_{fmt}")
     shutil.rmtree(out, ignore_errors=True)
     r = run_timed(unitless_command([
         "train", "--input", str(path), "--format", fmt, "--bits", str(BITS), "--loss",
@@ -126,14 +126,22 @@ def parse_rate(path, fmt, limit_bytes=64 << 20):
     return max(rates[1:]), features
 
 
+def _range(rs):
+    walls = [r["wall_s"] for r in rs]
+    return f"{min(walls):.2f}–{max(walls):.2f}"
+
+
 def main():
     args = parse_args(__doc__, examples=(int, None), repeats=(int, None))
     n = args.examples or (20_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
     h = header()
-    runs = {"vw": [], "ours_vw": [], "ours_libsvm": []}
+    runs = {"vw": [], "ours_vw": [], "ours_libsvm": [], "ours_vw_one_line": []}
     with scratch(None, "sparse_") as work:
         paths = write_data(work, n)
+        one_line = work / "one.vw"
+        with open(paths["vw"], "rb") as f:
+            one_line.write_bytes(f.readline())
         sizes = {fmt: p.stat().st_size for fmt, p in paths.items()}
         progress(f"data written: {n:,} examples, {sizes['vw'] / 2**20:.0f} MiB of VW text")
         rates = {fmt: parse_rate(p, fmt) for fmt, p in paths.items()}
@@ -141,11 +149,15 @@ def main():
             runs["vw"].append(run_vw(work, paths["vw"], n))
             for fmt in ("vw", "libsvm"):
                 runs[f"ours_{fmt}"].append(run_ours(work, fmt, paths[fmt], n))
+            # the fixed cost of a run: Python, Beam, building and starting the pipeline
+            runs["ours_vw_one_line"].append(run_ours(work, "vw", one_line, 1, "one"))
             progress(f"repetition {rep + 1}: " + ", ".join(
                 f"{k} {v[-1]['wall_s']:.1f} s" for k, v in runs.items()))
     vw_walls = [r["wall_s"] for r in runs["vw"]]
     rows = []
     for name, rs in runs.items():
+        if name == "ours_vw_one_line":
+            continue
         walls = [r["wall_s"] for r in rs]
         ratios = [w / v for w, v in zip(walls, vw_walls)]
         rows.append([name, f"{min(walls):.2f}–{max(walls):.2f}", f"{n / max(walls):,.0f}–"
@@ -161,6 +173,9 @@ is a run's wall time over VW's in the same repetition.
 
 {table(["command", "wall s", "examples/s", "CPU s (min)", "peak RSS MiB", "wall / VW's",
         "progressive loss"], rows)}
+
+A run over a one-line file (the fixed cost: starting Python, importing Beam, building and
+running the pipeline, writing the outputs) took {_range(runs["ours_vw_one_line"])} s.
 
 Parse alone (`read_file`, compiled reader, warm): VW text
 {rates['vw'][0] / 1e6:.1f}M features/s, libsvm {rates['libsvm'][0] / 1e6:.1f}M features/s

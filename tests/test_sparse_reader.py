@@ -197,3 +197,28 @@ def test_kafka_messages_take_the_compiled_path():
     expected, _ = per_line("vw", RecordSpec(require_label=False), values, first=100)
     expected.source = "topic/0"
     assert_same_block(block, expected)
+
+
+def test_the_format_table_says_which_formats_a_kafka_message_may_be():
+    from unitless.pipelines.config import resolve_inputs
+    assert resolve_inputs("kafka://localhost:9092/t", "libsvm") == (["kafka://localhost:9092/t"],
+                                                                     "libsvm")
+    with pytest.raises(ValueError, match="Kafka messages cannot be parquet"):
+        resolve_inputs("kafka://localhost:9092/t", "parquet")
+
+
+@pytest.mark.parametrize("fmt", ["vw", "libsvm"])
+def test_long_rows_with_repeated_features_read_alike(fmt):
+    """Rows of hundreds of features, many repeated (summed in the order written) and some
+    cancelling to zero, in 2^6 indices: the long-row sort, and colliding names."""
+    rng = random.Random(13)
+    spec = RecordSpec(bits=6)
+    lines = []
+    for _ in range(50):
+        features = [(rng.randint(1, 90), rng.choice(["1", "-1", "0.1", "0.2", "-0.3", "2.5e-1"]))
+                    for _ in range(rng.randint(60, 400))]
+        text = " ".join(f"{i}:{v}" if fmt == "libsvm" else f"f{i}:{v}" for i, v in features)
+        lines.append(f"1 {text}".encode() if fmt == "libsvm" else f"1 | {text}".encode())
+    expected, dead = per_line(fmt, spec, lines)
+    assert not dead
+    assert_same_block(compiled(fmt, spec, lines), expected)

@@ -16,8 +16,7 @@ from importlib import resources
 from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
-from .connectors.files import OUTPUT_FORMATS  # noqa: E402
-from .connectors.formats import FORMATS  # noqa: E402
+from .connectors.format_table import FORMATS, OUTPUT_FORMATS  # noqa: E402
 from .connectors.kafka import is_kafka  # noqa: E402
 from .connectors.storage import is_dir, where  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402

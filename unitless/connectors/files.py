@@ -1,25 +1,25 @@
 """File sources (paths and globs on any file system, gzip) and the per-bundle file sinks."""
-import base64
-import json
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import replace
+from functools import partial
 
 import numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .storage import (atomic_write, join, list_dir, makedirs, match, open_input, open_read,
                       read_bytes, scheme)
+from .format_table import FORMATS, OUTPUT_FORMATS
 from .formats import (BOM, _csv_fields, block_from_table, check_column_names, count_byte,
-                      csv_table, empty_block, parse_lines, parse_table)
-from .records import TextLines, arrow_buffer
+                      csv_table, empty_block, parse_table)
+from .records import TextLines
+from .sparse_text import read_block
 
 log = logging.getLogger("unitless")
-OUTPUT_FORMATS = ("parquet", "jsonl", "csv")
 
 
 def expand_inputs(patterns):
@@ -95,7 +95,7 @@ def _lines(data):
 
 
 def _line_chunks(fmt, spec, path, data, first_number, chunk_size):
-    """(block, dead letters) for each chunk of a buffer's lines through ``parse_lines``; each
+    """(block, dead letters) for each chunk of a buffer's lines through ``_parse_lines``; each
     block counts the blank lines before its chunk's last line (the last block also those after
     it), and a buffer of blank lines alone gives one empty block that counts them."""
     index, starts, stops, blanks = _lines(np.frombuffer(data, np.uint8))
@@ -104,11 +104,25 @@ def _line_chunks(fmt, spec, path, data, first_number, chunk_size):
     blank_lines = np.bincount(np.minimum(blanks // chunk_size, n_chunks - 1), minlength=n_chunks)
     for k in range(n_chunks):
         chunk = slice(k * chunk_size, (k + 1) * chunk_size)
-        block, dead = (parse_lines(fmt, spec, path, data, starts[chunk], stops[chunk],
-                                   numbers[chunk])
+        block, dead = (_parse_lines(fmt, spec, path, data, starts[chunk], stops[chunk],
+                                    numbers[chunk])
                        if len(index) else (empty_block(spec, path), []))
         block.blank_lines = int(blank_lines[k])
         yield block, dead
+
+
+def _parse_lines(fmt, spec, source, data, starts, stops, positions):
+    """(block, dead letters) of the lines ``data[starts[r]:stops[r]]`` at ``positions``: read by
+    the compiled reader where the format has one and it reads them all, else by the format's
+    parser (a line at a time, or Arrow's for CSV and JSON)."""
+    line_by_line = FORMATS[fmt].line_by_line
+    if line_by_line:
+        block = read_block(fmt, spec, source, data, starts, stops, positions)
+        if block is not None:
+            return block, []
+    items = [(p, data[a:b]) for p, a, b in zip(positions.tolist(), starts.tolist(),
+                                                stops.tolist())]
+    return (line_by_line or FORMATS[fmt].parse)(spec, source, items)
 
 
 def _whole_buffer_csv(spec, data):
@@ -189,7 +203,7 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     whole by Arrow; any other buffer, or one Arrow refuses, goes line by line through the
     format's parser, which sends each bad record to the dead letters with its bytes as read.
     Blank lines are skipped, counted in ``blank_lines`` of the block of their chunk, and logged
-    per file.
+    per file. The next buffer is parsed on another thread while this one's blocks are handed on.
     """
     if fmt == "parquet":
         first = 0
@@ -209,21 +223,48 @@ def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
         number, rest = 1, b""  # line number of the buffer's first line
         if fmt == "csv":
             spec, rest, number = _csv_header(f, path, spec)
-        for data in _buffers(f, buffer_bytes, rest):
-            table = _whole_buffer_csv(spec, data) if fmt == "csv" else None
-            if table is not None:
-                for a in range(0, table.num_rows, chunk_size):
-                    rows = table.slice(a, chunk_size)
-                    positions = np.arange(number + a, number + a + rows.num_rows)
-                    yield block_from_table(spec, path, rows, positions,
-                                           TextLines(data, a)), []
-            else:
-                for block, dead in _line_chunks(fmt, spec, path, data, number, chunk_size):
-                    blank_lines += block.blank_lines
-                    yield block, dead
-            number += table.num_rows if table is not None else count_byte(data, ord("\n"))
+        jobs = (partial(_buffer_blocks, fmt, spec, path, data, first, chunk_size)
+                for data, first in _numbered(_buffers(f, buffer_bytes, rest), number))
+        for blocks in _ahead(jobs):
+            for block, dead in blocks:
+                blank_lines += block.blank_lines
+                yield block, dead
     if blank_lines:
         log.info("%s: skipped %d blank lines", path, blank_lines)
+
+
+def _numbered(buffers, number):
+    """(buffer, line number of its first line) of consecutive buffers of whole lines."""
+    for data in buffers:
+        yield data, number
+        number += count_byte(data, ord("\n"))
+
+
+def _buffer_blocks(fmt, spec, path, data, number, chunk_size):
+    """[(block, dead letters)] of a buffer's chunks: a CSV buffer without quotes or blank lines
+    parsed whole by Arrow, any other through ``_line_chunks``."""
+    table = _whole_buffer_csv(spec, data) if fmt == "csv" else None
+    if table is None:
+        return list(_line_chunks(fmt, spec, path, data, number, chunk_size))
+    return [(block_from_table(spec, path, table.slice(a, chunk_size),
+                              np.arange(number + a, number + min(a + chunk_size, table.num_rows)),
+                              TextLines(data, a)), [])
+            for a in range(0, table.num_rows, chunk_size)]
+
+
+def _ahead(jobs):
+    """Each job's result, in order, the next job running on a thread of its own while this
+    result is consumed: parsing a buffer (compiled code that lets go of the GIL, and Arrow's)
+    overlaps with what is done with the blocks of the one before."""
+    with ThreadPoolExecutor(1, thread_name_prefix="unitless-read-ahead") as pool:
+        pending = None
+        for job in jobs:
+            running = pool.submit(job)
+            if pending is not None:
+                yield pending.result()
+            pending = running
+        if pending is not None:
+            yield pending.result()
 
 
 def write_table(directory, table, fmt):
@@ -235,64 +276,19 @@ def write_table(directory, table, fmt):
 
 
 def table_bytes(table, fmt):
-    """The table as the bytes of a parquet, csv or jsonl file."""
-    if fmt == "jsonl":
-        binary = {f.name for f in table.schema
-                  if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
-        return "".join(json.dumps(_json_row(row, binary), ensure_ascii=False) + "\n"
-                       for row in table.to_pylist()).encode("utf-8")
-    sink = pa.BufferOutputStream()
-    if fmt == "parquet":
-        # dictionary-encoded: the text columns (a prediction's model key, source and checkpoint
-        # repeat); not numbers, which rarely repeat and which Arrow otherwise tries first:
-        # writing 1M predictions 0.40 -> 0.18 s, files as large
-        text = [f.name for f in table.schema if pa.types.is_string(f.type)
-                or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type)]
-        pq.write_table(table, sink, use_dictionary=text)
-    elif fmt == "csv":
-        pacsv.write_csv(table, sink)
-    else:
+    """The table as the bytes of a file in one of the OUTPUT_FORMATS."""
+    if fmt not in OUTPUT_FORMATS:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {OUTPUT_FORMATS}")
-    return sink.getvalue().to_pybytes()
-
-
-def _json_row(row, binary):
-    """A row for JSON output. JSON cannot carry arbitrary bytes, so each binary column (a dead
-    letter's ``raw`` record) is written as text when its bytes are valid UTF-8 (else null),
-    followed by ``<column>_base64``, the exact bytes (null only for a null)."""
-    if not binary:
-        return row
-    out = {}
-    for name, value in row.items():
-        if name in binary:
-            out[name] = _utf8_or_none(value)
-            out[name + "_base64"] = (None if value is None
-                                     else base64.b64encode(value).decode("ascii"))
-        else:
-            out[name] = value
-    return out
-
-
-def _utf8_or_none(data):
-    try:
-        return data.decode("utf-8")
-    except (AttributeError, UnicodeDecodeError):
-        return None
+    return FORMATS[fmt].write(table)
 
 
 def read_output(directory):
     """All part files of an output directory as one Arrow table (for tests and users)."""
     tables = []
     for name in list_dir(directory)[0]:
-        if not name.startswith("part-"):
-            continue
-        data = read_bytes(join(directory, name))  # (Arrow reads a copy in its own memory:
-        if name.endswith(".parquet"):             # see records.arrow_buffer)
-            tables.append(pq.read_table(pa.BufferReader(arrow_buffer(data))))
-        elif name.endswith(".csv"):
-            tables.append(pacsv.read_csv(pa.BufferReader(arrow_buffer(data))))
-        elif name.endswith(".jsonl"):
-            rows = [json.loads(line) for line in data.splitlines() if line.strip()]
-            if rows:
-                tables.append(pa.Table.from_pylist(rows))
+        fmt = name.rsplit(".", 1)[-1]
+        if name.startswith("part-") and fmt in OUTPUT_FORMATS:
+            table = FORMATS[fmt].read(read_bytes(join(directory, name)))
+            if table is not None:
+                tables.append(table)
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

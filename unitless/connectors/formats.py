@@ -27,7 +27,6 @@ from ..learner.names import FeatureNames
 from .records import DeadLetter, ExampleBlock, arrow_buffer, quoted, string_array
 from .sparse_text import joined, read_block
 
-FORMATS = ("csv", "libsvm", "vw", "jsonl", "parquet")
 DEFAULT_KEY = ""
 BOM = b"\xef\xbb\xbf"
 # a JSON record is an object of scalars, with at most one nested "features" object of scalars
@@ -571,7 +570,7 @@ _LIBSVM_INDEX = re.compile(r"0*([1-9][0-9]*)")
 def parse_libsvm(spec, source, items):
     """label [qid:n] index:value ...; indices are positive integers, hashed by their decimal
     name like any other feature name; qid is ignored."""
-    return _compiled_first("libsvm", spec, source, items)
+    return _compiled_first("libsvm", spec, source, items, _libsvm_lines)
 
 
 def _libsvm_lines(spec, source, items):
@@ -602,7 +601,7 @@ def _libsvm_lines(spec, source, items):
 
 def parse_vw(spec, source, items):
     """VW text: label [importance] ['tag]|namespace feature[:value] ... |namespace ..."""
-    return _compiled_first("vw", spec, source, items)
+    return _compiled_first("vw", spec, source, items, _vw_lines)
 
 
 def _vw_lines(spec, source, items):
@@ -861,31 +860,13 @@ def _float_schema(spec, schema):
                                else pa.float64()) for f in schema])
 
 
-PARSERS = {"csv": parse_csv, "libsvm": parse_libsvm, "vw": parse_vw, "jsonl": parse_jsonl}
-# the formats read by the compiled reader first, and their per-line parsers
-LINE_PARSERS = {"libsvm": _libsvm_lines, "vw": _vw_lines}
-
-
-def parse_lines(fmt, spec, source, data, starts, stops, positions):
-    """(block, dead letters) of the lines ``data[starts[r]:stops[r]]`` (bytes) at
-    ``positions``: read by the compiled reader where the format has one and it reads them all,
-    else by the format's parser (a line at a time, or Arrow's for CSV and JSON)."""
-    if fmt in LINE_PARSERS:
-        block = read_block(fmt, spec, source, data, starts, stops, positions)
-        if block is not None:
-            return block, []
-    items = [(p, data[a:b]) for p, a, b in zip(positions.tolist(), starts.tolist(),
-                                                stops.tolist())]
-    return LINE_PARSERS.get(fmt, PARSERS[fmt])(spec, source, items)
-
-
-def _compiled_first(fmt, spec, source, items):
+def _compiled_first(fmt, spec, source, items, line_by_line):
     """(block, dead letters) of (position, record) items: read by the compiled reader when
-    all are bytes and it reads them all, else a line at a time."""
+    all are bytes and it reads them all, else by ``line_by_line``."""
     lines = joined([raw for _, raw in items])
     if lines is not None:
         positions = np.fromiter((p for p, _ in items), np.int64, len(items))
         block = read_block(fmt, spec, source, *lines, positions)
         if block is not None:
             return block, []
-    return LINE_PARSERS[fmt](spec, source, items)
+    return line_by_line(spec, source, items)

@@ -16,14 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .formats import parse_csv, parse_jsonl, parse_vw
+from .format_table import FORMATS
 from .kafka_clients import choose, client_settings, partition_offsets
 from .records import string_array
 
 log = logging.getLogger("unitless")
 PREDICTION_SCHEMA_ID = "unitless.prediction/2"
 UNBOUNDED = (1 << 63) - 1
-VALUE_FORMATS = {"jsonl": parse_jsonl, "vw": parse_vw, "csv": parse_csv}
 CLIENT_SETTING = "unitless.kafka_client"  # the client, among a topic's settings
 
 
@@ -96,7 +95,7 @@ def parse_messages(cfg, partition, records):
     key; event times are the messages' timestamps."""
     source = f"{cfg.topic.topic}/{partition}"
     items = list(zip(records.offsets, records.values))
-    block, dead = VALUE_FORMATS[cfg.value_format](cfg.spec, source, items)
+    block, dead = FORMATS[cfg.value_format].parse(cfg.spec, source, items)
     block.restarts_midway = True  # resumed at the offsets checkpoints record
     if len(block):  # (before the check: it may ask for a model by key, as scoring does)
         rows = np.searchsorted(np.asarray(records.offsets), block.positions)

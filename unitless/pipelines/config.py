@@ -9,8 +9,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..connectors.files import OUTPUT_FORMATS, expand_inputs
-from ..connectors.formats import FORMATS, LabelMap, RecordSpec, check_column_names
+from ..connectors.files import expand_inputs
+from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
+from ..connectors.formats import LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
@@ -167,6 +168,9 @@ def resolve_inputs(inputs, fmt=None):
     if is_kafka(inputs[0]):
         if len(inputs) > 1:
             raise ValueError("read one Kafka topic per run, or files, not both")
+        if fmt is not None and fmt not in VALUE_FORMATS:
+            raise ValueError(f"Kafka messages cannot be {fmt}; choose one of: "
+                             f"{', '.join(VALUE_FORMATS)}")
         return list(inputs), fmt or "jsonl"
     files = [resolve(f) for f in expand_inputs(inputs)]
     if fmt is None:
@@ -184,10 +188,6 @@ def resolve_inputs(inputs, fmt=None):
                 "per run")
         fmt = next(iter(formats))
     return files, fmt
-
-
-EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
-              ".vw": "vw", ".libsvm": "libsvm", ".svm": "libsvm", ".svmlight": "libsvm"}
 
 
 def configure(inputs=None, scoring=False, **options):

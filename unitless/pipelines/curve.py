@@ -21,12 +21,13 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from ..connectors.format_table import FORMATS, OUTPUT_FORMATS
 from ..connectors.records import clip
 
 log = logging.getLogger("unitless")
 COLUMNS = {"model_key": pa.string(), "examples_seen": pa.int64(), "loss": pa.float64(),
            "error": pa.float64(), "served": pa.bool_()}
-SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+SUFFIXES = tuple(ending for name in OUTPUT_FORMATS for ending in FORMATS[name].extensions)
 
 
 def prediction_files(paths):
