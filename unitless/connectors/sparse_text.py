@@ -8,11 +8,11 @@ a line it cannot read exactly (malformed, not ASCII, a label mapping that refuse
 left to them whole, and they refuse or read each line as they always have. So this pass never
 decides what is a bad record, and a chunk with one is exactly as slow as before.
 
-Numbers are Python's ``float`` of their text, bit for bit: a decimal of at most 15 significant
-digits and a power of ten within 10^±22 is one float64 multiplication or division of two exact
-operands (Clinger's fast path), which IEEE rounds correctly; any other decimal goes to Arrow's
-cast (fast_float), correctly rounded too. Text that is no plain decimal ('1_0', 'inf', 'nan') is
-left to the per-line parser.
+Numbers are Python's ``float`` of their text, bit for bit: a decimal whose digits make an
+integer below 2^53, with a power of ten within 10^±22, is one float64 multiplication or division
+of two exact operands (Clinger's fast path), which IEEE rounds correctly; any other decimal goes
+to Arrow's cast (fast_float), correctly rounded too. Text that is no plain decimal ('1_0',
+'inf', 'nan') is left to the per-line parser.
 """
 import numba
 import numpy as np
