@@ -177,9 +177,9 @@ is a run's wall time over VW's in the same repetition.
 A run over a one-line file (the fixed cost: starting Python, importing Beam, building and
 running the pipeline, writing the outputs) took {_range(runs["ours_vw_one_line"])} s.
 
-Parse alone (`read_file`, compiled reader, warm): VW text
-{rates['vw'][0] / 1e6:.1f}M features/s, libsvm {rates['libsvm'][0] / 1e6:.1f}M features/s
-(one core; best of three passes over the first 64 MiB).
+Reading alone (`read_file`: the compiled reader, each buffer parsed on a thread while the one
+before is handed on; warm, best of three passes over the first 64 MiB): VW text
+{rates['vw'][0] / 1e6:.1f}M features/s, libsvm {rates['libsvm'][0] / 1e6:.1f}M features/s.
 
 Commands:
 {commands}

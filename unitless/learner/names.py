@@ -72,14 +72,16 @@ class FeatureNames(Mapping):
         other = FeatureNames.of(other)
         if not len(self.indices):
             return other
-        at = np.minimum(np.searchsorted(self.indices, other.indices), len(self.indices) - 1)
-        new = self.indices[at] != other.indices
+        at = np.searchsorted(self.indices, other.indices)
+        new = self.indices[np.minimum(at, len(self.indices) - 1)] != other.indices
         if not new.any():
             return self
-        # two sorted runs: a stable sort of them is a merge
-        return FeatureNames.from_arrays(
-            np.concatenate([self.indices, other.indices[new]]),
-            pa.concat_arrays([self.names, other.names.filter(pa.array(new))]))
+        # the new ones inserted where they sort (both are sorted): no sort of the whole
+        at, n = at[new], len(self.indices)
+        order = np.insert(np.arange(n), at, np.arange(n, n + len(at)))
+        names = pa.concat_arrays([self.names, other.names.filter(pa.array(new))])
+        return FeatureNames(np.insert(self.indices, at, other.indices[new]),
+                            names.take(pa.array(order)))
 
 
 def merged_names(mappings):
