@@ -60,6 +60,10 @@ def loop_seconds(cpu_name, cache):
     return {alg: float(s) for alg, s in (line.split() for line in out.splitlines())}
 
 
+def _range(values):
+    return f"{min(values):.3f}–{max(values):.3f}"
+
+
 def main():
     args = parse_args(__doc__)
     h = header()
@@ -89,8 +93,8 @@ def main():
         for r in d.values():
             r.pop("stdout", None)
             r.pop("stderr", None)
-    loop_rows = [[alg] + [f"{min(x[alg] for x in loops[n]):.3f}–{max(x[alg] for x in loops[n]):.3f}"
-                          for n in ("host", "generic")] for alg in ("scinol2", "nag")]
+    loop_rows = [[alg] + [_range([x[alg] for x in loops[n]]) for n in ("host", "generic")]
+                 for alg in ("scinol2", "nag")]
     body = f"""
 `unitless train` on the bundled data (5,000 examples), each run a process of its own over a
 numba cache directory of its own; the run's own examples/s is what its summary line prints.

@@ -116,7 +116,7 @@ def _number(data, start, stop, pow10):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(data, starts, stops, libsvm, mask, require_label, text_labels, pow10, table):
+def _scan(data, starts, stops, libsvm, mask, require_label, text_labels, pow10, crc_tables):
     """Tokens, numbers and hashed names of each line ``data[starts[r]:stops[r]]``.
 
     Returns (status, labels, label spans, weights, tag spans, row_ptr, indices, values, name
@@ -140,7 +140,7 @@ def _scan(data, starts, stops, libsvm, mask, require_label, text_labels, pow10, 
     for r in range(n):
         row_ptr[r] = k
         k, n_deferred = _line(data, starts[r], stops[r], r, libsvm, mask, require_label,
-                              text_labels, pow10, table, out, k, n_deferred)
+                              text_labels, pow10, crc_tables, out, k, n_deferred)
         if k < 0:
             return (CAREFUL, *out)
     row_ptr[n] = k
@@ -149,8 +149,8 @@ def _scan(data, starts, stops, libsvm, mask, require_label, text_labels, pow10, 
 
 
 @numba.njit(cache=True, nogil=True)
-def _line(data, start, stop, r, libsvm, mask, require_label, text_labels, pow10, table, out, k,
-          n_deferred):
+def _line(data, start, stop, r, libsvm, mask, require_label, text_labels, pow10, crc_tables, out,
+          k, n_deferred):
     """Line r into ``out`` (see _scan), its features from slot k on: (next slot, deferred
     numbers so far), or (-1, -1) when the per-line parser must read it."""
     labels, label_span, weights, tag_span, _, indices, values, names, deferred = out
@@ -234,8 +234,8 @@ def _line(data, start, stop, r, libsvm, mask, require_label, text_labels, pow10,
                     b += 1
                 if b > a:
                     ns_a, ns_b = a, b
-                    prefix = _crc_update(prefix, data, a, b, table)
-                    prefix = table[0, (prefix ^ 94) & 0xFF] ^ (prefix >> 8)  # '^'
+                    prefix = _crc_update(prefix, data, a, b, crc_tables)
+                    prefix = crc_tables[0, (prefix ^ 94) & 0xFF] ^ (prefix >> 8)  # '^'
             continue
         if _space(data[i]):
             i += 1
@@ -273,7 +273,7 @@ def _line(data, start, stop, r, libsvm, mask, require_label, text_labels, pow10,
             return -1, -1
         if libsvm and (name_a == colon or not digits):  # not a positive integer
             return -1, -1
-        crc = _crc_update(prefix, data, name_a, colon, table)
+        crc = _crc_update(prefix, data, name_a, colon, crc_tables)
         indices[k] = np.int64(~crc & np.uint32(0xFFFFFFFF)) & mask
         values[k] = value
         names[k, 0], names[k, 1], names[k, 2], names[k, 3] = name_a, colon, ns_a, ns_b
