@@ -8,10 +8,11 @@ import pytest
 
 from unitless.connectors import formats
 from unitless.connectors.files import read_file
+from unitless.connectors.format_table import FORMATS
 from unitless.connectors.formats import LabelMap, RecordSpec
 from unitless.connectors.sparse_text import joined, read_block
 
-PER_LINE = {"vw": formats._vw_lines, "libsvm": formats._libsvm_lines}
+PER_LINE = {name: FORMATS[name].line_by_line for name in ("vw", "libsvm")}
 
 
 def assert_same_block(a, b):

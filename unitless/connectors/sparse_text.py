@@ -61,8 +61,9 @@ def _crc_update(crc, data, start, stop, tables):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _space(b):
-    """The ASCII characters Python's str.split() and str.isspace() take for whitespace."""
-    return b == 32 or 9 <= b <= 13 or 28 <= b <= 31
+    """The ASCII characters Python's str.split() and str.isspace() take for whitespace (no
+    branch: a loop summing it vectorises)."""
+    return (b == 32) | ((b >= 9) & (b <= 13)) | ((b >= 28) & (b <= 31))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -129,8 +130,7 @@ def _scan(data, starts, stops, libsvm, mask, require_label, text_labels, pow10, 
     capacity = n  # features: at most one more than the separators (whitespace, '|') per line
     for r in range(n):
         for i in range(starts[r], stops[r]):
-            b = data[i]
-            capacity += (b == 32) | ((b >= 9) & (b <= 13)) | ((b >= 28) & (b <= 31)) | (b == 124)
+            capacity += _space(data[i]) | (data[i] == 124)
     out = (np.empty(n), np.full((n, 2), -1, np.int64), np.ones(n), np.full((n, 2), -1, np.int64),
            np.zeros(n + 1, np.int64), np.empty(capacity, np.int64), np.empty(capacity),
            # a name is data[a:b] or, in a VW namespace, data[c:d] + '^' + data[a:b]: (a, b, c, d)
@@ -418,8 +418,9 @@ def joined(records):
         data = b"".join(records)
     except TypeError:
         return None
-    stops = np.cumsum(np.fromiter(map(len, records), np.int64, len(records)))
-    return data, stops - np.fromiter(map(len, records), np.int64, len(records)), stops
+    lengths = np.fromiter(map(len, records), np.int64, len(records))
+    stops = np.cumsum(lengths)
+    return data, stops - lengths, stops
 
 
 def read_block(fmt, spec, source, data, starts, stops, positions):
@@ -437,10 +438,11 @@ def read_block(fmt, spec, source, data, starts, stops, positions):
         feature = deferred[:, 0] == 0
         raw_values[deferred[feature, 1]] = numbers[feature]
         labels[deferred[~feature, 1]] = numbers[~feature]
-    if mapped:
-        labels = _mapped_labels(spec, data, label_span, labels)
+    if mapped:  # (LabelMap.arrow: None where a value needs the per-line parser; null: served)
+        labels = spec.labels.arrow(_strings(array, label_span))
         if labels is None:
             return None
+        labels = labels.to_numpy(zero_copy_only=False)
     bias = bias_index(spec.bits) if spec.bias else -1
     indptr, indices, values = _rows(row_ptr, raw_indices, raw_values, bias)
     first = _first_seen(raw_indices)
@@ -452,22 +454,3 @@ def read_block(fmt, spec, source, data, starts, stops, positions):
     return ExampleBlock(source, np.asarray(positions, np.int64), ids,
                         pa.array([""] * n, pa.string()), labels, weights, indptr, indices,
                         values, feature_names, LineSpans(data, starts, stops))
-
-
-def _mapped_labels(spec, data, label_span, labels):
-    """Labels mapped by the spec's LabelMap from their text, once per distinct text; None when
-    it refuses one (the per-line parser says why)."""
-    from .formats import BadRecord
-    mapped, out = {}, labels.copy()
-    for r, (a, b) in enumerate(label_span.tolist()):
-        if a < 0:
-            continue
-        text = data[a:b]
-        value = mapped.get(text)
-        if value is None:
-            try:
-                value = mapped[text] = spec.label_value(text.decode("ascii"))
-            except BadRecord:
-                return None
-        out[r] = value
-    return out
