@@ -67,13 +67,26 @@ def streaming(bootstrap, topic, model_dir, *extra):
 
 
 
-def seen(model_dir, key):
-    """Examples the key's newest checkpoint has learned (read at once: the run may prune a file
-    it named a moment ago)."""
+def seen(model_dir, key, count="examples_seen"):
+    """Examples the key's newest checkpoint has learned (or served) (read at once: the run may
+    prune a file it named a moment ago)."""
     found = load_latest(str(model_dir), key)
     if found is None:
         return 0
-    return json.loads(found[1].schema.metadata[b"unitless"])["examples_seen"]
+    return json.loads(found[1].schema.metadata[b"unitless"]).get(count, 0)
+
+
+def caught_up(model_dir, total):
+    """Every key's newest checkpoint covers all of the first ``total`` examples: those learned
+    and those served. (A stream's last examples are served ones: the checkpoint that covers
+    them is the one --checkpoint-seconds takes once the stream has gone quiet.)"""
+    return all(seen(model_dir, k) == labeled(k, total)
+               and seen(model_dir, k, "examples_served") == total_of(k, total) - labeled(k, total)
+               for k in KEYS)
+
+
+def total_of(key, total):
+    return sum(1 for i in range(total) if KEYS[i % 2] == key)
 
 
 def wait_for(condition, timeout, process):
@@ -108,11 +121,10 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
         produce(bootstrap, topic, 1000 * (k + 1), 1000)  # more arrives while it is down
     last = streaming(bootstrap, topic, models, "--resume")
     try:
-        done = wait_for(lambda: all(seen(models, k) == labeled(k, total) for k in KEYS), 180,
-                        last)
+        done = wait_for(lambda: caught_up(models, total), 180, last)
         assert done, {k: seen(models, k) for k in KEYS}
         time.sleep(2)  # nothing is learned twice after the end either
-        assert all(seen(models, k) == labeled(k, total) for k in KEYS)
+        assert caught_up(models, total)
     finally:
         kill_group(last)
 
@@ -138,13 +150,28 @@ def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
         time.sleep(3)
         broker.start()
         arriving.join()
-        done = wait_for(lambda: all(seen(models, k) == labeled(k, total) for k in KEYS), 180,
-                        pipeline)
+        done = wait_for(lambda: caught_up(models, total), 180, pipeline)
         assert done, {k: seen(models, k) for k in KEYS}
     finally:
         kill_group(pipeline)
     assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", total)
     assert_every_example_predicted(bootstrap, topic, total)
+
+
+def test_a_stream_gone_quiet_is_checkpointed_after_checkpoint_seconds(broker, tmp_path):
+    """--checkpoint-seconds holds when nothing more arrives: a burst's examples, learned and
+    served, are in a checkpoint soon after the stream goes quiet, with no count due."""
+    bootstrap, topic = broker.bootstrap_servers, "quiet"
+    create_topics(bootstrap, topic, partitions=2)
+    total = 230
+    produce(bootstrap, topic, 0, total)
+    models = tmp_path / "models"
+    pipeline = streaming(bootstrap, topic, models, "--checkpoint-every", "0")
+    try:
+        assert wait_for(lambda: caught_up(models, total), 90, pipeline), {
+            k: (seen(models, k), seen(models, k, "examples_served")) for k in KEYS}
+    finally:
+        kill_group(pipeline)
 
 
 def create_topics(bootstrap, topic, partitions):

@@ -12,7 +12,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
                                               on_timer)
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ..connectors.records import ExampleBlock
 from .bundles import KeyGuard, new_step
@@ -125,8 +125,14 @@ class InOrder(beam.DoFn):
     ``learn(state, block, pieces=None)`` (a block handed on; yields outputs),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
     ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
-    ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's. This step
-    holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is refused.
+    ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
+    ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
+    never) past a key's last element or release, ``idle`` is called (yields outputs; the state
+    is stored after it). (An event-time timer, not a processing-time one, which Beam's
+    DirectRunner hands to its legacy runner: a Kafka partition with nothing new moves the
+    watermark to the reader's clock, so this fires once the stream has been quiet that long.)
+    This step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
+    refused.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
@@ -136,6 +142,7 @@ class InOrder(beam.DoFn):
     EARLIEST = ReadModifyWriteStateSpec("earliest", PickleCoder())  # the RELEASE timer's time
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+    IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
 
     def __init__(self, handler):
         self.handler = handler
@@ -166,10 +173,12 @@ class InOrder(beam.DoFn):
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
                 earliest=beam.DoFn.StateParam(EARLIEST),
-                release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END)):
+                release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END),
+                idle=beam.DoFn.TimerParam(IDLE)):
         key, block = element
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
+        self._idle_after(timestamp, idle)
         if not len(block):
             return
         on_arrival = self.handler.learns_on_arrival and block.span is not None
@@ -207,13 +216,30 @@ class InOrder(beam.DoFn):
                         stored=beam.DoFn.StateParam(MODEL),
                         waiting=beam.DoFn.StateParam(WAITING),
                         earliest=beam.DoFn.StateParam(EARLIEST),
-                        release=beam.DoFn.TimerParam(RELEASE)):
+                        release=beam.DoFn.TimerParam(RELEASE),
+                        idle=beam.DoFn.TimerParam(IDLE)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
         state = yield from self._release(key, fired.micros, stored, waiting, earliest, release)
         if state is not None:
             yield from self.handler.released(key, state)
             self.handler.store(key, state, stored)
+            self._idle_after(fired, idle)
+
+    def _idle_after(self, timestamp, idle):
+        # (set again on every element: it fires only once the key has gone quiet)
+        seconds = getattr(self.handler, "idle_seconds", None)
+        if seconds:
+            idle.set(min(timestamp + Duration(seconds), GlobalWindow().max_timestamp()))
+
+    @on_timer(IDLE)
+    def went_idle(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL)):
+        self.keys.hold(key)
+        if stored.read() is None:  # (its input ended and it left state)
+            return
+        state = self.handler.state(key, stored)
+        yield from self.handler.idle(key, state)
+        self.handler.store(key, state, stored)
 
     @on_timer(END)
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),

@@ -235,8 +235,11 @@ class LearnBlocks:
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
     PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, streaming=False):
         self.cfg = cfg
+        # a stream that goes quiet still gets its --checkpoint-seconds checkpoint (``idle``);
+        # a bounded input's end takes the last one
+        self.idle_seconds = cfg.checkpoint_seconds if streaming else None
         self.examples = Metrics.counter("unitless", "examples")
         self.served = Metrics.counter("unitless", "served_examples")
         self.bad = Metrics.counter("unitless", "bad_records")
@@ -311,6 +314,18 @@ class LearnBlocks:
             if entered:
                 self.store(key, group, stored)
 
+    def idle(self, key, group):
+        """No element of the key for ``idle_seconds``: the checkpoint of each of its models
+        that is behind, which --checkpoint-seconds would have taken had anything arrived
+        (written when the bundle ends, as those at a source's start or the end of input)."""
+        self._catch_up(group)
+        return ()
+
+    def _catch_up(self, group):
+        for model in group.every_model():
+            if model.checkpoint_behind():
+                self._checkpoint(model)
+
     def released(self, key, group):
         """What follows a release's learning, before the model is stored (outputs)."""
         return ()
@@ -323,9 +338,7 @@ class LearnBlocks:
         ``--resume``), which frees both as keys finish. Outputs: the examples its models
         learned in this run, by their own count (``accounting``)."""
         group = learned or self.state(key, stored)
-        for model in group.every_model():
-            if model.checkpoint_behind():
-                self._checkpoint(model)
+        self._catch_up(group)
         stored.clear()
         self.models.pop(key)
         yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
@@ -513,7 +526,8 @@ class Learn(beam.PTransform):
                            model_groups=cfg.model_groups)
                        # (its output type declared: Beam would read it from the bytecode of
                        # InOrder.process, a fifth of a second of every run's start)
-                       | "Learn" >> beam.ParDo(InOrder(LearnBlocks(cfg))).with_output_types(
+                       | "Learn" >> beam.ParDo(InOrder(LearnBlocks(
+                           cfg, streaming=not blocks.is_bounded))).with_output_types(
                            pa.Table).with_outputs(DEAD, ACCOUNTS, main="predictions"))
             predictions = learned.predictions
             tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]
