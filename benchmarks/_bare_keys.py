@@ -20,9 +20,9 @@ from unitless.cli import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
-from unitless.pipelines.checkpoints import write_checkpoints  # noqa: E402
+from unitless.store.per_key import write_checkpoints  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
-from unitless.pipelines.keyed_model import KeyedModel  # noqa: E402
+from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
 # ``KeyByModel``'s default and ``LearnBlocks.FLUSH_ROWS``, copied: importing them would import
 # Beam into this loop that runs without it

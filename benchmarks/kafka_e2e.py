@@ -424,7 +424,7 @@ def bare_learner(bootstrap, source, target, n, client):
     from unitless.connectors.kafka_clients import Records, open_reader
     from unitless.connectors.sinks import open_sink
     from unitless.pipelines.config import configure, learner_check, new_learner
-    from unitless.pipelines.keyed_model import KeyedModel
+    from unitless.store.keyed_model import KeyedModel
     from unitless.pipelines.train import LearnBlocks  # (its flush rule, imported before the clock)
     url = f"kafka://{bootstrap}/{source}"
     cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",

@@ -193,17 +193,17 @@ BREAKDOWN = [
     ("· per-line parse (buffers Arrow refused): parse_csv", "connectors/formats.py",
      "parse_csv"),
     ("key by model: ExampleBlock.split_by_key", "connectors/records.py", "split_by_key"),
-    ("learn: KeyedModel.learn_block", "pipelines/keyed_model.py", "learn_block"),
+    ("learn: KeyedModel.learn_block", "store/keyed_model.py", "learn_block"),
     ("· numba JIT compile (first call)", "numba/core/dispatcher.py", "_compile_for_args"),
     ("· compiled kernel: run_batch", "learner/kernel.py", "run_batch"),
     ("· check_batch", "learner/online.py", "check_batch"),
-    ("· prediction table: _predictions", "pipelines/keyed_model.py", "_predictions"),
-    ("state -> Beam state: ModelGroup.to_bytes", "pipelines/keyed_model.py", "to_bytes"),
-    ("Beam state -> state: ModelGroup.from_bytes", "pipelines/keyed_model.py", "from_bytes"),
+    ("· prediction table: _predictions", "store/keyed_model.py", "_predictions"),
+    ("state -> Beam state: ModelGroup.to_bytes", "store/keyed_model.py", "to_bytes"),
+    ("Beam state -> state: ModelGroup.from_bytes", "store/keyed_model.py", "from_bytes"),
     ("pickle.dumps (Beam coders)", None, "_pickle.dumps"),
     ("pickle.loads (Beam coders)", None, "_pickle.loads"),
     ("write part files: files.write_table", "connectors/files.py", "write_table"),
-    ("checkpoints: write_checkpoint", "pipelines/checkpoints.py", "write_checkpoint"),
+    ("checkpoints: write_checkpoint", "store/per_key.py", "write_checkpoint"),
 ]
 
 

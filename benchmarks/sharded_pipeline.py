@@ -113,7 +113,8 @@ def check_predictions(name, out, n):
 def largest_state_mib(model_dir, shards):
     """The learner state (arrays) of the largest shard, or of the unsharded model."""
     from unitless.learner import from_arrow
-    from unitless.pipelines.checkpoints import load_latest, model_keys, shard_dir
+    from unitless.store.per_key import load_latest, model_keys
+    from unitless.store.shards import shard_dir
     dirs = [shard_dir(str(model_dir), s, shards) for s in range(shards)] if shards else [
         str(model_dir)]
     return max(from_arrow(load_latest(d, key)[1]).nbytes for d in dirs

@@ -11,7 +11,8 @@ from unitless.connectors.files import read_file
 from unitless.connectors.records import ExampleBlock
 from unitless.learner import from_arrow
 from unitless.learner.sharded import learn_with_delay, new_shards
-from unitless.pipelines.checkpoints import load_latest, shard_dir
+from unitless.store.per_key import load_latest
+from unitless.store.shards import shard_dir
 from unitless.pipelines.config import configure, new_learner
 
 from tests.runners import PRISM  # noqa: F401 (the tests of sharded runs on Prism take it here)

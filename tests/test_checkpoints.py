@@ -16,13 +16,13 @@ from unitless.cli import main
 from unitless.connectors import storage
 from unitless.learner import dense_batch, from_arrow, learn, new_state
 from unitless.learner.state import METADATA_KEY
-from unitless.pipelines.checkpoints import (checkpoint_name, key_dir, key_dir_name,
-                                            latest_checkpoint, load_checkpoint, load_latest,
-                                            model_keys, read_checkpoint, resume_offsets, seal,
-                                            table_to_bytes, write_checkpoint,
-                                            write_checkpoints)
+from unitless.store.checkpoint_file import seal, table_to_bytes
+from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
+                                    load_checkpoint, load_latest, model_keys, read_checkpoint,
+                                    write_checkpoint, write_checkpoints)
+from unitless.store.resume import resume_offsets
 from unitless.pipelines.inspect import summary
-from unitless.pipelines.keyed_model import KeyedModel
+from unitless.store.keyed_model import KeyedModel
 
 HOSTILE_KEYS = ["..", ".", "", "_default", "/", "a/b", "x" * 10_000, "€" * 30]
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-%ABCDEF")
@@ -485,7 +485,7 @@ def test_the_checksum_does_not_depend_on_chunking(tmp_path):
     table = seal(model_table("k"), "k")
     rechunked = pa.concat_tables([table.slice(0, 2), table.slice(2)])
     assert rechunked.column("w").num_chunks == 2
-    from unitless.pipelines.checkpoints import check_table, checksum
+    from unitless.store.checkpoint_file import check_table, checksum
     assert checksum(rechunked) == checksum(table)
     check_table(rechunked)
     kot = seal(kotlowski2_table(), "k")
@@ -496,7 +496,7 @@ def test_the_checksum_is_the_one_checkpoints_already_written_hold():
     """The checksum's definition is part of the file format: a fixed table (every column kind a
     checkpoint has, a null, a non-ASCII string) keeps the digest it had when checkpoints were
     first sealed, whatever the code computing it."""
-    from unitless.pipelines.checkpoints import checksum
+    from unitless.store.checkpoint_file import checksum
     table = pa.table({
         "class": pa.array([0, 0, 1], pa.int32()), "index": pa.array([3, 7, 7], pa.int64()),
         "name": pa.array(["x", None, "é"], pa.string()), "w": pa.array([0.5, -1e-300, 2.0]),
@@ -615,7 +615,7 @@ def test_a_restarted_partition_begins_where_no_model_could_miss_an_example(tmp_p
     positions existed. The partition restarts after the smallest restart position (999), not
     after what a learned (a key first seen after 999 may have no checkpoint yet); dead letters
     count as written up to the furthest position learned."""
-    from unitless.pipelines.checkpoints import resume_positions
+    from unitless.store.resume import resume_positions
     state = new_state("nag", 1 << 6, "logistic", bias_index=0)
     a = KeyedModel("a", state, {"t/0": 1190}, restart={"t/0": 999})
     b = KeyedModel("b", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1500,
@@ -636,8 +636,8 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
     own start records count too (a's restart position there may not cover a block of its own
     still in flight) until they are pruned, which removes a key's records of the given
     partitions only."""
-    from unitless.pipelines.checkpoints import (covered_partitions, prune_starts, read_starts,
-                                                resume_positions, starts_dir, write_starts)
+    from unitless.store.resume import covered_partitions, resume_positions
+    from unitless.store.starts import prune_starts, read_starts, starts_dir, write_starts
     a = KeyedModel("a", new_state("nag", 1 << 6, "logistic", bias_index=0), {"t/0": 1190},
                    restart={"t/0": 999})
     write_checkpoint(str(tmp_path), "a", a.to_table(), 1)
@@ -666,7 +666,7 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
     """Within ``read_once``, the settings check, the resume positions and the covered
     partitions (each over every key's latest checkpoint) read and verify each file once; after
     it, a file damaged since is read again and refused."""
-    from unitless.pipelines import checkpoints
+    from unitless.store import checkpoint_file, per_key, resume
     models = str(tmp_path)
     newest = {key: two_checkpoints(models, key)[1] for key in ("a", "b", "c")}
     reads, listed = [], []
@@ -678,15 +678,15 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
     def counted_listing(directory):
         listed.append(directory)
         return real_listing(directory)
-    real, real_listing = checkpoints.read_bytes, checkpoints.list_dir
-    monkeypatch.setattr(checkpoints, "read_bytes", counted)
-    monkeypatch.setattr(checkpoints, "list_dir", counted_listing)
-    with checkpoints.read_once():
-        with checkpoints.read_once():  # (nested: the outer one holds)
+    real, real_listing = checkpoint_file.read_bytes, per_key.list_dir
+    monkeypatch.setattr(checkpoint_file, "read_bytes", counted)
+    monkeypatch.setattr(per_key, "list_dir", counted_listing)
+    with checkpoint_file.read_once():
+        with checkpoint_file.read_once():  # (nested: the outer one holds)
             for _ in range(3):
-                assert checkpoints.model_keys(models) == ["a", "b", "c"]
-                assert checkpoints.resume_positions(models) == ({}, {})
-                assert checkpoints.covered_partitions(models) == set()
+                assert per_key.model_keys(models) == ["a", "b", "c"]
+                assert resume.resume_positions(models) == ({}, {})
+                assert resume.covered_partitions(models) == set()
                 assert [latest_checkpoint(models, k) for k in "abc"] == list(newest.values())
         assert sorted(reads) == sorted(newest.values())
         key_dirs = sorted(os.path.dirname(path) for path in newest.values())
@@ -696,24 +696,24 @@ def test_a_runs_start_reads_each_checkpoint_once_and_only_while_it_lasts(tmp_pat
         worker.start()
         worker.join()
         assert reads[-1] == newest["a"] and len(reads) == 4
-    with checkpoints.read_once():  # the learner as checking the file decoded it, handed once
-        path, table, state = checkpoints.load_latest_learner(models, "c")
-        assert path == newest["c"] and checkpoints.load_latest_learner(models, "c")[2] is None
+    with checkpoint_file.read_once():  # the learner as checking the file decoded it, handed once
+        path, table, state = per_key.load_latest_learner(models, "c")
+        assert path == newest["c"] and per_key.load_latest_learner(models, "c")[2] is None
         again = from_arrow(table)
         assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
-    with checkpoints.read_once():  # a state no reader took goes to the first that takes one
-        once = checkpoints._once.get()
+    with checkpoint_file.read_once():  # a state no reader took goes to the first that takes one
+        once = checkpoint_file.kept_reads()
         room = once.bytes_left
         assert latest_checkpoint(models, "a") == newest["a"]
-        path, table, state = checkpoints.load_latest_learner(models, "a")
-        assert state is not None and checkpoints.load_latest_learner(models, "a")[2] is None
+        path, table, state = per_key.load_latest_learner(models, "a")
+        assert state is not None and per_key.load_latest_learner(models, "a")[2] is None
         assert room - once.bytes_left == table.nbytes  # (the state's room given back)
-        checkpoints.load_checkpoint(newest["b"])  # a file read as it is: no state kept
+        per_key.load_checkpoint(newest["b"])  # a file read as it is: no state kept
         assert once.tables[newest["b"]][1] is None
         again = from_arrow(table)
         assert (state.V.tobytes(), state.S.tobytes()) == (again.V.tobytes(), again.S.tobytes())
     reads.clear()
-    with checkpoints.read_once(limit=0):  # (no room: every reader reads again)
+    with checkpoint_file.read_once(limit=0):  # (no room: every reader reads again)
         latest_checkpoint(models, "a")
         latest_checkpoint(models, "a")
     assert reads == [newest["a"]] * 2

@@ -10,7 +10,7 @@ import pytest
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import RecordSpec, csv_table, parse_csv
-from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+from unitless.store.per_key import latest_checkpoint, read_checkpoint
 
 WORK = ["State-gov", "Self-emp-not-inc", "Private", "Federal-gov"]
 EDUCATION = ["Bachelors", "HS-grad", "11th", "Masters"]

@@ -3,7 +3,7 @@ import numpy as np
 
 from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.learner import new_state, to_arrow
-from unitless.pipelines.keyed_model import KeyedModel, ModelGroup
+from unitless.store.keyed_model import KeyedModel, ModelGroup
 
 SPEC = RecordSpec(label="label", id="id", bits=10)
 

@@ -11,8 +11,8 @@ import pytest
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_jsonl
-from unitless.pipelines.checkpoints import load_latest
-from unitless.pipelines.keyed_model import KeyedModel
+from unitless.store.per_key import load_latest
+from unitless.store.keyed_model import KeyedModel
 
 IRIS = ["setosa", "versicolor", "virginica"]
 

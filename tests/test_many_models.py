@@ -12,7 +12,7 @@ import pyarrow as pa
 from unitless.connectors.files import read_file
 from unitless.connectors.records import ExampleBlock
 from unitless.learner import learn, to_arrow
-from unitless.pipelines.checkpoints import latest_checkpoint, read_checkpoint
+from unitless.store.per_key import latest_checkpoint, read_checkpoint
 from unitless.pipelines.config import configure, new_learner
 
 BITS = 18
@@ -230,7 +230,7 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that, equal_to
 
-    from unitless.pipelines.checkpoints import read_starts
+    from unitless.store.starts import read_starts
     from unitless.pipelines.train import key_by_model
 
     rng = np.random.default_rng(8)

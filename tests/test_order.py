@@ -14,8 +14,7 @@ from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
-from unitless.pipelines.checkpoints import (checkpoint_files, key_dir, latest_checkpoint,
-                                            read_checkpoint)
+from unitless.store.per_key import checkpoint_files, key_dir, latest_checkpoint, read_checkpoint
 from unitless.pipelines.config import configure
 from unitless.pipelines.accounting import Tally
 

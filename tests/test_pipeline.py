@@ -16,7 +16,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
-from unitless.pipelines.checkpoints import key_dir, latest_checkpoint, read_checkpoint
+from unitless.store.per_key import key_dir, latest_checkpoint, read_checkpoint
 
 BITS = 18
 FEATURES = ["f1", "f2", "f3", "f4"]

@@ -6,7 +6,7 @@ import math
 import pyarrow as pa
 
 from unitless.connectors.kafka import PREDICTION_SCHEMA_ID, prediction_messages
-from unitless.pipelines.keyed_model import PREDICTION_SCHEMA
+from unitless.store.keyed_model import PREDICTION_SCHEMA
 from unitless.pipelines.score import SCORE_SCHEMA
 
 FLOATS = [0.5, 1.0, -0.0, 1e-7, 1.5e-05, 1e15, 1e16, 1e22, 0.1 + 0.2, 5e-324,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from unitless.pipelines.checkpoints import read_checkpoint
+from unitless.store.per_key import read_checkpoint
 
 from tests.runners import pipeline
 

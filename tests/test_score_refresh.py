@@ -13,8 +13,8 @@ from unitless.beam import Score
 from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_csv
 from unitless.learner import predict_next
-from unitless.pipelines.checkpoints import checkpoint_files, key_dir, load_latest
-from unitless.pipelines.keyed_model import KeyedModel
+from unitless.store.per_key import checkpoint_files, key_dir, load_latest
+from unitless.store.keyed_model import KeyedModel
 from unitless.pipelines.score import MissingModel, ScoringModels
 
 HEADER = "id,segment,label,x1,x2"

@@ -329,7 +329,8 @@ def score(args, beam_args):
 
 
 def inspect(args):
-    from .pipelines.checkpoints import checkpoint_files, model_keys, shard_counts
+    from .store.per_key import checkpoint_files, model_keys
+    from .store.shards import shard_counts
     from .pipelines.inspect import summary, render
     from .pipelines.summary import model_lines, render_models
     path = args.checkpoint

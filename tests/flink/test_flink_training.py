@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.connectors.storage import atomic_write  # noqa: E402
-from unitless.pipelines.checkpoints import checkpoint_files, key_dir, read_checkpoint  # noqa: E402
+from unitless.store.per_key import checkpoint_files, key_dir, read_checkpoint  # noqa: E402
 
 # 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
 # two files (so that a key's blocks come from both of Flink's reading subtasks)

@@ -14,8 +14,8 @@ from kafka.partitioner.default import murmur2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
-from unitless.pipelines.checkpoints import (key_dir, read_checkpoint, read_starts,  # noqa: E402
-                                            starts_dir)
+from unitless.store.per_key import key_dir, read_checkpoint  # noqa: E402
+from unitless.store.starts import read_starts, starts_dir  # noqa: E402
 
 KEYS = ("alpha", "beta", "gamma")
 

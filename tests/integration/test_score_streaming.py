@@ -13,7 +13,7 @@ from tests.integration.test_kafka_pipeline import (consume_all, create_topics,  
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
-from unitless.pipelines.checkpoints import key_dir  # noqa: E402
+from unitless.store.per_key import key_dir  # noqa: E402
 
 
 def train(tmp_path, name, rows, *extra):

@@ -26,8 +26,8 @@ from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
 from unitless.learner.sharded import merge  # noqa: E402
-from unitless.pipelines.checkpoints import (checkpoint_files, consistent_cut,  # noqa: E402
-                                            key_dir, key_dir_name, read_checkpoint, shard_dir)
+from unitless.store.per_key import (checkpoint_files, key_dir, key_dir_name, read_checkpoint)
+from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")

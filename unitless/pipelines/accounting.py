@@ -15,7 +15,7 @@ import typing
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
 
-from .keyed_model import served_count
+from ..store.keyed_model import served_count
 
 ACCOUNTS = "accounts"  # the tag of a step's Tally output
 

@@ -28,7 +28,7 @@ from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, Ka
 from ..connectors.kafka_clients import Records, open_reader
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
-from .checkpoints import partition_starts, resume_positions
+from ..store.resume import partition_starts, resume_positions
 from .config import configure, kafka_settings, learner_check
 
 log = logging.getLogger("unitless")

@@ -127,11 +127,11 @@ class InOrder(beam.DoFn):
     ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
     ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
-    never) past a key's last element or release, ``idle`` is called (yields outputs; the state
-    is stored after it). (An event-time timer, not a processing-time one, which Beam's
-    DirectRunner hands to its legacy runner: a Kafka partition with nothing new moves the
-    watermark to the reader's clock, so this fires once the stream has been quiet that long.)
-    This step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
+    never) past the key's last block of a source (learned on arrival or released), ``idle`` is
+    called (it returns whether it changed the state, which is then stored). (An event-time
+    timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
+    Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
+    once the stream has been quiet that long.) This step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
     refused.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
@@ -178,9 +178,10 @@ class InOrder(beam.DoFn):
         key, block = element
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
-        self._idle_after(timestamp, idle)
         if not len(block):
             return
+        if block.source is not None:
+            self._idle_after(timestamp, idle)
         on_arrival = self.handler.learns_on_arrival and block.span is not None
         # (split once: both steps below need each model key's examples)
         pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
@@ -220,14 +221,18 @@ class InOrder(beam.DoFn):
                         idle=beam.DoFn.TimerParam(IDLE)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
-        state = yield from self._release(key, fired.micros, stored, waiting, earliest, release)
+        state, sourced = yield from self._release(key, fired.micros, stored, waiting, earliest,
+                                                  release)
         if state is not None:
             yield from self.handler.released(key, state)
             self.handler.store(key, state, stored)
-            self._idle_after(fired, idle)
+            if sourced:
+                self._idle_after(fired, idle)
 
     def _idle_after(self, timestamp, idle):
-        # (set again on every element: it fires only once the key has gone quiet)
+        # (set again on every element: it fires only once the key has gone quiet). Only for
+        # blocks of sources, stamped by their readers' clocks as the watermark is: the user's
+        # own records may be stamped anywhere behind it, and would set it off at once
         seconds = getattr(self.handler, "idle_seconds", None)
         if seconds:
             idle.set(min(timestamp + Duration(seconds), GlobalWindow().max_timestamp()))
@@ -238,8 +243,8 @@ class InOrder(beam.DoFn):
         if stored.read() is None:  # (its input ended and it left state)
             return
         state = self.handler.state(key, stored)
-        yield from self.handler.idle(key, state)
-        self.handler.store(key, state, stored)
+        if self.handler.idle(key, state):
+            self.handler.store(key, state, stored)
 
     @on_timer(END)
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
@@ -249,13 +254,14 @@ class InOrder(beam.DoFn):
         self.keys.hold(key)
         state = None
         if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
-            state = yield from self._release(key, None, stored, waiting, earliest, release)
+            state, _ = yield from self._release(key, None, stored, waiting, earliest, release)
         yield from self.handler.input_ended(key, state, stored)
 
     def _release(self, key, upto, stored, waiting, earliest, release):
         """Hand on the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
         source, position) order; the others wait on, the timer set for the earliest of them.
-        Returns the key's state when it took blocks (for the caller to store), else None."""
+        Returns the key's state when it took blocks (for the caller to store), else None, and
+        whether any of them came from a source."""
         entries = [(waiting_header(data), data) for data in waiting.read()]
         released = sorted(((h, data) for h, data in entries if upto is None or due(h) <= upto),
                           key=lambda b: b[0][:3])
@@ -281,5 +287,5 @@ class InOrder(beam.DoFn):
             first = min(due(h) for h, _ in later)
             earliest.write(first)
             release.set(Timestamp(micros=first))
-        return state
+        return state, any(h[1] for h, _ in released)
 

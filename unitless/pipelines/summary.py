@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
-from .checkpoints import checkpoint_metadata, load_latest, model_keys, sharded_models
+from ..store.per_key import checkpoint_metadata, load_latest, model_keys
+from ..store.shards import sharded_models
 
 
 @dataclass

@@ -19,11 +19,14 @@ from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
 from .bundles import hold_each_key_in_one_bundle
-from .checkpoints import (covered_partitions, load_latest_learner, model_keys, prune_starts,
-                          read_once, shard_counts, starts_dir, write_checkpoints, write_starts)
+from ..store.checkpoint_file import read_once
+from ..store.per_key import load_latest_learner, model_keys, write_checkpoints
+from ..store.resume import covered_partitions
+from ..store.shards import shard_counts
+from ..store.starts import prune_starts, starts_dir, write_starts
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
-from .keyed_model import KeyedModel, ModelGroup, served_count
+from ..store.keyed_model import KeyedModel, ModelGroup, served_count
 from .ordering import InOrder
 
 log = logging.getLogger("unitless")
@@ -98,7 +101,7 @@ class KeyByModel(beam.DoFn):
 
     def _record_starts(self, block):
         """Before any of a key's examples of a Kafka partition go on, a durable record of where
-        it starts there (just before its first in the block; ``checkpoints.write_starts``),
+        it starts there (just before its first in the block; ``store.starts.write_starts``),
         once per key and partition in this worker, unless the key's model has a checkpoint
         whose restart position there moved with the watermark (``covered``): a resumed run
         restarts the partition no later than that until the key's model has such a
@@ -138,7 +141,7 @@ class KeyByModel(beam.DoFn):
 def key_by_model(size, **options):
     """ExampleBlock -> (model key or group, block), see ``KeyByModel`` (``starts``: the directory of
     the start records it writes, None for none; ``covered``: the (model key, partition) pairs
-    that need none, ``checkpoints.covered_partitions``; ``model_groups``: (group, block)
+    that need none, ``store.resume.covered_partitions``; ``model_groups``: (group, block)
     instead); str keys (a deterministic coder)."""
     return beam.ParDo(KeyByModel(size, **options)).with_output_types(
         typing.Tuple[str, typing.Any])
@@ -315,16 +318,20 @@ class LearnBlocks:
                 self.store(key, group, stored)
 
     def idle(self, key, group):
-        """No element of the key for ``idle_seconds``: the checkpoint of each of its models
-        that is behind, which --checkpoint-seconds would have taken had anything arrived
-        (written when the bundle ends, as those at a source's start or the end of input)."""
-        self._catch_up(group)
-        return ()
+        """No element of the key for ``idle_seconds`` (of the watermark, which a quiet Kafka
+        partition moves with the reader's clock): the checkpoint of each of its models that
+        is behind, which --checkpoint-seconds would have taken had anything arrived (written
+        when the bundle ends, as those at a source's start or the end of input). Returns
+        whether it took any."""
+        return self._catch_up(group)
 
     def _catch_up(self, group):
+        taken = False
         for model in group.every_model():
             if model.checkpoint_behind():
                 self._checkpoint(model)
+                taken = True
+        return taken
 
     def released(self, key, group):
         """What follows a release's learning, before the model is stored (outputs)."""

@@ -88,7 +88,7 @@ class KeyedModel:
     checkpoint_restart: dict = None  # ``restart`` at the last checkpoint this process took
     # partitions where ``restart`` has moved with the watermark (``passed``): there it covers
     # every example of its own before it (on any runner: a key's blocks all reach one worker),
-    # so the reading stage's start records of it there are superseded (checkpoints.py,
+    # so the reading stage's start records of it there are superseded (``starts``,
     # ``write_starts``); persisted as ``watermark_passed``
     passed_partitions: set = field(default_factory=set)
     checkpoint_passed: set = None  # ``passed_partitions`` at the last checkpoint taken or read

@@ -1,0 +1,242 @@
+"""One checkpoint file: a model's Arrow table as an Arrow IPC file, sealed with its model key
+and a SHA-256 checksum of its columns and metadata (``checksum`` in its metadata), and read back
+verified. A checkpoint is valid when it is a readable Arrow file whose checksum matches and
+whose model ``from_arrow`` accepts (which refuses NaN or infinite state). Within ``read_once``
+(a run's start, when several readers read the same checkpoints) each file is read and verified
+once."""
+import contextvars
+import hashlib
+import json
+from contextlib import contextmanager
+
+import numpy as np
+import pyarrow as pa
+
+from ..connectors.records import arrow_buffer
+from ..connectors.storage import read_bytes, read_start
+from ..learner import from_arrow, read_metadata
+from ..learner.state import METADATA_KEY
+
+CHECKSUM_FIELD = "checksum"
+
+
+def table_to_bytes(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def table_from_bytes(data):
+    return pa.ipc.open_file(arrow_buffer(data)).read_all()
+
+
+# --- checksums ---------------------------------------------------------------------------------
+
+def checksum(table):
+    """"sha256:<hex>" over the table's row count, each column's name, type and values, and the
+    canonical JSON (sorted keys) of its metadata without the checksum field. Values are hashed
+    in a form independent of chunking and buffer layout: numbers as little-endian bytes, strings
+    as their lengths then their bytes, nulls as a bit mask, fixed-size lists flattened."""
+    meta = read_metadata(table)
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    return _checksum(table, meta)
+
+
+def _checksum(table, meta):
+    """``checksum`` of the table with metadata ``meta`` (a dict)."""
+    return _digest(table, _canonical(meta))
+
+
+def _canonical(meta):
+    """The metadata without its checksum field as the checksum reads it: JSON, keys sorted."""
+    return json.dumps({k: v for k, v in meta.items() if k != CHECKSUM_FIELD}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _digest(table, canonical):
+    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``."""
+    h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
+    _hash_part(h, canonical.encode())
+    _hash_part(h, table.num_rows.to_bytes(8, "little"))
+    for name, column in zip(table.column_names, table.columns):
+        _hash_part(h, name.encode("utf-8", "surrogatepass"))
+        _hash_array(h, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+    return "sha256:" + h.hexdigest()
+
+
+def _hash_part(h, data):
+    h.update(len(data).to_bytes(8, "little"))
+    h.update(data)
+
+
+def _hash_array(h, array):
+    kind = array.type
+    _hash_part(h, str(kind).encode())
+    _hash_part(h, len(array).to_bytes(8, "little"))
+    if array.null_count:
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
+    else:  # (the same bytes, without building the mask)
+        _hash_part(h, bytes((len(array) + 7) // 8))
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
+            else array
+        values = values.to_numpy(zero_copy_only=False)
+        _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
+    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+          or pa.types.is_large_binary(kind)):
+        if array.null_count == len(array):  # (what the general form below gives, cheaper)
+            _hash_part(h, bytes(8 * len(array)))
+            _hash_part(h, b"")
+            return
+        if array.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+            filled, width = array, "<i4"  # (its own 32-bit offsets: the same, without a cast)
+        else:
+            filled, width = array.cast(pa.large_binary()).fill_null(b""), "<i8"
+        offsets = np.frombuffer(filled.buffers()[1], dtype=width)[
+            filled.offset:filled.offset + len(filled) + 1]
+        _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
+        data = filled.buffers()[2]
+        _hash_part(h, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
+    elif pa.types.is_fixed_size_list(kind):
+        _hash_array(h, array.flatten())
+    else:
+        raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
+
+
+def seal(table, key):
+    """The table with its model key and checksum in its metadata, as write_checkpoint writes
+    it. A table already naming another model key is refused (ValueError)."""
+    meta = read_metadata(table)
+    if meta.get("model_key", key) != key:
+        raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
+                         f"model {key!r}")
+    meta["model_key"] = key
+    # stored as it is hashed, the checksum added before its closing brace (never "{}": it
+    # holds the model key)
+    canonical = _canonical(meta)
+    stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{_digest(table, canonical)}"}}'
+    schema_metadata = dict(table.schema.metadata or {})
+    schema_metadata[METADATA_KEY] = stored.encode()
+    return table.replace_schema_metadata(schema_metadata)
+
+
+def check_table(table):
+    """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
+    checksum present and matching, and its model accepted by ``from_arrow``; returns that
+    model (a LearnerState)."""
+    meta = read_metadata(table)
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    stored = meta.get(CHECKSUM_FIELD)
+    if stored is None:
+        raise ValueError("it has no checksum")
+    if stored != checksum(table):
+        raise ValueError("its checksum does not match its contents (the file is damaged)")
+    return from_arrow(table)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+class _ReadOnce:
+    """What ``read_once`` keeps: valid tables by path, each with the learner state checking it
+    decoded until a reader takes that (``bytes_left``: how many more bytes of them it may
+    keep), and what a layout's readers keep (``per_key``: ``checkpoint_metadata`` by model
+    directory, a key directory's checkpoint files and what its `latest` holds)."""
+
+    def __init__(self, limit):
+        self.tables, self.bytes_left, self.listings, self.candidates = {}, limit, {}, {}
+
+
+# the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's
+# threads, which start with contexts of their own, never see it; and Beam's type inference,
+# which walks the dicts and lists that a DoFn's code reaches through globals, sees one object)
+_once = contextvars.ContextVar("unitless_read_once", default=None)
+
+
+@contextmanager
+def read_once(limit=256 << 20):
+    """Within it, each checkpoint file is read and verified once: the valid ones are kept for
+    the next reader, up to ``limit`` bytes of tables (past that, read again), each with the
+    learner state its check decoded until one reader takes that; so is the list of a model
+    directory's keys (``checkpoint_metadata``) and of a key's checkpoint files. A run's start
+    reads every model key's latest checkpoint for several things: to check the models'
+    settings, where to restart its sources, and which start records it needs (10,000 keys:
+    some 6 s a pass). Nothing may write checkpoints meanwhile (nothing does before a run
+    starts). Nested, the outer one holds."""
+    if _once.get() is not None:
+        yield
+        return
+    token = _once.set(_ReadOnce(limit))
+    try:
+        yield
+    finally:
+        _once.reset(token)
+
+
+def read_valid(path, take_state=True, keep_state=False):
+    """(table, its LearnerState) of the checkpoint file at path: the state as checking the
+    file built it, None when not ``take_state`` or when another reader took it already;
+    ValueError (the reason) unless it is valid; FileNotFoundError if there is no such file.
+    Within ``read_once`` the table is kept, and, with ``keep_state`` (a key's newest
+    checkpoint, whose model a later reader decodes), the state too while it fits, for the first
+    reader that takes one: a state is never handed to two readers."""
+    once = _once.get()
+    if once is not None and path in once.tables:
+        table, state = once.tables[path]
+        if take_state and state is not None:
+            once.tables[path] = table, None
+            once.bytes_left += state.nbytes
+        return table, state if take_state else None
+    table, state = _read_and_verify(path)
+    if once is not None and table.nbytes <= once.bytes_left:
+        once.bytes_left -= table.nbytes
+        kept = None
+        if keep_state and not take_state and state.nbytes <= once.bytes_left:
+            kept = state
+            once.bytes_left -= state.nbytes
+        once.tables[path] = table, kept
+    return table, state if take_state else None
+
+
+def _read_and_verify(path):
+    try:
+        data = read_bytes(path)  # whole, not mapped: a file changed later cannot change
+        table = table_from_bytes(data)  # (or, truncated, crash) a table already read
+        table.validate(full=True)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ValueError(f"it is not a readable Arrow file ({one_line(err)})") from None
+    try:
+        return table, check_table(table)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError,
+            pa.ArrowException) as err:
+        raise ValueError(one_line(err) if isinstance(err, ValueError)
+                         else f"{type(err).__name__}: {one_line(err)}") from None
+
+
+def one_line(err):
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def read_schema(path):
+    """The Arrow schema at the start of an Arrow IPC file (magic, padding, then the schema
+    message), read from the bytes it takes, in Arrow's own memory: not the whole file, and not
+    through a Python file object (Arrow reads those on its I/O threads, and a process exiting
+    right after can then abort; see ``records.arrow_buffer``)."""
+    head = read_start(path, 1 << 16) or b""
+    if head[:6] != b"ARROW1":
+        raise ValueError("not an Arrow IPC file")
+    end = 16 + int.from_bytes(head[12:16], "little")  # the schema message's flatbuffer length
+    if end > len(head):
+        head = read_start(path, end)
+    message = pa.ipc.read_message(pa.BufferReader(arrow_buffer(head[8:end])))
+    return pa.ipc.read_schema(message)
+
+
+def kept_reads():
+    """The ``read_once`` in force in this thread (what it keeps), or None."""
+    return _once.get()
