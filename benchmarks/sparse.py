@@ -12,13 +12,15 @@ Each command runs as a process of its own, alternated A/B/C per repetition:
 * VW's own driver: ``python -m vowpalwabbit -d FILE -b 24 --loss_function logistic -p PREDS``
   (its parser thread and learner; the wheel has no ``vw`` executable);
 * ``unitless train --format vw|libsvm --bits 24 --loss logistic`` (default learner, FnApiRunner,
-  parquet predictions).
+  parquet predictions), and on VW text streaming on Prism when ``UNITLESS_PRISM`` names its
+  binary (``deploy/prism/build_prism.sh`` prints it).
 Every example must be predicted once, with no dead letters.
 
     .venv/bin/python benchmarks/sparse.py [--quick] [--examples N] [--repeats R]
 
 Writes benchmarks/results/sparse{.md,.json} (``--quick``: results/tmp/sparse_quick.*).
 """
+import os
 import shutil
 import sys
 import time
@@ -80,14 +82,14 @@ def _text(ints):
     return pc.cast(pa.array(ints), pa.string())
 
 
-def run_ours(work, fmt, path, n, name=None):
+def run_ours(work, fmt, path, n, name=None, runner=()):
     from unitless.connectors.files import read_output
     out = work / (name or f"ours_{fmt}")
     shutil.rmtree(out, ignore_errors=True)
     r = run_timed(unitless_command([
         "train", "--input", str(path), "--format", fmt, "--bits", str(BITS), "--loss",
         "logistic", "--predictions", str(out / "predictions"), "--model-dir",
-        str(out / "models"), "--dead-letter", str(out / "dead")]))
+        str(out / "models"), "--dead-letter", str(out / "dead"), *runner]))
     preds, dead = read_output(str(out / "predictions")), read_output(str(out / "dead"))
     if preds is None or preds.num_rows != n or dead is not None:
         raise RuntimeError(f"{fmt}: {0 if preds is None else preds.num_rows} predictions, "
@@ -137,6 +139,12 @@ def main():
     repeats = args.repeats or (1 if args.quick else 3)
     h = header()
     runs = {"vw": [], "ours_vw": [], "ours_libsvm": [], "ours_vw_one_line": []}
+    # streaming on Prism, where reading and learning run at once (on the FnApiRunner a batch
+    # run's stages run one after the other), when a Prism binary is at hand
+    prism = os.environ.get("UNITLESS_PRISM")
+    if prism:
+        runs["ours_vw_prism_streaming"] = []
+        on_prism = ("--runner", "PrismRunner", "--prism_location", prism, "--streaming")
     with scratch(None, "sparse_") as work:
         paths = write_data(work, n)
         one_line = work / "one.vw"
@@ -151,6 +159,9 @@ def main():
                 runs[f"ours_{fmt}"].append(run_ours(work, fmt, paths[fmt], n))
             # the fixed cost of a run: Python, Beam, building and starting the pipeline
             runs["ours_vw_one_line"].append(run_ours(work, "vw", one_line, 1, "one"))
+            if prism:
+                runs["ours_vw_prism_streaming"].append(
+                    run_ours(work, "vw", paths["vw"], n, "prism", on_prism))
             progress(f"repetition {rep + 1}: " + ", ".join(
                 f"{k} {v[-1]['wall_s']:.1f} s" for k, v in runs.items()))
     vw_walls = [r["wall_s"] for r in runs["vw"]]
