@@ -131,8 +131,8 @@ class InOrder(beam.DoFn):
     called (it returns whether it changed the state, which is then stored). (An event-time
     timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
     Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
-    once the stream has been quiet that long.) This step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
-    refused.
+    once the stream has been quiet that long.) This step holds the keys of its bundle
+    (``KeyGuard``): a second bundle of a key at once is refused.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at

@@ -9,11 +9,11 @@ import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
 from ..learner import example_losses, predict_next
+from ..store.keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
 from ..store.per_key import checkpoint_files, key_dir, load_latest, model_keys
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
-from ..store.keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
 from .train import key_by_model
 
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in

@@ -62,15 +62,15 @@ from ..learner.examples import Batch
 from ..learner.names import FeatureNames, merged_names
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
-from .accounting import ACCOUNTS, Tally
-from .bundles import KeyGuard, new_step
+from ..store.keyed_model import prediction_table
 from ..store.per_key import write_checkpoints
 from ..store.resume import Cut, sharded_cuts
 from ..store.shards import load_shard, shard_counts, shard_dir
 from ..store.starts import starts_dir, write_starts
+from .accounting import ACCOUNTS, Tally
+from .bundles import KeyGuard, new_step
 from .config import check_resume, new_learner
 from .io import ReadFeedback
-from ..store.keyed_model import prediction_table
 from .ordering import InOrder, weigh_state_without_scanning_modules
 from .train import DecodedModels, key_by_model
 

@@ -17,16 +17,16 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
-from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
-from .bundles import hold_each_key_in_one_bundle
 from ..store.checkpoint_file import read_once
+from ..store.keyed_model import KeyedModel, ModelGroup, served_count
 from ..store.per_key import load_latest_learner, model_keys, write_checkpoints
 from ..store.resume import covered_partitions
 from ..store.shards import shard_counts
 from ..store.starts import prune_starts, starts_dir, write_starts
+from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
+from .bundles import hold_each_key_in_one_bundle
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
-from ..store.keyed_model import KeyedModel, ModelGroup, served_count
 from .ordering import InOrder
 
 log = logging.getLogger("unitless")

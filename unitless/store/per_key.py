@@ -3,7 +3,7 @@
 
 Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
 MODEL_DIR/<key directory>/latest holding the name of the newest file; MODEL_DIR/starts holds
-start records of models in Kafka partitions (``write_starts``). MODEL_DIR may be local or
+start records of models in Kafka partitions (``starts``). MODEL_DIR may be local or
 any file system Beam knows (gs://, s3://, hdfs://); files are written whole or not at all
 (``storage.atomic_write``: locally to a temporary name, fsynced and renamed; on an object store
 as one upload), so a crash never leaves a half-written checkpoint or pointer. `latest` is the
@@ -19,8 +19,8 @@ The key itself is read back from the checkpoints' metadata (``model_key``), neve
 a directory name. This layout replaced the earlier one (the percent-quoted key, '_default' for
 the empty key), which is no longer read: models written before it must be retrained or moved.
 
-Readers take the newest valid checkpoint: the one `latest` names first, then the files newest first; each
-invalid one is skipped with a warning naming it and why.
+Readers take the newest valid checkpoint: the one `latest` names first, then the files newest
+first; each invalid one is skipped with a warning naming it and why.
 """
 import hashlib
 import logging
