@@ -8,9 +8,9 @@ one plain loop: read and parse the file (refusing what the learner would), gathe
 and split them by model key as the keying step does (until they hold ``--chunk-size``
 examples a key, or 256 MiB), learn each key's examples in order (``KeyedModel``; predictions
 written as part files every 262,144), and at the end write each key's checkpoint
-(``write_checkpoints``, one call). No Beam: no state, timers, shuffle or bundles. What it
-measures is the floor of the product's own per-key work, which the pipeline adds Beam's
-per-key costs to (``many_models.py``).
+(``GroupWriter.write``, one call: a part and a manifest per model group). No Beam: no state,
+timers, shuffle or bundles. What it measures is the floor of the product's own per-key work,
+which the pipeline adds Beam's per-key costs to (``many_models.py``).
 """
 import sys
 from pathlib import Path
@@ -20,7 +20,7 @@ from unitless.cli import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
-from unitless.store.per_key import write_checkpoints  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_key  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
@@ -64,11 +64,12 @@ def main(argv):
     if held:
         learn_blocks(cfg, held, models, sink)
     sink.flush()
-    taken = []
+    taken = {}  # group key -> [(model key, table)]
     for model in models.values():
         model.mark_checkpoint()
-        taken.append((model.key, model.to_table(), model.state.examples_seen))
-    write_checkpoints(cfg.model_dir, taken, cfg.keep_checkpoints)
+        taken.setdefault(group_key(model.key, cfg.model_groups), []).append(
+            (model.key, model.to_table()))
+    GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints).write(taken)
     print(f"{sum(m.state.examples_seen for m in models.values())} examples, "
           f"{len(models)} model keys")
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from unitless.store.per_key import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
 
 def checkpoint_names(models):

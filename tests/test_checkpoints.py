@@ -23,6 +23,7 @@ from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, late
 from unitless.store.resume import resume_offsets
 from unitless.pipelines.inspect import summary
 from unitless.store.keyed_model import KeyedModel
+from unitless.store import models as stored
 
 HOSTILE_KEYS = ["..", ".", "", "_default", "/", "a/b", "x" * 10_000, "€" * 30]
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-%ABCDEF")
@@ -592,21 +593,25 @@ def test_train_with_hostile_keys_keeps_every_model_inside_the_model_dir(tmp_path
     before = snapshot(str(box), str(models))
     code = main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "segment", "--chunk-size", "10", "--checkpoint-every", "20",
-                 "--keep-checkpoints", "1", "--model-dir", str(models),
+                 "--keep-checkpoints", "1", "--model-dir", str(models), "--model-groups", "0",
                  "--predictions", str(tmp_path / "pred"), "--dead-letter", str(tmp_path / "dead")])
     assert code == 0
     assert snapshot(str(box), str(models)) == before
-    assert sorted(os.listdir(models)) == sorted(key_dir_name(k) for k in keys)
-    assert model_keys(str(models)) == sorted(keys)
+    groups = models / "groups" / "0"  # (no model groups: a group directory per key)
+    assert os.listdir(models) == ["groups"] and os.listdir(models / "groups") == ["0"]
+    assert sorted(os.listdir(groups)) == sorted(key_dir_name(k) for k in keys)
+    assert stored.model_keys(str(models)) == sorted(keys)
     for key in keys:
-        directory = key_dir(str(models), key)
-        assert sorted(os.listdir(directory)) == ["ckpt-000000000050.arrow", "latest"]
+        directory = groups / key_dir_name(key)
+        names = sorted(os.listdir(directory))
+        assert [n.split("-")[0] for n in names] == ["manifest", "part"]  # --keep-checkpoints 1
         capsys.readouterr()
-        assert main(["inspect", directory, "--json"]) == 0
+        assert main(["inspect", str(models), "--model-key", key, "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
         assert info["model_key"] == key and info["examples_seen"] == 50
-        assert info["file"] == os.path.join(directory, "ckpt-000000000050.arrow")
-    assert load_checkpoint(key_dir(str(models), ".."))[0].startswith(str(models) + os.sep)
+        assert info["file"] == f"{directory}{os.sep}{names[1]}#0"
+        assert stored.load_checkpoint(info["file"])[1].equals(
+            stored.load_latest(str(models), key)[1])
 
 
 def test_a_restarted_partition_begins_where_no_model_could_miss_an_example(tmp_path):

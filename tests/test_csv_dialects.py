@@ -10,7 +10,7 @@ import pytest
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import RecordSpec, csv_table, parse_csv
-from unitless.store.per_key import latest_checkpoint, read_checkpoint
+from unitless.store.models import latest_checkpoint, read_checkpoint
 
 WORK = ["State-gov", "Self-emp-not-inc", "Private", "Federal-gov"]
 EDUCATION = ["Bachelors", "HS-grad", "11th", "Masters"]
@@ -43,7 +43,7 @@ def run(tmp_path, *args, out="out"):
 
 
 def feature_names(out, key=""):
-    model = read_checkpoint(os.path.dirname(latest_checkpoint(str(out / "models"), key)))
+    model = read_checkpoint(latest_checkpoint(str(out / "models"), key))
     return set(model.column("name").to_pylist())
 
 

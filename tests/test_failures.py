@@ -9,7 +9,7 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_output
-from unitless.store.per_key import latest_checkpoint, read_checkpoint
+from unitless.store.models import latest_checkpoint, read_checkpoint
 
 ROWS = 3000
 

@@ -21,7 +21,7 @@ from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_ta
                                          _one_flat_object_per_line, parse_csv, parse_jsonl,
                                          parse_vw)
 from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
-from unitless.store.per_key import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = b"id,segment,label,f1,f2,f3,f4"

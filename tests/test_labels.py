@@ -11,7 +11,7 @@ import pytest
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_jsonl
-from unitless.store.per_key import load_latest
+from unitless.store.models import load_latest
 from unitless.store.keyed_model import KeyedModel
 
 IRIS = ["setosa", "versicolor", "virginica"]

@@ -12,7 +12,7 @@ import pyarrow as pa
 from unitless.connectors.files import read_file
 from unitless.connectors.records import ExampleBlock
 from unitless.learner import learn, to_arrow
-from unitless.store.per_key import latest_checkpoint, read_checkpoint
+from unitless.store.models import latest_checkpoint, read_checkpoint
 from unitless.pipelines.config import configure, new_learner
 
 BITS = 18
@@ -122,13 +122,13 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
 
     # model groups: each block holds examples of its group's model keys only, within ``size``,
     # a group's blocks in position order, every example once
-    from unitless.pipelines.train import model_group
+    from unitless.store.by_group import group_key
 
     def by_group(pairs):
         seen = {}
         for group, block in pairs:
             assert 0 < len(block) <= 50
-            assert {model_group(k, 4) for k in block.keys.to_pylist()} == {group}
+            assert {group_key(k, 4) for k in block.keys.to_pylist()} == {group}
             seen.setdefault(group, []).append(block.positions)
         assert len(seen) > 1 and all((np.diff(np.concatenate(p)) > 0).all()
                                      for p in seen.values())

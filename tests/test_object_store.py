@@ -10,8 +10,8 @@ from unitless.cli import main
 from unitless.connectors import storage
 from unitless.connectors.files import read_output
 from unitless.learner import new_state, read_metadata, to_arrow
-from unitless.store.per_key import (checkpoint_files, key_dir, load_latest, model_keys,
-                                    write_checkpoint)
+from unitless.store.models import load_latest, model_keys
+from unitless.store.per_key import checkpoint_files, key_dir, write_checkpoint
 from tests.test_pipeline import make_examples, write_csv, write_parquet
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

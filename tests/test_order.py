@@ -3,7 +3,6 @@ delivers its blocks (Beam promises no order after the shuffle; Flink's batch mod
 interleaves them). Blocks fed to Learn shuffled, reversed and from two files interleaved give
 the predictions and checkpoints of the command's in-order run, and nothing is skipped."""
 import json
-import os
 import random
 
 import apache_beam as beam
@@ -14,7 +13,7 @@ from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
-from unitless.store.per_key import checkpoint_files, key_dir, latest_checkpoint, read_checkpoint
+from unitless.store.models import checkpoint_history, latest_checkpoint, read_checkpoint
 from unitless.pipelines.config import configure
 from unitless.pipelines.accounting import Tally
 
@@ -194,9 +193,7 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     # once the watermark passed everything, where it learned to
     source = blocks[0].source
     for key in KEYS:
-        directory = key_dir(str(tmp_path / "beam" / "models"), key)
-        metas = [json.loads(read_checkpoint(os.path.join(directory, name)).schema.metadata[
-            b"unitless"]) for name in checkpoint_files(directory)]
+        metas = [meta for _, meta in checkpoint_history(str(tmp_path / "beam" / "models"), key)]
         assert all(m["restart_positions"][source] <= m["input_positions"][source]
                    for m in metas)
         assert any(m["restart_positions"][source] < m["input_positions"][source] for m in metas)

@@ -1,7 +1,6 @@
 """End-to-end runs of `unitless train/score/inspect` on Beam's FnApiRunner with real files."""
 import gzip
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
-from unitless.store.per_key import key_dir, latest_checkpoint, read_checkpoint
+from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint
 
 BITS = 18
 FEATURES = ["f1", "f2", "f3", "f4"]
@@ -120,7 +119,7 @@ def test_each_format_gives_the_plain_learners_predictions(tmp_path, fmt, writer,
         assert [r["label"] for r in got] == list(y[idx].astype(float))
         if keyed:
             assert [r["id"] for r in got] == [f"e{i}" for i in idx]
-        model = read_checkpoint(os.path.dirname(latest_checkpoint(str(out / "models"), k)))
+        model = read_checkpoint(latest_checkpoint(str(out / "models"), k))
         meta = json.loads(model.schema.metadata[b"unitless"])
         assert meta["examples_seen"] == len(idx)
         w = dict(zip(model.column("index").to_pylist(), model.column("w").to_pylist()))
@@ -191,7 +190,8 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
     last = max((r for r in learned if r["model_key"] == "a"), key=lambda r: r["examples_seen"])
     assert served["prediction"] == last["prediction"] and served["loss"] is None
     capsys.readouterr()
-    assert main(["inspect", key_dir(str(out / "models"), "a"), "--json", "--top", "3"]) == 0
+    assert main(["inspect", str(out / "models"), "--model-key", "a", "--json", "--top",
+                 "3"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["algorithm"] == "scinol2" and info["model_key"] == "a"
     assert info["examples_seen"] == sum(k == "a" for k in keys)
@@ -244,8 +244,8 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path):
     resumed[resumed.index("--predictions") + 1] = str(tmp_path / "crash" / "pred2")
     subprocess.run(resumed, check=True, capture_output=True)
     for k in ("a", "b"):
-        whole = read_checkpoint(key_dir(str(tmp_path / "whole" / "models"), k))
-        again = read_checkpoint(key_dir(str(tmp_path / "crash" / "models"), k))
+        whole = load_latest(str(tmp_path / "whole" / "models"), k)[1]
+        again = load_latest(str(tmp_path / "crash" / "models"), k)[1]
         assert whole.drop_columns(["name"]).equals(again.drop_columns(["name"]))
         m1, m2 = (json.loads(t.schema.metadata[b"unitless"]) for t in (whole, again))
         assert m1["examples_seen"] == m2["examples_seen"] == sum(x == k for x in keys)

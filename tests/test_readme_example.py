@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from unitless.store.per_key import read_checkpoint
+from unitless.store.models import load_latest
 
 from tests.runners import pipeline
 
@@ -34,9 +34,8 @@ def test_the_readme_beam_example_runs_and_its_assertion_holds(tmp_path, monkeypa
     exec(compile(code, str(README), "exec"), {"__name__": "readme_example",
                                               "pipeline": pipeline})
     for key, n in (("eu", 50), ("us", 50)):
-        directory = tmp_path / "out" / "models" / f"k-{key}"
-        latest = (directory / "latest").read_text().strip()
-        meta = json.loads(read_checkpoint(str(directory / latest)).schema.metadata[b"unitless"])
+        meta = json.loads(load_latest(str(tmp_path / "out" / "models"), key)[1].schema.metadata[
+            b"unitless"])
         assert meta["examples_seen"] == n
     assert not os.listdir(tmp_path / "out" / "dead_letter")
 

@@ -2,6 +2,7 @@
 key's first, written by real training runs while it is running, at most every
 ``refresh_seconds``; it skips a newer checkpoint that is corrupt or of another learner, keeping
 the model in use; every score names the checkpoint it used."""
+import json
 import logging
 from pathlib import Path
 
@@ -12,8 +13,9 @@ from tests.runners import RUNNERS, pipeline
 from unitless.beam import Score
 from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_csv
-from unitless.learner import predict_next
-from unitless.store.per_key import checkpoint_files, key_dir, load_latest
+from unitless.learner import predict_next, read_metadata
+from unitless.store.by_group import GroupWriter, group_counts, group_key
+from unitless.store.models import load_latest
 from unitless.store.keyed_model import KeyedModel
 from unitless.pipelines.score import MissingModel, ScoringModels
 
@@ -65,20 +67,23 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
                           predict_next(newest(models, "a"), probe.batch()))
     assert scoring.get("b")[1] == "b@200"
     # a newer checkpoint that is corrupt: skipped with a warning, the model in use kept
-    a_dir = Path(key_dir(str(models), "a"))
-    (a_dir / "ckpt-000000000900.arrow").write_bytes(b"ARROW1 truncated")
-    (a_dir / "latest").write_text("ckpt-000000000900.arrow")
+    groups, = group_counts(str(models))
+    writer = GroupWriter(str(models), groups)
+    table = load_latest(str(models), "a")[1]
+    meta = read_metadata(table)
+    meta["examples_seen"] = 900
+    newer = writer.write({group_key("a", groups): [("a", table.replace_schema_metadata(
+        {b"unitless": json.dumps(meta).encode()}))]})["a"]
+    part = Path(newer.rpartition("#")[0])
+    part.write_bytes(part.read_bytes()[:200])
     with caplog.at_level(logging.WARNING, logger="unitless"):
         assert scoring.get("a")[1] == "a@500"
-    assert "ckpt-000000000900.arrow" in caplog.text
+    assert part.name in caplog.text
     # a newer one of another learner: skipped with a warning naming both
     other = tmp_path / "other"
     other.mkdir()
     train(other, "other", rows(1000, "a", 4), "--bits", "12")
-    theirs = Path(key_dir(str(other / "models"), "a"))
-    name = checkpoint_files(str(theirs))[-1]
-    (a_dir / name).write_bytes((theirs / name).read_bytes())
-    (a_dir / "latest").write_text(name)
+    writer.write({group_key("a", groups): [("a", load_latest(str(other / "models"), "a")[1])]})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="unitless"):
         assert scoring.get("a")[1] == "a@500"

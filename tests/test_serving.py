@@ -13,7 +13,7 @@ from tests.runners import RUNNERS, prism_args
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import parse_csv
-from unitless.store.per_key import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 from unitless.pipelines.config import configure
 
 KEYS = ("a", "b", "c", "d")

@@ -153,8 +153,12 @@ def parser():
                             "examples comes and this long has passed since the last look "
                             "(0: every time)")
     inspect = sub.add_parser("inspect", help="summarise a checkpoint")
-    inspect.add_argument("checkpoint", help="checkpoint file, a model key's directory, or a "
-                                            "model directory (a line per model key)")
+    inspect.add_argument("checkpoint", help="a model directory (a line per model key), a "
+                                            "checkpoint as that line names it, or a per-key "
+                                            "checkpoint file or directory of earlier versions")
+    inspect.add_argument("--model-key", metavar="KEY",
+                         help="the newest valid checkpoint of this model key in the model "
+                              "directory")
     inspect.add_argument("--top", type=int, default=20)
     inspect.add_argument("--json", action="store_true")
     curve = sub.add_parser("curve", help="draw progressive loss and error rate against "
@@ -329,12 +333,19 @@ def score(args, beam_args):
 
 
 def inspect(args):
-    from .store.per_key import checkpoint_files, model_keys
+    from .store.models import latest_checkpoint, model_keys
+    from .store.per_key import checkpoint_files
     from .store.shards import shard_counts
     from .pipelines.inspect import summary, render
     from .pipelines.summary import model_lines, render_models
     path = args.checkpoint
-    if is_dir(path) and not checkpoint_files(path) and (model_keys(path) or shard_counts(path)):
+    if args.model_key is not None:
+        path = latest_checkpoint(path, args.model_key)
+        if path is None:
+            raise FileNotFoundError(f"{args.checkpoint} holds no valid checkpoint of model "
+                                    f"{args.model_key!r}")
+    elif is_dir(path) and not checkpoint_files(path) and (model_keys(path)
+                                                          or shard_counts(path)):
         lines = model_lines(path)  # a whole model directory: one line per model key
         print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
               else render_models(lines, args.top))

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.flink.test_flink_training import (KEYS, assert_same_checkpoints,  # noqa: E402
                                              examples, file_predictions)
 from unitless.learner import read_metadata  # noqa: E402
-from unitless.store.per_key import load_latest  # noqa: E402
+from unitless.store.models import load_latest  # noqa: E402
 
 N = 6000  # 9 keys of 130 to 1,230 examples; 16 to 150 blocks of 8 per key
 CHECKPOINT_EVERY = "50"

@@ -14,7 +14,7 @@ from kafka.partitioner.default import murmur2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
-from unitless.store.per_key import key_dir, read_checkpoint  # noqa: E402
+from unitless.store.models import load_latest  # noqa: E402
 from unitless.store.starts import read_starts, starts_dir  # noqa: E402
 
 KEYS = ("alpha", "beta", "gamma")
@@ -132,8 +132,8 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     # one uninterrupted run over everything, into a fresh model dir
     train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="whole")
     for key in KEYS:
-        a = read_checkpoint(key_dir(str(tmp_path / "resumed" / "models"), key))
-        b = read_checkpoint(key_dir(str(tmp_path / "whole" / "models"), key))
+        a = load_latest(str(tmp_path / "resumed" / "models"), key)[1]
+        b = load_latest(str(tmp_path / "whole" / "models"), key)[1]
         ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
         n_key = sum(r["segment"] == key for r in first + second)
         assert ma["examples_seen"] == mb["examples_seen"] == n_key

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
-from unitless.store.per_key import latest_checkpoint, load_latest, read_checkpoint  # noqa: E402
+from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint  # noqa: E402
 
 KEYS = ("north", "south")
 SERVED = 5  # every fifth example has no label

@@ -13,7 +13,8 @@ from tests.integration.test_kafka_pipeline import (consume_all, create_topics,  
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
-from unitless.store.per_key import key_dir  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_counts, group_key  # noqa: E402
+from unitless.store.models import load_latest  # noqa: E402
 
 
 def train(tmp_path, name, rows, *extra):
@@ -67,9 +68,15 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
         assert {got[r["id"]]["checkpoint_id"] for r in second} == {"alpha@300", "beta@300"}
         assert all(got[r["id"]]["checkpoint_id"].startswith(r["segment"]) for r in second)
         # a newer checkpoint of alpha that is corrupt: skipped, alpha@300 kept
-        alpha_dir = Path(key_dir(str(tmp_path / "models"), "alpha"))
-        (alpha_dir / "ckpt-000000000999.arrow").write_bytes(b"ARROW1 truncated")
-        (alpha_dir / "latest").write_text("ckpt-000000000999.arrow")
+        models = str(tmp_path / "models")
+        groups, = group_counts(models)
+        table = load_latest(models, "alpha")[1]
+        meta = json.loads(table.schema.metadata[b"unitless"])
+        meta["examples_seen"] = 999
+        newer = GroupWriter(models, groups).write({group_key("alpha", groups): [
+            ("alpha", table.replace_schema_metadata({b"unitless": json.dumps(meta).encode()}))]})
+        damaged = Path(newer["alpha"].rpartition("#")[0])
+        damaged.write_bytes(damaged.read_bytes()[:200])
         time.sleep(0.5)
         third = [dict(r, id=f"3-{i}", segment="alpha") for i, r in enumerate(probe[40:])]
         produce(bootstrap, topic, third)
@@ -78,5 +85,5 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
         assert scoring.poll() is None, (tmp_path / "score.log").read_text()[-3000:]
     finally:
         kill_group(scoring)
-    assert "ckpt-000000000999.arrow" in (tmp_path / "score.log").read_text()
+    assert damaged.name in (tmp_path / "score.log").read_text()
     assert consume_all(bootstrap, f"{topic}-dead", 1, timeout=3) == []

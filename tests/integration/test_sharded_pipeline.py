@@ -26,7 +26,8 @@ from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
 from unitless.learner.sharded import merge  # noqa: E402
-from unitless.store.per_key import (checkpoint_files, key_dir, key_dir_name, read_checkpoint)
+from unitless.store.models import load_latest  # noqa: E402
+from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name  # noqa: E402
 from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
 
 
@@ -58,7 +59,7 @@ def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples, broker):
     for column in ("id", "model_key", "prediction", "loss", "examples_seen", "position"):
         assert sharded.column(column).equals(alone.column(column)), column
     for key in KEYS:
-        model = from_arrow(read_checkpoint(key_dir(str(tmp_path / "alone" / "models"), key)))
+        model = from_arrow(load_latest(str(tmp_path / "alone" / "models"), key)[1])
         (shard,) = shard_states(tmp_path / "one" / "models", key, 1)
         assert shard.dense_vectors().tobytes() == model.dense_vectors().tobytes()
         assert shard.S.tobytes() == model.S.tobytes()
@@ -75,7 +76,7 @@ def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, b
     np.testing.assert_allclose(sharded.column("prediction").to_numpy(), expected, rtol=1e-12,
                                atol=1e-12 * scale)
     for key in KEYS:
-        model = from_arrow(read_checkpoint(key_dir(str(tmp_path / "alone" / "models"), key)))
+        model = from_arrow(load_latest(str(tmp_path / "alone" / "models"), key)[1])
         merged = merge(shard_states(tmp_path / "four" / "models", key, 4))
         for got, want in zip(merged.dense_vectors(), model.dense_vectors()):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())

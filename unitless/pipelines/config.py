@@ -293,18 +293,20 @@ def new_learner(cfg):
                      bias_index(cfg.spec.bits) if cfg.spec.bias else -1, **cfg.hyperparameters)
 
 
-def check_resume(cfg, state, path):
-    """Raise ValueError when the checkpointed learner ``state`` (read from ``path``) is not the
-    learner this configuration would train: --resume continues a model, it does not change it.
-    Hyperparameters may change with ``allow_hyperparameter_change``; the rest never can."""
+def check_resume(cfg, meta, path):
+    """Raise ValueError when the checkpointed learner whose metadata is ``meta`` (``to_arrow``'s;
+    read from ``path``) is not the learner this configuration would train: --resume continues a
+    model, it does not change it. Hyperparameters may change with
+    ``allow_hyperparameter_change``; the rest never can."""
     fresh = new_learner(cfg)
-    settings = [("--algorithm", state.algorithm, fresh.algorithm),
-                ("--loss", state.loss, fresh.loss),
-                ("--bits", state.dim.bit_length() - 1, cfg.spec.bits),
-                ("--no-bias", state.bias_index < 0, fresh.bias_index < 0),
-                ("--classes", state.n_classes, fresh.n_classes)]
+    dim, bias_index = int(meta["dim"]), int(meta["bias_index"])
+    settings = [("--algorithm", meta["algorithm"], fresh.algorithm),
+                ("--loss", meta["loss"], fresh.loss),
+                ("--bits", dim.bit_length() - 1, cfg.spec.bits),
+                ("--no-bias", bias_index < 0, fresh.bias_index < 0),
+                ("--classes", meta["n_classes"], fresh.n_classes)]
     if not cfg.allow_hyperparameter_change:
-        settings += [(f"--{name.replace('_', '-')}", state.hyperparameters.get(name), value)
+        settings += [(f"--{name.replace('_', '-')}", meta["hyperparameters"].get(name), value)
                      for name, value in sorted(fresh.hyperparameters.items())]
     for flag, was, now in settings:
         if was != now:
@@ -312,6 +314,6 @@ def check_resume(cfg, state, path):
                     else "; pass --allow-hyperparameter-change to change it")
             raise ValueError(f"--resume: the model in {path} was trained with {flag} {was}, "
                              f"not {now}{hint}")
-    if state.dim != fresh.dim or state.bias_index != fresh.bias_index:
-        raise ValueError(f"--resume: the model in {path} has dimension {state.dim} and bias "
-                         f"index {state.bias_index}, not {fresh.dim} and {fresh.bias_index}")
+    if dim != fresh.dim or bias_index != fresh.bias_index:
+        raise ValueError(f"--resume: the model in {path} has dimension {dim} and bias "
+                         f"index {bias_index}, not {fresh.dim} and {fresh.bias_index}")

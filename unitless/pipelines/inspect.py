@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..learner import from_arrow, read_metadata
-from ..store.per_key import load_checkpoint
+from ..store.models import load_checkpoint
 
 
 def summary(path, top=20):

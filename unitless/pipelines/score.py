@@ -10,7 +10,7 @@ import pyarrow as pa
 from ..connectors.records import dead_letter_table
 from ..learner import example_losses, predict_next
 from ..store.keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
-from ..store.per_key import checkpoint_files, key_dir, load_latest, model_keys
+from ..store.models import has_checkpoint, load_latest, model_keys, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
@@ -52,11 +52,11 @@ class ScoringModels:
     for again when one of the key's examples comes and ``refresh_seconds`` have passed since the
     key was last looked for (0: every time), so a newer checkpoint is taken up, and a key whose
     first checkpoint appears after the start is scored from then on, without a restart and
-    without a look at every key. Looking is a listing of the key's directory; a checkpoint is
-    read only when a newer one is listed. A newer checkpoint that cannot be read (truncated,
-    corrupt) or whose learner is another (algorithm, loss, dimension, classes, bias) is skipped
-    with a warning, and the model in use kept. Models over feature shards are the ones found
-    at the start."""
+    without a look at every key. Looking is a listing of the key's group directory (and of its
+    per-key directory); a checkpoint is read only when a newer manifest or file is listed. A
+    newer checkpoint that cannot be read (truncated, corrupt) or whose learner is another
+    (algorithm, loss, dimension, classes, bias) is skipped with a warning, and the model in use
+    kept. Models over feature shards are the ones found at the start."""
 
     def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
         self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
@@ -74,10 +74,10 @@ class ScoringModels:
         return self.models.get(key)
 
     def _look(self, key):
-        files = checkpoint_files(key_dir(self.model_dir, key))
-        if not files or files[-1] == self.newest.get(key):
+        version = newest_version(self.model_dir, key)
+        if version == self.newest.get(key):
             return
-        self.newest[key] = files[-1]
+        self.newest[key] = version
         found = load_latest(self.model_dir, key)  # (warns of each file it cannot read)
         if found is None:
             return
@@ -186,7 +186,7 @@ class MissingModel:
         for key in set(block.keys.to_pylist()) - self.known:
             if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
                 self.looked[key] = now
-                if checkpoint_files(key_dir(self.model_dir, key)):
+                if has_checkpoint(self.model_dir, key):
                     self.known.add(key)
         return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
                 if k not in self.known]

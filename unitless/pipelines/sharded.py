@@ -109,7 +109,7 @@ def resume_cuts(cfg):
         raise ValueError(f"--resume: {cfg.model_dir} holds models over {counts[-1]} shards, "
                          f"not {cfg.shards}: resume with --shards {counts[-1]}")
     return sharded_cuts(cfg.model_dir, cfg.shards,
-                        check=lambda table, path: check_resume(cfg, from_arrow(table), path))
+                        check=lambda table, path: check_resume(cfg, read_metadata(table), path))
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
-from ..store.per_key import checkpoint_metadata, load_latest, model_keys
+from ..store.models import checkpoint_metadata, load_latest, model_keys
 from ..store.shards import sharded_models
 
 

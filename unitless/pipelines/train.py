@@ -4,7 +4,6 @@ import logging
 import math
 import time
 import typing
-import zlib
 from collections import OrderedDict
 
 import apache_beam as beam
@@ -17,9 +16,12 @@ from ..connectors.storage import list_dir, remove_leftovers
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
+from ..learner import read_metadata
+from ..store import per_key
+from ..store.by_group import GroupWriter, group_counts, group_key
 from ..store.checkpoint_file import read_once
 from ..store.keyed_model import KeyedModel, ModelGroup, served_count
-from ..store.per_key import load_latest_learner, model_keys, write_checkpoints
+from ..store.models import checkpoint_metadata
 from ..store.resume import covered_partitions
 from ..store.shards import shard_counts
 from ..store.starts import prune_starts, starts_dir, write_starts
@@ -49,7 +51,7 @@ class KeyByModel(beam.DoFn):
     when all groups together hold ``gather_bytes``, and at the bundle's end.
 
     With ``model_groups``, the keys handed on are not the model keys but which of that many
-    groups each falls in (``model_group``), each block holding a group's examples: a keyed
+    groups each falls in (``by_group.group_key``), each block holding a group's examples: a keyed
     step's fixed work (its state, timers and commits) is then paid per group, not per model
     key, which 10,000 model keys of 100 examples each would pay 10,000 times.
     """
@@ -58,7 +60,7 @@ class KeyByModel(beam.DoFn):
         self.size, self.gather_bytes, self.starts = size, gather_bytes, starts
         self.covered = frozenset((source, key) for key, source in covered)
         self.model_groups = model_groups
-        self.model_group_of = {}  # model key -> ``model_group``, as met
+        self.model_group_of = {}  # model key -> ``group_key``, as met
 
     def setup(self):
         # (source, key): start records this worker wrote, or needs none (``covered``)
@@ -67,7 +69,7 @@ class KeyByModel(beam.DoFn):
     def _model_group(self, model_key):
         group = self.model_group_of.get(model_key)
         if group is None:
-            group = self.model_group_of[model_key] = model_group(model_key, self.model_groups)
+            group = self.model_group_of[model_key] = group_key(model_key, self.model_groups)
         return group
 
     @property
@@ -147,22 +149,18 @@ def key_by_model(size, **options):
         typing.Tuple[str, typing.Any])
 
 
-def model_group(model_key, groups):
-    """Which of ``groups`` groups a model key falls in, as the key its group is handed on
-    under ("<group>/<groups>"): the same in every process and run (CRC-32 of its UTF-8)."""
-    return f"{zlib.crc32(model_key.encode('utf-8', 'surrogatepass')) % groups}/{groups}"
-
-
-def new_keyed_model(cfg, key):
-    """The key's model: resumed from its latest checkpoint when asked, else a fresh learner."""
+def new_keyed_model(cfg, key, checkpoints):
+    """The key's model: resumed from its latest checkpoint when asked (its group's, read by
+    ``checkpoints``, a GroupWriter; else the per-key layout's), else a fresh learner."""
     if cfg.resume:
-        found = load_latest_learner(cfg.model_dir, key)
+        found = (checkpoints.group(group_key(key, cfg.model_groups)).load(key)
+                 or per_key.load_latest_learner(cfg.model_dir, key))
         if found:
             path, table, state = found
             log.debug("model %r resumes from %s", key, path)
+            check_resume(cfg, read_metadata(table), path)
             model = KeyedModel.from_table(table, state)
             model.run_start = model.state.examples_seen
-            check_resume(cfg, model.state, path)
             if cfg.allow_hyperparameter_change:
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
             return model
@@ -258,6 +256,7 @@ class LearnBlocks:
         self.seen = 0
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
         cfg = self.cfg
+        self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
         self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
                                 cfg.kafka_settings),
                       open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
@@ -293,7 +292,7 @@ class LearnBlocks:
         return group.model(model_key, self._new_model)
 
     def _new_model(self, model_key):
-        return new_keyed_model(self.cfg, model_key)
+        return new_keyed_model(self.cfg, model_key, self.group_files)
 
     def store(self, key, group, stored):
         stored.write(group.to_bytes())
@@ -424,9 +423,10 @@ class LearnBlocks:
         if not self.pending:
             return
         self._flush()
-        write_checkpoints(self.cfg.model_dir, [(key, table, examples)
-                                               for key, table, examples, _, _ in self.pending],
-                          self.cfg.keep_checkpoints)
+        groups = {}
+        for key, table, _, _, _ in self.pending:
+            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table))
+        self.group_files.write(groups)
         for key, _, examples, loss, partitions in self.pending:
             if partitions:  # (its restart position there now covers them: see KeyByModel)
                 prune_starts(starts_dir(self.cfg.model_dir), key, partitions)
@@ -457,21 +457,23 @@ def check_before_start(cfg):
         if directory is not None and not is_kafka(directory):
             remove_leftovers(directory, depth)  # (3: MODEL_DIR/shards/<s>-of-<S>/<key>/)
     if cfg.resume:
-        keys, counts = model_keys(cfg.model_dir), shard_counts(cfg.model_dir)
+        models, counts = checkpoint_metadata(cfg.model_dir), shard_counts(cfg.model_dir)
         if counts and not cfg.shards:
             raise ValueError(f"--resume: {cfg.model_dir} holds models over {counts[-1]} feature "
                              f"shards: resume with --shards {counts[-1]}")
-        if keys and cfg.shards:
+        if models and cfg.shards:
             raise ValueError(f"--resume: {cfg.model_dir} holds models without feature shards: "
                              "resume without --shards")
-        if not keys and not counts and any(list_dir(cfg.model_dir)):
+        grouped = [g for g in group_counts(cfg.model_dir) if g != cfg.model_groups]
+        if grouped and not cfg.shards:
+            # (a model is read back from its own group's directory only)
+            raise ValueError(f"--resume: {cfg.model_dir} holds models in {grouped[-1]} model "
+                             f"groups: resume with --model-groups {grouped[-1]}")
+        if not models and not counts and any(list_dir(cfg.model_dir)):
             log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
                         cfg.model_dir)
-        for key in keys:
-            found = load_latest_learner(cfg.model_dir, key)
-            if found:
-                path, table, state = found
-                check_resume(cfg, KeyedModel.from_table(table, state).state, path)
+        for _, path, meta in models:  # (each model is checked again when it is read)
+            check_resume(cfg, meta, path)
 
 
 class Learn(beam.PTransform):

@@ -143,11 +143,13 @@ def check_table(table):
 class _ReadOnce:
     """What ``read_once`` keeps: valid tables by path, each with the learner state checking it
     decoded until a reader takes that (``bytes_left``: how many more bytes of them it may
-    keep), and what a layout's readers keep (``per_key``: ``checkpoint_metadata`` by model
-    directory, a key directory's checkpoint files and what its `latest` holds)."""
+    keep), and what the layouts' readers keep (``per_key``: ``checkpoint_metadata`` by model
+    directory, a key directory's checkpoint files and what its `latest` holds; ``models``:
+    group directories as listed)."""
 
     def __init__(self, limit):
         self.tables, self.bytes_left, self.listings, self.candidates = {}, limit, {}, {}
+        self.groups = {}
 
 
 # the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's

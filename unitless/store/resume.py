@@ -3,7 +3,7 @@ record, their start records, and the consistent cuts of models over feature shar
 from dataclasses import dataclass, field
 
 from ..learner import read_metadata
-from .per_key import load_latest, model_keys
+from .models import load_latest, model_keys
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 

@@ -1,0 +1,244 @@
+"""Checkpoints by model group (``store.by_group``): real files, damaged ones, stale writers,
+the per-key layout of earlier versions still read, and the files queried as a dataset."""
+import json
+import logging
+import os
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from unitless.cli import main
+from unitless.learner import dense_batch, learn, new_state, read_metadata
+from unitless.store import by_group, models, per_key
+from unitless.store.by_group import GroupWriter, group_dir, group_key
+from unitless.store.checkpoint_file import seal
+from unitless.store.keyed_model import KeyedModel
+
+GROUPS = 4
+
+
+def trained(key, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5)) * 10.0 ** rng.integers(-2, 3, size=5)
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    state = new_state("nag", 8, "logistic")
+    learn(state, dense_batch(X, y))
+    return KeyedModel(key, state)
+
+
+def write(writer, *models_):
+    by_group = {}
+    for model in models_:
+        by_group.setdefault(group_key(model.key, GROUPS), []).append((model.key, model.to_table()))
+    return writer.write(by_group)
+
+
+def files(model_dir, key):
+    return sorted(os.listdir(group_dir(model_dir, GROUPS, group_key(key, GROUPS))))
+
+
+def same_model(table, model):
+    """The checkpoint holds the model as its own per-key file would: the same columns and
+    metadata (but the write time), checksum included."""
+    want = seal(model.to_table(), model.key)
+    got_meta, want_meta = read_metadata(table), read_metadata(want)
+    for name in ("time", "checksum"):
+        got_meta.pop(name, None), want_meta.pop(name, None)
+    return table.equals(want) and got_meta == want_meta
+
+
+def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_path):
+    model_dir = str(tmp_path / "models")
+    keys = [f"customer-{i}" for i in range(40)] + ["", "a/b", "..", "€" * 30]
+    trained_models = [trained(key, seed=i) for i, key in enumerate(keys)]
+    write(GroupWriter(model_dir, GROUPS), *trained_models)
+    assert sorted(os.listdir(os.path.join(model_dir, "groups", str(GROUPS)))) == sorted(
+        {per_key.key_dir_name(group_key(k, GROUPS)) for k in keys})
+    for directory in os.listdir(os.path.join(model_dir, "groups", str(GROUPS))):
+        names = os.listdir(os.path.join(model_dir, "groups", str(GROUPS), directory))
+        assert len(names) == 2  # one part, one manifest, however many models
+    assert models.model_keys(model_dir) == sorted(keys)
+    for model in trained_models:
+        where, table = models.load_latest(model_dir, model.key)
+        assert same_model(table, model)
+        assert models.read_checkpoint(where).equals(table)
+        assert same_model(KeyedModel.from_table(table).to_table(), model)  # (decoded, too)
+
+
+def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):
+    model_dir = str(tmp_path / "models")
+    writer = GroupWriter(model_dir, GROUPS, keep=2)
+    together = [k for k in map(str, range(40)) if group_key(k, GROUPS) == group_key("0", GROUPS)]
+    moving, still = [trained(k, seed=i) for i, k in enumerate(together[:2])]
+    write(writer, moving, still)
+    first = models.latest_checkpoint(model_dir, still.key)
+    for _ in range(5):
+        moving.state.examples_seen += 1
+        write(writer, moving)
+    names = files(model_dir, "0")
+    assert sum(n.startswith("manifest-") for n in names) == 2
+    # the parts the two kept manifests name: the first (the unchanged model) and the last two
+    assert sum(n.startswith("part-") for n in names) == 3
+    assert models.latest_checkpoint(model_dir, still.key) == first
+    assert read_metadata(models.load_latest(model_dir, moving.key)[1])["examples_seen"] == \
+        moving.state.examples_seen
+
+
+def changed_weight(path):
+    """The part with one weight changed, its metadata (the checksums) left as they were."""
+    part = pa.ipc.open_file(pa.py_buffer(open(path, "rb").read())).read_all()
+    w = part.column("w").to_numpy().copy()
+    w[0] = np.nextafter(w[0], np.inf)
+    return by_group.table_to_bytes(part.set_column(part.column_names.index("w"), "w",
+                                                   pa.array(w)))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a weight changed", "gone"])
+def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path, caplog,
+                                                                       damage):
+    model_dir = str(tmp_path / "models")
+    writer = GroupWriter(model_dir, GROUPS)
+    model = trained("k")
+    write(writer, model)
+    before = models.load_latest(model_dir, "k")[1]
+    model.state.examples_seen += 7
+    where = write(writer, model)["k"]
+    part = where.rpartition("#")[0]
+    data = open(part, "rb").read()
+    if damage == "gone":
+        os.remove(part)
+    else:
+        damaged = data[:len(data) // 2] if damage == "truncated" else changed_weight(part)
+        with open(part, "wb") as f:
+            f.write(damaged)
+    by_group._parts.parts.clear()  # (as a new process would read it)
+    with caplog.at_level(logging.WARNING, "unitless"):
+        found = models.load_latest(model_dir, "k")
+    assert found[1].equals(before)
+    assert read_metadata(found[1]) == read_metadata(before)
+    assert "ignoring checkpoint" in caplog.text and os.path.basename(part) in caplog.text
+
+
+@pytest.mark.parametrize("damage", [b"", b"{", b'{"format": "other"}', b"\xff\xfe"])
+def test_an_unreadable_newest_manifest_falls_back_to_the_one_before(tmp_path, caplog, damage):
+    model_dir = str(tmp_path / "models")
+    writer = GroupWriter(model_dir, GROUPS)
+    model = trained("k")
+    write(writer, model)
+    before = models.load_latest(model_dir, "k")[1]
+    directory = group_dir(model_dir, GROUPS, group_key("k", GROUPS))
+    with open(os.path.join(directory, "manifest-000000000009-ff.json"), "wb") as f:
+        f.write(damage)
+    with caplog.at_level(logging.WARNING, "unitless"):
+        assert read_metadata(models.load_latest(model_dir, "k")[1]) == read_metadata(before)
+    assert "ignoring manifest" in caplog.text
+
+
+def test_a_stale_writer_never_moves_a_model_back(tmp_path):
+    """A retried bundle's writer (its view of the group older than the directory) writes a
+    model's state of fewer examples: the newer one stays the model's newest."""
+    model_dir = str(tmp_path / "models")
+    ahead, stale = GroupWriter(model_dir, GROUPS), GroupWriter(model_dir, GROUPS)
+    model = trained("k")
+    write(stale, model)
+    model.state.examples_seen += 10
+    write(ahead, model)
+    model.state.examples_seen -= 5
+    write(stale, model)
+    assert read_metadata(models.load_latest(model_dir, "k")[1])["examples_seen"] == 70
+
+
+def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp_path):
+    """The README's recipe: every model's newest state as one table, queried with DuckDB; and
+    the parts as one Arrow dataset with a model_key column."""
+    model_dir = str(tmp_path / "models")
+    keys = [f"c{i}" for i in range(30)]
+    writer = GroupWriter(model_dir, GROUPS)
+    write(writer, *(trained(key, seed=i) for i, key in enumerate(keys)))
+    moved = trained("c17", n=90, seed=99)  # (its newest state in a newer part)
+    write(writer, moved)
+    weights = models.newest_models(model_dir)  # noqa: F841 (DuckDB reads it by its name)
+    got = duckdb.sql("select name, w from weights where model_key = 'c17' "
+                     "order by class, index").fetchall()
+    want = models.load_latest(model_dir, "c17")[1]
+    assert got == list(zip(want.column("name").to_pylist(), want.column("w").to_pylist()))
+    assert read_metadata(want)["examples_seen"] == 90
+    counts = dict(duckdb.sql("select model_key, count(*) from weights group by model_key")
+                  .fetchall())
+    assert sorted(counts) == sorted(keys)
+    assert all(n == models.load_latest(model_dir, k)[1].num_rows for k, n in counts.items())
+    parts = [str(p) for p in (tmp_path / "models").glob("groups/*/*/part-*.arrow")]
+    every = ds.dataset(parts, format="ipc").to_table(columns=["model_key"])
+    assert sorted(set(every.column("model_key").to_pylist())) == sorted(keys)
+
+
+def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp_path, capsys):
+    """Checkpoints written in the per-key layout (by its writer, as earlier versions wrote them)
+    load: a run resumed from them over the whole input ends where one run over it ends."""
+    rng = np.random.default_rng(3)
+    lines = ["user,x1,x2,label"] + [
+        f"u{i % 5},{rng.normal() * 1e3:.6f},{rng.normal() * 1e-3:.9f},{int(rng.random() < .5)}"
+        for i in range(600)]
+    data = tmp_path / "data.csv"  # (the first half, then all of it: the same source)
+    data.write_text("\n".join(lines[:301]) + "\n")
+    common = ["--input", str(data), "--model-key-column", "user", "--algorithm", "scinol2",
+              "--dead-letter", str(tmp_path / "dead")]
+    assert main(["train", "--model-dir", str(tmp_path / "tmp"),
+                 "--predictions", str(tmp_path / "p2"), *common]) == 0
+    data.write_text("\n".join(lines) + "\n")
+    assert main(["train", "--model-dir", str(tmp_path / "one"),
+                 "--predictions", str(tmp_path / "p1"), *common]) == 0
+    old = str(tmp_path / "old")
+    # the first half's models, moved to the per-key layout as earlier versions wrote it
+    for key in models.model_keys(str(tmp_path / "tmp")):
+        table = models.load_latest(str(tmp_path / "tmp"), key)[1]
+        per_key.write_checkpoint(old, key, table.replace_schema_metadata(
+            {b"unitless": json.dumps({k: v for k, v in read_metadata(table).items()
+                                      if k != "checksum"}).encode()}),
+            read_metadata(table)["examples_seen"])
+    assert not os.path.exists(os.path.join(old, "groups"))
+    assert main(["train", "--model-dir", old, "--resume",
+                 "--predictions", str(tmp_path / "p3"), *common]) == 0
+    assert models.model_keys(old) == models.model_keys(str(tmp_path / "one")) == [
+        f"u{i}" for i in range(5)]
+    for key in models.model_keys(old):
+        got = models.load_latest(old, key)
+        assert "/groups/" in got[0]  # (the resumed run wrote the new layout)
+        want = models.load_latest(str(tmp_path / "one"), key)[1]
+        assert got[1].drop_columns([]).equals(want.replace_schema_metadata(
+            got[1].schema.metadata)), key
+        meta_got, meta_want = read_metadata(got[1]), read_metadata(want)
+        for name in ("examples_seen", "cumulative_loss", "scalars", "input_positions"):
+            assert meta_got[name] == meta_want[name], (key, name)
+    assert "300 examples learned" in capsys.readouterr().out.rsplit("model key", 1)[1]
+
+
+def test_resuming_with_another_number_of_model_groups_is_refused(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text("user,x,label\n" + "".join(f"u{i % 3},{i},{i % 2}\n" for i in range(50)))
+    args = ["train", "--input", str(data), "--model-dir", str(tmp_path / "m"),
+            "--predictions", str(tmp_path / "p"), "--model-key-column", "user",
+            "--dead-letter", str(tmp_path / "dead")]
+    assert main(args + ["--model-groups", "8"]) == 0
+    capsys.readouterr()
+    assert main(args + ["--resume", "--model-groups", "16"]) == 2
+    assert "resume with --model-groups 8" in capsys.readouterr().err
+
+
+def test_inspect_names_one_model_of_a_model_directory(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text("user,x,label\n" + "".join(f"u{i % 3},{i},{i % 2}\n" for i in range(50)))
+    assert main(["train", "--input", str(data), "--model-dir", str(tmp_path / "m"),
+                 "--predictions", str(tmp_path / "p"), "--model-key-column", "user",
+                 "--dead-letter", str(tmp_path / "dead")]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "m"), "--model-key", "u1", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["model_key"] == "u1" and info["examples_seen"] == 17
+    assert main(["inspect", info["file"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["examples_seen"] == 17
+    assert main(["inspect", str(tmp_path / "m"), "--model-key", "nobody"]) == 2
+    assert "no valid checkpoint of model 'nobody'" in capsys.readouterr().err

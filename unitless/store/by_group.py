@@ -1,0 +1,418 @@
+"""Model checkpoints by model group: the models that share one key of the keyed step
+(``group_key``) are checkpointed together, a few files per group per checkpoint, not a file
+and a pointer per model key.
+
+Layout: MODEL_DIR/groups/<G>/<group directory>/, G the run's number of model groups (0: a
+group per model key) and the group directory ``per_key.key_dir_name`` of the group's key:
+
+* part-<seq>-<token>.arrow: one Arrow IPC file holding the models of the group that changed
+  since their last checkpoint, each model's rows together, a ``model_key`` column (dictionary
+  encoded) before its own columns, and in its schema metadata (``PART_KEY``), per model, its
+  first row, its row count and the metadata its own checkpoint table has (``to_arrow``: the
+  algorithm, settings, examples seen, positions, restart positions, ...; the model key; a
+  checksum of its rows and that metadata, ``checkpoint_file.seal``);
+* manifest-<seq>-<token>.json, written after its parts: for each of the group's models, the
+  part and first row of its newest state (an unchanged model names an older part) and a copy of
+  that model's metadata (settings and positions; a resumed run's start reads manifests only).
+
+<seq> is 12 digits, one more than the group's newest file; <token> makes a name no other
+writer can take (a retried bundle may run beside the one it retries). Files are written whole
+or not at all and never change (``storage.atomic_write_many``), and only the worker that owns
+the group writes it (the keyed step's key), so no manifest has two writers; readers take the
+newest manifests (several of the newest seq: a retried bundle's; per model the one with most
+examples), and a model whose part is missing or damaged falls back to its entry in an older
+manifest. A writer keeps the newest ``keep`` manifests and the parts they name; a part is read
+as a model's checkpoint only when its own metadata's checksum matches the manifest's.
+
+Every part is a table with a ``model_key`` column, so a dataset of them reads with pyarrow,
+pandas or DuckDB (``pyarrow.dataset.dataset(paths, format="ipc")``). A model's rows are the
+table its own checkpoint file held in the per-key layout (``per_key``), which is still read.
+"""
+import json
+import logging
+import re
+import threading
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+import pyarrow as pa
+
+from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, read_bytes,
+                                  remove, unique_token)
+from ..learner import read_metadata
+from ..learner.state import METADATA_KEY
+from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, seal, table_from_bytes,
+                              table_to_bytes)
+from .per_key import key_dir_name
+
+log = logging.getLogger("unitless")
+
+GROUPS = "groups"
+PART_KEY = b"unitless_group"
+MODEL_KEY = "model_key"
+PART = re.compile(r"part-([0-9]{12})-([0-9a-f]{1,64})\.arrow")
+MANIFEST = re.compile(r"manifest-([0-9]{12})-([0-9a-f]{1,64})\.json")
+MANIFEST_FORMAT = "unitless group manifest 1"
+COMPACT_PARTS = 16  # parts a group's manifest may name before a write rewrites them as one
+
+
+def group_key(model_key, groups):
+    """The keyed step's key of a model key's group, of ``groups`` groups ("<group>/<groups>",
+    the same in every process and run: CRC-32 of its UTF-8); 0 groups: the model key itself."""
+    if not groups:
+        return model_key
+    return f"{zlib.crc32(model_key.encode('utf-8', 'surrogatepass')) % groups}/{groups}"
+
+
+def groups_dir(model_dir, groups):
+    return join(model_dir, GROUPS, str(int(groups)))
+
+
+def group_dir(model_dir, groups, key):
+    """The directory of the group of the keyed step's ``key`` (a ``group_key``)."""
+    return join(groups_dir(model_dir, groups), key_dir_name(key))
+
+
+def group_counts(model_dir):
+    """The numbers of model groups G that model_dir holds checkpoints in (sorted)."""
+    return sorted(int(n) for n in list_dir(join(model_dir, GROUPS))[1] if n.isdigit())
+
+
+def locator(part_path, index):
+    """How the ``index``-th model of a part is named to people and to ``load_located``."""
+    return f"{part_path}#{index}"
+
+
+LOCATOR = re.compile(r"(.*\.arrow)#([0-9]+)")
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+class _Parts:
+    """Parts read and checked, by path, the most recently used last, up to ``limit`` bytes:
+    a part never changes once written (its name is unique), so a worker resuming a group's
+    models one by one reads the group's part once."""
+
+    def __init__(self, limit=256 << 20):
+        self.limit, self.held, self.parts, self.lock = limit, 0, OrderedDict(), threading.Lock()
+
+    def get(self, path):
+        with self.lock:
+            found = self.parts.get(path)
+            if found is not None:
+                self.parts.move_to_end(path)
+                return found
+        found = _read_part(path)
+        with self.lock:
+            if path not in self.parts:
+                self.parts[path] = found
+                self.held += found[0].nbytes
+            while self.held > self.limit and len(self.parts) > 1:
+                self.held -= next(iter(self.parts.values()))[0].nbytes
+                self.parts.popitem(last=False)
+        return found
+
+
+_parts = _Parts()
+
+
+def _read_part(path):
+    """(table, [(first row, rows, metadata)] of its models); ValueError unless it reads as a
+    part."""
+    try:
+        table = table_from_bytes(read_bytes(path))
+        table.validate(full=True)
+        index = json.loads(table.schema.metadata[PART_KEY])
+        models = [(int(m["first_row"]), int(m["rows"]), m["metadata"]) for m in index["models"]]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise ValueError(f"it is not a readable part ({one_line(err)})") from None
+    return table, models
+
+
+def load_located(part_path, index, key=None, checksum=None):
+    """(table, LearnerState) of the ``index``-th model of a part: its table as its own
+    checkpoint file held it, checked (``check_table``); ValueError unless it is valid, of
+    model ``key`` when given, and, given the manifest's ``checksum``, the state the manifest
+    names."""
+    part, models = _parts.get(part_path)
+    if not 0 <= index < len(models):
+        raise ValueError(f"the part holds no model {index}")
+    first_row, rows, meta = models[index]
+    if not 0 <= first_row <= first_row + rows <= part.num_rows:
+        raise ValueError(f"rows {first_row}-{first_row + rows} are not in the part")
+    if key is not None and meta.get(MODEL_KEY) != key:
+        raise ValueError(f"it holds model {meta.get(MODEL_KEY)!r}, not {key!r}")
+    if checksum is not None and meta.get(CHECKSUM_FIELD) != checksum:
+        raise ValueError("it is not the state its manifest names")
+    table = part.slice(first_row, rows).drop_columns([MODEL_KEY]).replace_schema_metadata(
+        {METADATA_KEY: json.dumps(meta).encode()})
+    try:
+        return table, check_table(table)
+    except (TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as err:
+        raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
+
+
+def part_rows(part_path, indices):
+    """The rows of the part's ``indices``-th models, ``model_key`` column first (unverified)."""
+    part, models = _parts.get(part_path)
+    return pa.concat_tables([part.slice(models[i][0], models[i][1]) for i in indices]
+                            ).replace_schema_metadata(None)
+
+
+class GroupCheckpoints:
+    """One group's checkpoints, as its directory was listed once: each model's newest entry
+    and its older ones (the fallbacks), from the kept manifests."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        files = list_dir(directory)[0]
+        self.names = sorted((n for n in files if MANIFEST.fullmatch(n)), reverse=True)  # newest
+        self.parts = {n for n in files if PART.fullmatch(n)}  # first (seq, then token)
+        self.seq = max((_seq(n) for n in self.names + list(self.parts)), default=0)
+        self._manifests = {}  # name -> parsed manifest, or None if unreadable
+        self._newest = None
+
+    def manifest(self, name):
+        if name not in self._manifests:
+            self._manifests[name] = _read_manifest(join(self.directory, name))
+        return self._manifests[name]
+
+    def newest(self):
+        """{model key: entry} of the newest readable manifests (those of its newest seq,
+        merged: per model, the entry of most examples); an entry is (part name, the model's
+        index in it, metadata)."""
+        if self._newest is None:
+            self._newest = {}
+            top = None
+            for name in self.names:
+                manifest = self.manifest(name)
+                if manifest is None:
+                    continue
+                if top is not None and _seq(name) != top:
+                    break
+                top = _seq(name)
+                for key, entry in manifest.items():
+                    held = self._newest.get(key)
+                    if held is None or examples_of(entry) > examples_of(held):
+                        self._newest[key] = entry
+        return self._newest
+
+    def entries(self, key):
+        """The model's entries, the newest first, then those of older manifests (each state
+        once)."""
+        newest = self.newest().get(key)
+        found = [] if newest is None else [newest]
+        for name in self.names:
+            entry = (self.manifest(name) or {}).get(key)
+            if entry is not None and all(entry[:2] != f[:2] for f in found):
+                found.append(entry)
+        return found
+
+    def load(self, key):
+        """(locator, table, LearnerState) of the model's newest valid state here, or None (see
+        ``load_entries``)."""
+        return load_entries([(self.directory, entry) for entry in self.entries(key)], key)
+
+
+def load_entries(entries, key):
+    """(locator, table, LearnerState) of the first valid of the model's entries, [(group
+    directory, entry)], or None; each invalid one is skipped with a warning naming it and
+    why."""
+    for directory, (part, index, meta) in entries:
+        path = join(directory, part)
+        try:
+            table, state = load_located(path, index, key, meta.get(CHECKSUM_FIELD))
+        except FileNotFoundError:
+            log.warning("ignoring checkpoint %s: its part is gone", locator(path, index))
+            continue
+        except ValueError as err:
+            log.warning("ignoring checkpoint %s: %s", locator(path, index), err)
+            continue
+        return locator(path, index), table, state
+    return None
+
+
+def _seq(name):
+    return int(name.split("-", 2)[1])
+
+
+def examples_of(entry):
+    return int(entry[2].get("examples_seen", -1))
+
+
+def _read_manifest(path):
+    """{model key: (part name, index in it, metadata)} of a manifest, or None (with a warning)
+    when it cannot be read."""
+    try:
+        manifest = json.loads(read_bytes(path))
+        if manifest.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"not a manifest of format {MANIFEST_FORMAT!r}")
+        common = manifest["common"]
+        found = {}
+        for key, (part, index, own) in manifest["models"].items():
+            if not PART.fullmatch(part):
+                raise ValueError(f"{part!r} is not a part's name")
+            found[key] = (part, int(index), {**common, **own})
+        return found
+    except FileNotFoundError:  # pruned since it was listed
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        log.warning("ignoring manifest %s: %s", path, one_line(err))
+        return None
+
+
+def group_checkpoints(model_dir):
+    """[(G, GroupCheckpoints)] of every group directory under model_dir."""
+    found = []
+    for groups in group_counts(model_dir):
+        root = groups_dir(model_dir, groups)
+        found += [(groups, GroupCheckpoints(join(root, name))) for name in list_dir(root)[1]]
+    return found
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+class GroupWriter:
+    """Writes the checkpoints of a worker's groups (``write``), and reads a group's models back
+    (``load``) from what it last wrote or listed, so that a group's directory is listed once
+    per write, not once per model."""
+
+    KNOWN = 1024  # groups whose manifests it keeps (the least recently used are read again)
+
+    def __init__(self, model_dir, groups, keep=3):
+        self.model_dir, self.groups, self.keep = model_dir, groups, keep
+        self.known = OrderedDict()  # group key -> GroupCheckpoints as of its last write or listing
+
+    def group(self, key):
+        """The checkpoints of the group of keyed-step key ``key``, as last listed or written."""
+        found = self.known.get(key)
+        if found is None:
+            found = GroupCheckpoints(group_dir(self.model_dir, self.groups, key))
+        self._keep(key, found)
+        return found
+
+    def _keep(self, key, group):
+        self.known[key] = group
+        self.known.move_to_end(key)
+        while len(self.known) > self.KNOWN:
+            self.known.popitem(last=False)
+
+    def write(self, checkpoints):
+        """Write {group key: [(model key, table)]} (tables as ``KeyedModel.to_table`` makes
+        them): per group one part of those models, then one manifest naming them and the
+        group's other models; all parts first, made durable together, then all manifests.
+        Returns {model key: locator}. A model whose newest checkpoint holds more examples than
+        the one given (a bundle retried after another took it further) keeps that one."""
+        parts, manifests, written, pruned = [], [], {}, []
+        for key, models in checkpoints.items():
+            directory = group_dir(self.model_dir, self.groups, key)
+            makedirs(directory)
+            current = GroupCheckpoints(directory)  # (listed: another worker may have written)
+            known = self.known.get(key)
+            if known is not None and known.names[:1] == current.names[:1]:
+                known.parts, known.seq = current.parts, current.seq
+                current = known  # (no manifest since: what it read stays)
+            entries = dict(current.newest())
+            seq = current.seq + 1
+            name = f"part-{seq:012d}-{unique_token()}.arrow"
+            sealed = []
+            for model_key, table in models:
+                table = seal(table, model_key)
+                meta = read_metadata(table)
+                held = entries.get(model_key)
+                if held is None or examples_of(held) <= meta["examples_seen"]:
+                    sealed.append((model_key, table, meta))
+            if len({e[0] for e in entries.values()} - {name}) > COMPACT_PARTS:
+                sealed = self._compacted(directory, entries, sealed)
+            if not sealed:
+                continue
+            data = _part_bytes(key, seq, sealed)
+            for index, (model_key, _, meta) in enumerate(sealed):
+                entries[model_key] = (name, index, meta)
+                written[model_key] = locator(join(directory, name), index)
+            parts.append((join(directory, name), data))
+            current.parts.add(name)
+            manifest = f"manifest-{seq:012d}-{unique_token()}.json"
+            manifests.append((join(directory, manifest), _manifest_bytes(key, seq, entries)))
+            current.names.insert(0, manifest)
+            current.seq = seq
+            current._manifests[manifest], current._newest = entries, entries
+            self._keep(key, current)
+            pruned.append(current)
+        atomic_write_many(parts)
+        atomic_write_many(manifests)
+        for current in pruned:
+            self._prune(current)
+        return written
+
+    def _compacted(self, directory, entries, sealed):
+        """``sealed`` and every other model of the group, read back from their parts, to be
+        written as one part (a group's manifest names at most COMPACT_PARTS parts)."""
+        fresh = {model_key for model_key, _, _ in sealed}
+        for model_key, (part, index, meta) in sorted(entries.items()):
+            if model_key in fresh:
+                continue
+            try:
+                table, _ = load_located(join(directory, part), index, model_key,
+                                        meta.get(CHECKSUM_FIELD))
+            except (OSError, ValueError) as err:
+                log.warning("model %r keeps its checkpoint in %s: %s", model_key, part, err)
+                return sealed
+            sealed.append((model_key, table, read_metadata(table)))
+        return sealed
+
+    def _prune(self, group):
+        """Keep the newest ``keep`` manifests and the parts they name; older parts not named
+        go too (but none newer than the oldest kept manifest: a retried bundle may be writing
+        one whose manifest is still to come)."""
+        if self.keep <= 0 or len(group.names) <= self.keep:
+            return
+        kept, stale = group.names[:self.keep], group.names[self.keep:]
+        named = {entry[0] for name in kept for entry in (group.manifest(name) or {}).values()}
+        oldest = min(_seq(name) for name in kept)
+        for name in stale:
+            remove(join(group.directory, name))
+            group._manifests.pop(name, None)
+        group.names = kept
+        for name in sorted(group.parts):
+            if name not in named and _seq(name) < oldest:
+                remove(join(group.directory, name))
+                group.parts.discard(name)
+
+
+def _part_bytes(group, seq, sealed):
+    """The part holding the sealed models' tables, in their order."""
+    tables = [table.replace_schema_metadata(None) for _, table, _ in sealed]
+    rows = np.array([t.num_rows for t in tables], dtype=np.int64)
+    first_rows = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
+    body = pa.concat_tables(tables, promote_options="none")
+    keys = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.arange(len(sealed), dtype=np.int32), rows)),
+        pa.array([model_key for model_key, _, _ in sealed], pa.string()))
+    index = {"group": group, "seq": seq, "models": [
+        {"first_row": first, "rows": int(n), "metadata": meta}
+        for first, n, (_, _, meta) in zip(first_rows, rows, sealed)]}
+    part = body.add_column(0, MODEL_KEY, keys).replace_schema_metadata(
+        {PART_KEY: json.dumps(index).encode()})
+    return table_to_bytes(part)
+
+
+def _manifest_bytes(group, seq, entries):
+    """The manifest: each model's part, index in it and metadata, what every model's metadata
+    shares once (``common``)."""
+    # (compared as JSON: 1 and 1.0 are equal in Python, not in a checksum)
+    metas = [{name: json.dumps(value, sort_keys=True) for name, value in meta.items()}
+             for _, _, meta in entries.values()]
+    common = {}
+    if metas:
+        common = {name: value for name, value in metas[0].items()
+                  if all(m.get(name) == value for m in metas[1:])}
+    models = {key: [part, index, {n: v for n, v in meta.items()
+                                  if common.get(n) != json.dumps(v, sort_keys=True)}]
+              for key, (part, index, meta) in sorted(entries.items())}
+    common = {name: json.loads(value) for name, value in common.items()}
+    return json.dumps({"format": MANIFEST_FORMAT, "group": group, "seq": seq,
+                       "common": common, "models": models}, separators=(",", ":")).encode()

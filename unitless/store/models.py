@@ -1,0 +1,150 @@
+"""Reading models' checkpoints whatever their layout: by model group (``by_group``, what runs
+write), then the per-key layout earlier versions wrote (``per_key``, read only). A model found
+in both is taken from the group layout, newest first (a resumed run writes what it read from
+the per-key layout there)."""
+import pyarrow as pa
+
+from ..connectors.storage import join
+from . import per_key
+from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
+                       group_dir, group_key, load_entries, load_located, locator, part_rows)
+from .checkpoint_file import kept_reads
+
+
+def _views(model_dir, key, fresh=False):
+    """GroupCheckpoints of each group that may hold the model (one per number of groups);
+    within ``read_once`` (unless ``fresh``) each directory is listed once."""
+    once = None if fresh else kept_reads()
+    if once is None:
+        return [GroupCheckpoints(group_dir(model_dir, g, group_key(key, g)))
+                for g in group_counts(model_dir)]
+    counts = once.groups.get(model_dir)
+    if counts is None:
+        counts = once.groups[model_dir] = group_counts(model_dir)
+    views = []
+    for groups in counts:
+        directory = group_dir(model_dir, groups, group_key(key, groups))
+        if directory not in once.groups:
+            once.groups[directory] = GroupCheckpoints(directory)
+        views.append(once.groups[directory])
+    return views
+
+
+def _entries(model_dir, key, fresh=False):
+    """The model's entries in every group layout, [(group directory, entry)], most examples
+    first."""
+    found = [(view.directory, entry) for view in _views(model_dir, key, fresh)
+             for entry in view.entries(key)]
+    return sorted(found, key=lambda f: -examples_of(f[1]))
+
+
+def load_latest_learner(model_dir, key):
+    """(locator or path, table, LearnerState or None) of the model's newest valid checkpoint,
+    or None; each invalid one is skipped with a warning naming it and why. Within
+    ``read_once`` a model is read and verified once while its tables fit (its state handed to
+    the first reader only)."""
+    once = kept_reads()
+    if once is not None and ("model", model_dir, key) in once.groups:
+        found = once.groups[("model", model_dir, key)]
+        return None if found is None else (*found[:2], None)
+    found = (load_entries(_entries(model_dir, key), key)
+             or per_key.load_latest_learner(model_dir, key))
+    if once is not None and (found is None or found[1].nbytes <= once.bytes_left):
+        once.groups[("model", model_dir, key)] = None if found is None else found[:2]
+        once.bytes_left -= 0 if found is None else found[1].nbytes
+    return found
+
+
+def load_latest(model_dir, key):
+    """(locator or path, table) of the model's newest valid checkpoint, or None."""
+    found = load_latest_learner(model_dir, key)
+    return None if found is None else found[:2]
+
+
+def latest_checkpoint(model_dir, key):
+    """Where the model's newest valid checkpoint is (``load_checkpoint`` reads it), or None."""
+    found = load_latest_learner(model_dir, key)
+    return None if found is None else found[0]
+
+
+def checkpoint_history(model_dir, key):
+    """[(where, metadata)] of the model's kept checkpoints in the group layout, oldest first
+    (from the kept manifests, each state once; unverified)."""
+    return [(locator(join(directory, part), index), meta)
+            for directory, (part, index, meta) in _entries(model_dir, key, fresh=True)[::-1]]
+
+
+def newest_version(model_dir, key):
+    """What changes when the model may have a newer checkpoint: the newest manifest of each of
+    its groups and its newest per-key file, listed now."""
+    return (tuple(v.names[:1] for v in _views(model_dir, key, fresh=True)),
+            per_key.checkpoint_files(per_key.key_dir(model_dir, key))[-1:])
+
+
+def has_checkpoint(model_dir, key):
+    """True when a checkpoint of the model is listed now (not verified)."""
+    return (any(key in view.newest() for view in _views(model_dir, key, fresh=True))
+            or bool(per_key.checkpoint_files(per_key.key_dir(model_dir, key))))
+
+
+def load_checkpoint(path):
+    """(where, table) of one model's checkpoint: a locator (``<part>.arrow#<n>``, the part's
+    n-th model), a per-key checkpoint file, or a per-key model directory (its newest valid
+    checkpoint); it must be valid (ValueError naming it and why; FileNotFoundError if absent)."""
+    located = LOCATOR.fullmatch(path)
+    if located is None:
+        return per_key.load_checkpoint(path)
+    try:
+        return path, load_located(located.group(1), int(located.group(2)))[0]
+    except ValueError as err:
+        raise ValueError(f"invalid checkpoint {path}: {err}") from None
+
+
+def read_checkpoint(path):
+    """The Arrow table of a model's checkpoint (see ``load_checkpoint``)."""
+    return load_checkpoint(path)[1]
+
+
+def _newest_entries(model_dir):
+    """{model key: (group directory, its newest entry)} over the group layout's manifests."""
+    found = {}
+    for _, view in group_checkpoints(model_dir):
+        for key, entry in view.newest().items():
+            if key not in found or examples_of(entry) > examples_of(found[key][1]):
+                found[key] = view.directory, entry
+    return found
+
+
+def newest_models(model_dir):
+    """Every model's newest state in the group layout as one Arrow table, a ``model_key``
+    column first, then its checkpoint's columns (unverified: the rows its manifest names); for
+    pandas (``.to_pandas()``) or DuckDB, which query it in scope. Models of the per-key layout
+    are not in it."""
+    parts = {}
+    for directory, (part, index, _) in _newest_entries(model_dir).values():
+        parts.setdefault(join(directory, part), []).append(index)
+    tables = [part_rows(path, sorted(indices)) for path, indices in sorted(parts.items())]
+    return pa.concat_tables(tables) if tables else None
+
+
+def checkpoint_metadata(model_dir):
+    """[(model key, where its newest checkpoint is, its metadata)] of every model under
+    model_dir, sorted by key: unverified, from the group layout's manifests, then the per-key
+    layout's schemas for models the group layout does not hold."""
+    once = kept_reads()
+    if once is not None and ("all", model_dir) in once.groups:
+        return list(once.groups[("all", model_dir)])
+    found = _newest_entries(model_dir)
+    listed = {key: (locator(join(directory, part), index), meta)
+              for key, (directory, (part, index, meta)) in found.items()}
+    for key, path, meta in per_key.checkpoint_metadata(model_dir):
+        listed.setdefault(key, (path, meta))
+    result = [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
+    if once is not None:
+        once.groups[("all", model_dir)] = result
+    return list(result)
+
+
+def model_keys(model_dir):
+    """The model keys with a checkpoint under model_dir, sorted (see ``checkpoint_metadata``)."""
+    return [key for key, _, _ in checkpoint_metadata(model_dir)]
