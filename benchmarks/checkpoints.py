@@ -7,8 +7,9 @@ object-store requests per checkpoint, and a resumed run over many keys with noth
   layout's (``by_group.GroupWriter``, 1,024 groups), alternated, each into a fresh local
   directory; beside them the models' tables alone (``KeyedModel.to_table``), which both pay.
 * Requests: the same writes to MinIO (deploy/s3/local_s3.py, its Prometheus counters
-  ``minio_s3_requests_total``), K = 1,000, four checkpoints in a row (all models changed each
-  time; keep 3, so the fourth prunes).
+  ``minio_s3_requests_total``, read once they have settled), 128 models in 8 groups, two
+  checkpoints in a row (all models changed; keep 1, so the second prunes). Beam's S3 file
+  system uploads each file as a multipart upload (three requests).
 * Resume: ``unitless train`` over N rows keyed round-robin over 10,000 keys, then the same
   input with ``--resume`` and nothing new to learn, against a fresh single-key run over the same
   input, alternated. Target (issue #35): within 1.5× the single-key run.
@@ -53,15 +54,16 @@ def trained_models(k, seed):
     return models
 
 
-def write_per_key(model_dir, models):
-    write_checkpoints(model_dir, [(m.key, m.to_table(), m.state.examples_seen) for m in models])
+def write_per_key(model_dir, models, keep=3):
+    write_checkpoints(model_dir, [(m.key, m.to_table(), m.state.examples_seen) for m in models],
+                      keep)
 
 
 def write_by_group(model_dir, models, writer=None):
     writer = writer or GroupWriter(model_dir, GROUPS)
     groups = {}
     for m in models:
-        groups.setdefault(group_key(m.key, GROUPS), []).append((m.key, m.to_table()))
+        groups.setdefault(group_key(m.key, writer.groups), []).append((m.key, m.to_table()))
     writer.write(groups)
     return writer
 
@@ -104,17 +106,23 @@ def measure_writes(work, counts, repeat, seed):
 
 
 def s3_requests(endpoint):
-    """{api: requests} from MinIO's Prometheus counters (public: MINIO_PROMETHEUS_AUTH_TYPE)."""
-    with urllib.request.urlopen(f"{endpoint}/minio/v2/metrics/cluster", timeout=10) as r:
-        text = r.read().decode()
-    found = {}
-    for api, value in re.findall(r'^minio_s3_requests_total\{api="([a-z]+)"[^}]*\} (\S+)$', text,
-                                 re.M):
-        found[api] = found.get(api, 0) + int(float(value))
+    """{api: requests} from MinIO's Prometheus counters (public: MINIO_PROMETHEUS_AUTH_TYPE),
+    once they have settled (MinIO refreshes them every few seconds)."""
+    last, stable = None, 0
+    while stable < 3:
+        with urllib.request.urlopen(f"{endpoint}/minio/v2/metrics/cluster", timeout=10) as r:
+            text = r.read().decode()
+        found = {}
+        for api, value in re.findall(r'^minio_s3_requests_total\{api="([a-z]+)"[^}]*\} (\S+)$',
+                                     text, re.M):
+            found[api] = found.get(api, 0) + int(float(value))
+        stable = stable + 1 if found == last else 0
+        last = found
+        time.sleep(2)
     return found
 
 
-def measure_requests(work, k, seed, checkpoints=4):
+def measure_requests(work, k, groups, seed, checkpoints=2):
     from deploy.s3.local_s3 import LocalS3
     os.environ["MINIO_PROMETHEUS_AUTH_TYPE"] = "public"
     models = trained_models(k, seed)
@@ -130,9 +138,9 @@ def measure_requests(work, k, seed, checkpoints=4):
                 before = s3_requests(s3.endpoint)
                 root = f"s3://bench/{name.replace(' ', '_')}"
                 if name == "per-key":
-                    write_per_key(root, models)
+                    write_per_key(root, models, keep=1)
                 else:
-                    writer = write_by_group(root, models, writer)
+                    writer = write_by_group(root, models, writer or GroupWriter(root, groups, 1))
                 after = s3_requests(s3.endpoint)
                 per_checkpoint.append({api: after.get(api, 0) - before.get(api, 0)
                                        for api in after if after.get(api, 0) != before.get(api, 0)})
@@ -172,10 +180,10 @@ def render(data):
                          *(f"{r['files'][n]:,}" for n in ("per-key", "by group"))]
                         for k, r in data["writes"].items()]))
     if data.get("requests"):
-        k = data["requests_models"]
-        lines += ["", f"## Object-store requests per checkpoint, {k:,} changed models, MinIO "
-                      "(four checkpoints in a row; the fourth prunes)", ""]
-        lines.append(table(["layout", *(f"checkpoint {i + 1}" for i in range(4)), "by API (4th)"],
+        k, g = data["requests_models"], data["requests_groups"]
+        lines += ["", f"## Object-store requests per checkpoint, {k:,} changed models in {g} "
+                      "groups, MinIO (two checkpoints; the second prunes)", ""]
+        lines.append(table(["layout", "checkpoint 1", "checkpoint 2", "by API (2nd)"],
                            [[name, *(f"{sum(c.values()):,}" for c in cs),
                              ", ".join(f"{a} {v}" for a, v in sorted(cs[-1].items()))]
                             for name, cs in data["requests"].items()]))
@@ -202,8 +210,8 @@ def main():
         data = {"repeat": args.repeat, "writes": measure_writes(work, counts, args.repeat,
                                                                 args.seed)}
         if os.environ.get("UNITLESS_MINIO"):
-            data["requests_models"] = 1_000
-            data["requests"] = measure_requests(work, 1_000, args.seed)
+            data["requests_models"], data["requests_groups"] = 128, 8
+            data["requests"] = measure_requests(work, 128, 8, args.seed)
         data["resume"] = measure_resume(work, rows, 1 if args.quick else 2, args.seed)
     write_results("checkpoints_quick" if args.quick else "checkpoints",
                   "Checkpoints by model group", h, render(data), data)

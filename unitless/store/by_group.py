@@ -12,8 +12,8 @@ group per model key) and the group directory ``per_key.key_dir_name`` of the gro
   algorithm, settings, examples seen, positions, restart positions, ...; the model key; a
   checksum of its rows and that metadata, ``checkpoint_file.seal``);
 * manifest-<seq>-<token>.json, written after its parts: for each of the group's models, the
-  part and first row of its newest state (an unchanged model names an older part) and a copy of
-  that model's metadata (settings and positions; a resumed run's start reads manifests only).
+  part holding its newest state (an unchanged model names an older part), its index there, its
+  examples seen and its checksum.
 
 <seq> is 12 digits, one more than the group's newest file; <token> makes a name no other
 writer can take (a retried bundle may run beside the one it retries). Files are written whole
@@ -42,8 +42,8 @@ from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, r
                                   remove, unique_token)
 from ..learner import read_metadata
 from ..learner.state import METADATA_KEY
-from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, seal, table_from_bytes,
-                              table_to_bytes)
+from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema, seal,
+                              table_from_bytes, table_to_bytes)
 from .per_key import key_dir_name
 
 log = logging.getLogger("unitless")
@@ -155,6 +155,42 @@ def load_located(part_path, index, key=None, checksum=None):
         raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
 
 
+class _Schemas:
+    """Parts' per-model metadata, read from their schemas only, by path (parts never change)."""
+
+    def __init__(self, limit=4096):
+        self.limit, self.found, self.lock = limit, OrderedDict(), threading.Lock()
+
+    def get(self, path):
+        with self.lock:
+            if path in self.found:
+                return self.found[path]
+        try:
+            index = json.loads(read_schema(path).metadata[PART_KEY])
+            found = [m["metadata"] for m in index["models"]]
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+            raise ValueError(f"it is not a readable part ({one_line(err)})") from None
+        with self.lock:
+            self.found[path] = found
+            while len(self.found) > self.limit:
+                self.found.popitem(last=False)
+        return found
+
+
+_schemas = _Schemas()
+
+
+def part_metadata(part_path, index):
+    """The metadata of a part's ``index``-th model as its schema holds it (unverified);
+    ValueError unless it reads as a part holding one."""
+    models = _schemas.get(part_path)
+    if not 0 <= index < len(models):
+        raise ValueError(f"the part holds no model {index}")
+    return models[index]
+
+
 def part_rows(part_path, indices):
     """The rows of the part's ``indices``-th models, ``model_key`` column first (unverified)."""
     part, models = _parts.get(part_path)
@@ -240,22 +276,26 @@ def _seq(name):
 
 
 def examples_of(entry):
-    return int(entry[2].get("examples_seen", -1))
+    return int(entry[2]["examples_seen"])
+
+
+def _summary(examples, checksum):
+    """What a manifest holds of a model's metadata."""
+    return {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
 
 
 def _read_manifest(path):
-    """{model key: (part name, index in it, metadata)} of a manifest, or None (with a warning)
-    when it cannot be read."""
+    """{model key: (part name, index in it, {examples_seen, checksum})} of a manifest, or None
+    (with a warning) when it cannot be read."""
     try:
         manifest = json.loads(read_bytes(path))
         if manifest.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"not a manifest of format {MANIFEST_FORMAT!r}")
-        common = manifest["common"]
         found = {}
-        for key, (part, index, own) in manifest["models"].items():
+        for key, (part, index, examples, checksum) in manifest["models"].items():
             if not PART.fullmatch(part):
                 raise ValueError(f"{part!r} is not a part's name")
-            found[key] = (part, int(index), {**common, **own})
+            found[key] = (part, int(index), _summary(examples, checksum))
         return found
     except FileNotFoundError:  # pruned since it was listed
         return None
@@ -285,6 +325,7 @@ class GroupWriter:
     def __init__(self, model_dir, groups, keep=3):
         self.model_dir, self.groups, self.keep = model_dir, groups, keep
         self.known = OrderedDict()  # group key -> GroupCheckpoints as of its last write or listing
+        self.made = set()  # group directories it made (or found there)
 
     def group(self, key):
         """The checkpoints of the group of keyed-step key ``key``, as last listed or written."""
@@ -309,7 +350,9 @@ class GroupWriter:
         parts, manifests, written, pruned = [], [], {}, []
         for key, models in checkpoints.items():
             directory = group_dir(self.model_dir, self.groups, key)
-            makedirs(directory)
+            if directory not in self.made:
+                makedirs(directory)
+                self.made.add(directory)
             current = GroupCheckpoints(directory)  # (listed: another worker may have written)
             known = self.known.get(key)
             if known is not None and known.names[:1] == current.names[:1]:
@@ -331,7 +374,8 @@ class GroupWriter:
                 continue
             data = _part_bytes(key, seq, sealed)
             for index, (model_key, _, meta) in enumerate(sealed):
-                entries[model_key] = (name, index, meta)
+                entries[model_key] = (name, index, _summary(meta["examples_seen"],
+                                                            meta[CHECKSUM_FIELD]))
                 written[model_key] = locator(join(directory, name), index)
             parts.append((join(directory, name), data))
             current.parts.add(name)
@@ -401,18 +445,8 @@ def _part_bytes(group, seq, sealed):
 
 
 def _manifest_bytes(group, seq, entries):
-    """The manifest: each model's part, index in it and metadata, what every model's metadata
-    shares once (``common``)."""
-    # (compared as JSON: 1 and 1.0 are equal in Python, not in a checksum)
-    metas = [{name: json.dumps(value, sort_keys=True) for name, value in meta.items()}
-             for _, _, meta in entries.values()]
-    common = {}
-    if metas:
-        common = {name: value for name, value in metas[0].items()
-                  if all(m.get(name) == value for m in metas[1:])}
-    models = {key: [part, index, {n: v for n, v in meta.items()
-                                  if common.get(n) != json.dumps(v, sort_keys=True)}]
+    """The manifest: each model's part, index in it, examples seen and checksum."""
+    models = {key: [part, index, meta["examples_seen"], meta[CHECKSUM_FIELD]]
               for key, (part, index, meta) in sorted(entries.items())}
-    common = {name: json.loads(value) for name, value in common.items()}
     return json.dumps({"format": MANIFEST_FORMAT, "group": group, "seq": seq,
-                       "common": common, "models": models}, separators=(",", ":")).encode()
+                       "models": models}, separators=(",", ":")).encode()

@@ -2,13 +2,18 @@
 write), then the per-key layout earlier versions wrote (``per_key``, read only). A model found
 in both is taken from the group layout, newest first (a resumed run writes what it read from
 the per-key layout there)."""
+import logging
+
 import pyarrow as pa
 
 from ..connectors.storage import join
 from . import per_key
 from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
-                       group_dir, group_key, load_entries, load_located, locator, part_rows)
+                       group_dir, group_key, load_entries, load_located, locator, part_metadata,
+                       part_rows)
 from .checkpoint_file import kept_reads
+
+log = logging.getLogger("unitless")
 
 
 def _views(model_dir, key, fresh=False):
@@ -67,11 +72,23 @@ def latest_checkpoint(model_dir, key):
     return None if found is None else found[0]
 
 
+def _metadata(directory, part, index):
+    """(where, metadata) of a part's model (unverified), or None (with a warning) when its
+    part cannot be read."""
+    where = locator(join(directory, part), index)
+    try:
+        return where, part_metadata(join(directory, part), index)
+    except (OSError, ValueError) as err:
+        log.warning("ignoring checkpoint %s: %s", where, err)
+        return None
+
+
 def checkpoint_history(model_dir, key):
     """[(where, metadata)] of the model's kept checkpoints in the group layout, oldest first
     (from the kept manifests, each state once; unverified)."""
-    return [(locator(join(directory, part), index), meta)
-            for directory, (part, index, meta) in _entries(model_dir, key, fresh=True)[::-1]]
+    found = [_metadata(directory, part, index)
+             for directory, (part, index, _) in _entries(model_dir, key, fresh=True)[::-1]]
+    return [f for f in found if f is not None]
 
 
 def newest_version(model_dir, key):
@@ -129,14 +146,16 @@ def newest_models(model_dir):
 
 def checkpoint_metadata(model_dir):
     """[(model key, where its newest checkpoint is, its metadata)] of every model under
-    model_dir, sorted by key: unverified, from the group layout's manifests, then the per-key
-    layout's schemas for models the group layout does not hold."""
+    model_dir, sorted by key: unverified, from the group layout's manifests and its parts'
+    schemas, then the per-key layout's schemas for models the group layout does not hold."""
     once = kept_reads()
     if once is not None and ("all", model_dir) in once.groups:
         return list(once.groups[("all", model_dir)])
-    found = _newest_entries(model_dir)
-    listed = {key: (locator(join(directory, part), index), meta)
-              for key, (directory, (part, index, meta)) in found.items()}
+    listed = {}
+    for key, (directory, (part, index, _)) in _newest_entries(model_dir).items():
+        found = _metadata(directory, part, index)
+        if found is not None:
+            listed[key] = found
     for key, path, meta in per_key.checkpoint_metadata(model_dir):
         listed.setdefault(key, (path, meta))
     result = [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
