@@ -41,6 +41,7 @@ from unitless.store.keyed_model import KeyedModel  # noqa: E402
 from unitless.store.per_key import write_checkpoints  # noqa: E402
 
 GROUPS = 1024
+PARTS = ("writes", "requests", "resume")
 RESUME_KEYS = 10_000
 
 
@@ -113,7 +114,7 @@ def s3_requests(endpoint):
         with urllib.request.urlopen(f"{endpoint}/minio/v2/metrics/cluster", timeout=10) as r:
             text = r.read().decode()
         found = {}
-        for api, value in re.findall(r'^minio_s3_requests_total\{api="([a-z]+)"[^}]*\} (\S+)$',
+        for api, value in re.findall(r'^minio_s3_requests_total\{api="([a-z0-9]+)"[^}]*\} (\S+)$',
                                      text, re.M):
             found[api] = found.get(api, 0) + int(float(value))
         stable = stable + 1 if found == last else 0
@@ -159,7 +160,8 @@ def measure_resume(work, n, repeat, seed):
     rows = {"single key, fresh": [], f"{RESUME_KEYS:,} keys, --resume": []}
     for _ in range(repeat):
         shutil.rmtree(work / "single", ignore_errors=True)
-        r = run_timed(unitless_command(ours_command(csv, work / "single")))
+        r = run_timed(unitless_command(ours_command(csv, work / "single",
+                                                    extra=["--ignore-columns", "key"])))
         rows["single key, fresh"].append(r["wall_s"])
         r = run_timed(unitless_command(ours_command(csv, keyed, keyed=True, extra=["--resume"])))
         if "this run: 0 examples learned" not in r["stdout"]:
@@ -170,15 +172,17 @@ def measure_resume(work, n, repeat, seed):
 
 
 def render(data):
-    lines = ["## Writing a checkpoint of K changed models (µs per model; min-max over "
-             f"{data['repeat']} alternated repetitions)", ""]
-    lines.append(table(["K", "per-key layout", "by group", "tables only (both pay)",
-                        "bytes/model per-key", "by group", "files per-key", "by group"],
-                       [[f"{k:,}", *(f"{min(v):.0f}-{max(v):.0f}" for v in
-                                      r["us_per_model"].values()),
-                         *(f"{r['bytes_per_model'][n]:,.0f}" for n in ("per-key", "by group")),
-                         *(f"{r['files'][n]:,}" for n in ("per-key", "by group"))]
-                        for k, r in data["writes"].items()]))
+    lines = []
+    if data.get("writes"):
+        lines += ["## Writing a checkpoint of K changed models (µs per model; min-max over "
+                  f"{data['repeat']} alternated repetitions)", ""]
+        lines.append(table(
+            ["K", "per-key layout", "by group", "tables only (both pay)",
+             "bytes/model per-key", "by group", "files per-key", "by group"],
+            [[f"{k:,}", *(f"{min(v):.0f}-{max(v):.0f}" for v in r["us_per_model"].values()),
+              *(f"{r['bytes_per_model'][n]:,.0f}" for n in ("per-key", "by group")),
+              *(f"{r['files'][n]:,}" for n in ("per-key", "by group"))]
+             for k, r in data["writes"].items()]))
     if data.get("requests"):
         k, g = data["requests_models"], data["requests_groups"]
         lines += ["", f"## Object-store requests per checkpoint, {k:,} changed models in {g} "
@@ -187,7 +191,9 @@ def render(data):
                            [[name, *(f"{sum(c.values()):,}" for c in cs),
                              ", ".join(f"{a} {v}" for a, v in sorted(cs[-1].items()))]
                             for name, cs in data["requests"].items()]))
-    resume = data["resume"]
+    resume = data.get("resume")
+    if not resume:
+        return "\n".join(lines)
     lines += ["", f"## --resume over {RESUME_KEYS:,} keys with nothing new, "
                   f"{resume['rows']:,} rows (wall s, alternated)", ""]
     single = resume["wall_s"]["single key, fresh"]
@@ -202,19 +208,23 @@ def render(data):
 
 def main():
     args = parse_args(__doc__, repeat=(int, 3), rows=(int, 200_000), seed=(int, 7),
-                      workdir=(str, None))
+                      workdir=(str, None), parts=(str, ",".join(PARTS), "which parts to run"))
     counts = (64, 1_000) if args.quick else (64, 1_000, 10_000)
     rows = 20_000 if args.quick else args.rows
+    parts = args.parts.split(",")
     h = header()
     with scratch(args.workdir, "unitless-ckpt-") as work:
-        data = {"repeat": args.repeat, "writes": measure_writes(work, counts, args.repeat,
-                                                                args.seed)}
-        if os.environ.get("UNITLESS_MINIO"):
+        data = {"repeat": args.repeat}
+        if "writes" in parts:
+            data["writes"] = measure_writes(work, counts, args.repeat, args.seed)
+        if "requests" in parts and os.environ.get("UNITLESS_MINIO"):
             data["requests_models"], data["requests_groups"] = 128, 8
             data["requests"] = measure_requests(work, 128, 8, args.seed)
-        data["resume"] = measure_resume(work, rows, 1 if args.quick else 2, args.seed)
-    write_results("checkpoints_quick" if args.quick else "checkpoints",
-                  "Checkpoints by model group", h, render(data), data)
+        if "resume" in parts:
+            data["resume"] = measure_resume(work, rows, 1 if args.quick else 2, args.seed)
+    name = "checkpoints" if sorted(parts) == sorted(PARTS) else "checkpoints_" + "_".join(parts)
+    write_results(name + ("_quick" if args.quick else ""), "Checkpoints by model group", h,
+                  render(data), data)
 
 
 if __name__ == "__main__":

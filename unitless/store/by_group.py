@@ -132,11 +132,11 @@ def _read_part(path):
     return table, models
 
 
-def load_located(part_path, index, key=None, checksum=None):
+def load_located(part_path, index, key=None, checksum=None, decode=True):
     """(table, LearnerState) of the ``index``-th model of a part: its table as its own
-    checkpoint file held it, checked (``check_table``); ValueError unless it is valid, of
-    model ``key`` when given, and, given the manifest's ``checksum``, the state the manifest
-    names."""
+    checkpoint file held it, checked (``check_table``; not ``decode``d: its checksum only, and
+    no state); ValueError unless it is valid, of model ``key`` when given, and, given the
+    manifest's ``checksum``, the state the manifest names."""
     part, models = _parts.get(part_path)
     if not 0 <= index < len(models):
         raise ValueError(f"the part holds no model {index}")
@@ -150,7 +150,7 @@ def load_located(part_path, index, key=None, checksum=None):
     table = part.slice(first_row, rows).drop_columns([MODEL_KEY]).replace_schema_metadata(
         {METADATA_KEY: json.dumps(meta).encode()})
     try:
-        return table, check_table(table)
+        return table, check_table(table, decode)
     except (TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as err:
         raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
 
@@ -205,8 +205,9 @@ class GroupCheckpoints:
     def __init__(self, directory):
         self.directory = directory
         files = list_dir(directory)[0]
-        self.names = sorted((n for n in files if MANIFEST.fullmatch(n)), reverse=True)  # newest
-        self.parts = {n for n in files if PART.fullmatch(n)}  # first (seq, then token)
+        # newest first (by seq, then token)
+        self.names = sorted((n for n in files if MANIFEST.fullmatch(n)), reverse=True)
+        self.parts = {n for n in files if PART.fullmatch(n)}
         self.seq = max((_seq(n) for n in self.names + list(self.parts)), default=0)
         self._manifests = {}  # name -> parsed manifest, or None if unreadable
         self._newest = None
@@ -219,7 +220,7 @@ class GroupCheckpoints:
     def newest(self):
         """{model key: entry} of the newest readable manifests (those of its newest seq,
         merged: per model, the entry of most examples); an entry is (part name, the model's
-        index in it, metadata)."""
+        index in it, {examples_seen, checksum})."""
         if self._newest is None:
             self._newest = {}
             top = None
@@ -253,14 +254,14 @@ class GroupCheckpoints:
         return load_entries([(self.directory, entry) for entry in self.entries(key)], key)
 
 
-def load_entries(entries, key):
+def load_entries(entries, key, decode=True):
     """(locator, table, LearnerState) of the first valid of the model's entries, [(group
     directory, entry)], or None; each invalid one is skipped with a warning naming it and
-    why."""
+    why (not ``decode``d: checked by its checksum only, no state)."""
     for directory, (part, index, meta) in entries:
         path = join(directory, part)
         try:
-            table, state = load_located(path, index, key, meta.get(CHECKSUM_FIELD))
+            table, state = load_located(path, index, key, meta.get(CHECKSUM_FIELD), decode)
         except FileNotFoundError:
             log.warning("ignoring checkpoint %s: its part is gone", locator(path, index))
             continue

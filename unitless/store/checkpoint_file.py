@@ -123,10 +123,10 @@ def seal(table, key):
     return table.replace_schema_metadata(schema_metadata)
 
 
-def check_table(table):
+def check_table(table, decode=True):
     """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
-    checksum present and matching, and its model accepted by ``from_arrow``; returns that
-    model (a LearnerState)."""
+    checksum present and matching, and, when ``decode``, its model accepted by ``from_arrow``;
+    returns that model (a LearnerState), or None when not ``decode``."""
     meta = read_metadata(table)
     if not isinstance(meta, dict):
         raise ValueError("its metadata is not a JSON object")
@@ -135,7 +135,7 @@ def check_table(table):
         raise ValueError("it has no checksum")
     if stored != checksum(table):
         raise ValueError("its checksum does not match its contents (the file is damaged)")
-    return from_arrow(table)
+    return from_arrow(table) if decode else None
 
 
 # --- reading -----------------------------------------------------------------------------------

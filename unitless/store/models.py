@@ -11,6 +11,7 @@ from . import per_key
 from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
                        group_dir, group_key, load_entries, load_located, locator, part_metadata,
                        part_rows)
+from ..learner import read_metadata
 from .checkpoint_file import kept_reads
 
 log = logging.getLogger("unitless")
@@ -57,6 +58,22 @@ def load_latest_learner(model_dir, key):
     if once is not None and (found is None or found[1].nbytes <= once.bytes_left):
         once.groups[("model", model_dir, key)] = None if found is None else found[:2]
         once.bytes_left -= 0 if found is None else found[1].nbytes
+    return found
+
+
+def latest_metadata(model_dir, key):
+    """(where, metadata) of the model's newest checkpoint whose checksum holds (a part's rows
+    are checked, not decoded: what a resumed run's start reads of every model), or None.
+    Within ``read_once`` read once."""
+    once = kept_reads()
+    if once is not None and ("metadata", model_dir, key) in once.groups:
+        return once.groups[("metadata", model_dir, key)]
+    found = load_entries(_entries(model_dir, key), key, decode=False)
+    if found is None:
+        found = per_key.load_latest(model_dir, key)
+    found = None if found is None else (found[0], read_metadata(found[1]))
+    if once is not None:
+        once.groups[("metadata", model_dir, key)] = found
     return found
 
 

@@ -1,5 +1,8 @@
-"""Model checkpoints on disk, a directory per model key: one checkpoint file
-(``checkpoint_file``) per checkpoint, written atomically, checked whenever it is read.
+"""The per-key checkpoint layout, a directory per model key: one checkpoint file
+(``checkpoint_file``) per checkpoint, written atomically, checked whenever it is read. Runs
+write models by group (``by_group``) and read this layout's checkpoints of earlier versions
+(``models``); each shard of a model over feature shards keeps its checkpoints in it
+(``shards``).
 
 Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
 MODEL_DIR/<key directory>/latest holding the name of the newest file; MODEL_DIR/starts holds

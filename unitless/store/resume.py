@@ -3,7 +3,7 @@ record, their start records, and the consistent cuts of models over feature shar
 from dataclasses import dataclass, field
 
 from ..learner import read_metadata
-from .models import load_latest, model_keys
+from .models import latest_metadata, model_keys
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 
@@ -31,9 +31,9 @@ def _resume_positions(model_dir):
     recorded = []  # (positions learned, positions to restart after)
     passed = {}  # model key -> the partitions its restart positions cover (watermark_passed)
     for key in model_keys(model_dir):
-        found = load_latest(model_dir, key)
+        found = latest_metadata(model_dir, key)
         if found is not None:
-            meta = read_metadata(found[1])
+            meta = found[1]
             positions = meta.get("input_positions") or {}
             recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
             passed[key] = set(meta.get("watermark_passed") or ())
