@@ -24,9 +24,12 @@ examples), and a model whose part is missing or damaged falls back to its entry 
 manifest. A writer keeps the newest ``keep`` manifests and the parts they name; a part is read
 as a model's checkpoint only when its own metadata's checksum matches the manifest's.
 
-Every part is a table with a ``model_key`` column, so a dataset of them reads with pyarrow,
-pandas or DuckDB (``pyarrow.dataset.dataset(paths, format="ipc")``). A model's rows are the
-table its own checkpoint file held in the per-key layout (``per_key``), which is still read.
+Every part is a table with a ``model_key`` column, so parts read as one dataset with pyarrow,
+pandas or DuckDB; a part may also hold older states of models whose newest state is in a newer
+part (``models.newest_models`` takes the rows the manifests name). A group whose manifest names
+more than COMPACT_PARTS parts has all its models rewritten as one part on its next write. A
+model's rows are the table its own checkpoint file held in the per-key layout (``per_key``),
+which is still read.
 """
 import json
 import logging

@@ -7,11 +7,11 @@ import logging
 import pyarrow as pa
 
 from ..connectors.storage import join
+from ..learner import read_metadata
 from . import per_key
 from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
                        group_dir, group_key, load_entries, load_located, locator, part_metadata,
                        part_rows)
-from ..learner import read_metadata
 from .checkpoint_file import kept_reads
 
 log = logging.getLogger("unitless")
