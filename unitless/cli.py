@@ -118,6 +118,11 @@ def parser():
                        default=LEARN_OPTIONS["model_memory_mib"],
                        help="the most learner state (MiB) the decoded models a worker keeps may "
                             "hold together (the model in use is always kept)")
+    train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
+                       help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
+                            "input's clock) leaves Beam state and worker memory, its newest "
+                            "checkpoint holding it, and is read back when the key returns "
+                            "(default: models stay)")
     train.add_argument("--model-groups", type=int, default=LEARN_OPTIONS["model_groups"],
                        help="the model keys share this many keys of the keyed step (Beam's "
                             "state, timers and commits are paid per group, not per model "

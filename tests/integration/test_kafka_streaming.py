@@ -4,6 +4,7 @@ and every fifth, which has no label, is served: predicted (again, identically, a
 and never learned."""
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -171,6 +172,39 @@ def test_a_stream_gone_quiet_is_checkpointed_after_checkpoint_seconds(broker, tm
             k: (seen(models, k), seen(models, k, "examples_served")) for k in KEYS}
     finally:
         kill_group(pipeline)
+
+
+def test_idle_models_leave_state_and_return_across_a_kill(broker, tmp_path):
+    """--model-ttl 2s: both models leave state once the stream has been quiet that long (the
+    reader's clock moves the watermark), return when their keys do, and after a SIGKILL and
+    --resume go on from their checkpoints: the models of an uninterrupted run, every example
+    predicted."""
+    bootstrap, topic = broker.bootstrap_servers, "idle"
+    create_topics(bootstrap, topic, partitions=2)
+    models = tmp_path / "models"
+    produce(bootstrap, topic, 0, 400)
+    pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s")
+    try:
+        assert wait_for(lambda: caught_up(models, 400), 120, pipeline)
+        assert wait_for(lambda: models_left(pipeline) == 2, 60, pipeline)
+        produce(bootstrap, topic, 400, 400)
+        assert wait_for(lambda: caught_up(models, 800), 120, pipeline)
+    finally:
+        kill_group(pipeline)
+    produce(bootstrap, topic, 800, 400)
+    pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s", "--resume")
+    try:
+        assert wait_for(lambda: caught_up(models, 1200), 120, pipeline)
+    finally:
+        kill_group(pipeline)
+    assert_equals_an_uninterrupted_run(bootstrap, topic, models, tmp_path / "whole", 1200)
+    assert_every_example_predicted(bootstrap, topic, 1200)
+
+
+def models_left(pipeline):
+    """How many models have left state idle, as the pipeline's log says."""
+    return sum(int(n) for n in re.findall(r"([0-9]+) models? idle for .* left state",
+                                          Path(pipeline.log).read_text()))
 
 
 def create_topics(bootstrap, topic, partitions):

@@ -33,7 +33,7 @@ LEARN_OPTIONS = {
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
-    "model_groups": 1024,
+    "model_groups": 1024, "model_ttl": None,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -68,6 +68,7 @@ class TrainConfig:
     max_delay: int = 0                 # examples whose gradients a shard's part may miss
     feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
     model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
+    model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
 
 
 # how long a scoring step goes without looking for a key's newer checkpoint (``score.py``)
@@ -101,6 +102,20 @@ def classes(value):
     if count < 1:
         raise ValueError(f"--classes wants a positive number of classes, got {count}")
     return count, ()
+
+
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(value, option):
+    """Seconds of a duration given as a number of seconds or text with a unit: '90', '90s',
+    '15m', '2h', '1.5d'; None: 0 (off)."""
+    if value is None:
+        return 0.0
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smhd]?)\s*", str(value))
+    if isinstance(value, bool) or found is None:
+        raise ValueError(f"{option} wants a duration such as 90s, 15m, 2h or 1d, got {value!r}")
+    return float(found[1]) * DURATION_UNITS[found[2]]
 
 
 def kafka_settings(value, client="auto"):
@@ -243,7 +258,11 @@ def configure(inputs=None, scoring=False, **options):
                       float(o["log_every"]), kafka_settings(o["kafka_config"], o["kafka_client"]),
                       bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
                       int(o["model_memory_mib"]), int(o["shards"]), int(o["max_delay"]),
-                      sharding_feedback(o, inputs), int(o["model_groups"]))
+                      sharding_feedback(o, inputs), int(o["model_groups"]),
+                      duration(o["model_ttl"], "--model-ttl"))
+    if cfg.model_ttl and cfg.shards:
+        raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
+                         "keep their state)")
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
 

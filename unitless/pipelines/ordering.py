@@ -122,13 +122,19 @@ class InOrder(beam.DoFn):
     and to Beam state), ``continues(state, pieces)`` (if it learns on arrival: the block, split
     by model key, holds the state's next examples), ``enter_source(key, block, stored,
     pieces)`` (what to do with a Kafka partition's block as it arrives, before it waits),
-    ``learn(state, block, pieces=None)`` (a block handed on; yields outputs),
+    ``learn(state, block, pieces=None, at=None)`` (a block handed on at ``at``, µs on the
+    watermark's clock, None at the end of the input; yields outputs),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
     ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
     ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
     never) past the key's last block of a source (learned on arrival or released), ``idle`` is
-    called (it returns whether it changed the state, which is then stored). (An event-time
+    called (it returns whether it changed the state, which is then stored); and
+    ``ttl_seconds`` and ``expire(key, state, now, held)``: a timer set at a source's block's
+    stamp plus ``ttl_seconds`` when none is set calls ``expire`` once the watermark passes it
+    (``now``: its time; ``held``: the model keys of the blocks still waiting), which yields
+    outputs and returns when the timer is due again (µs; None: not until a source's next
+    block). (An event-time
     timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
     Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
     once the stream has been quiet that long.) This step holds the keys of its bundle
@@ -143,9 +149,13 @@ class InOrder(beam.DoFn):
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
     END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
     IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
+    EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
+    EXPIRE_AT = ReadModifyWriteStateSpec("expire_at", PickleCoder())  # the EXPIRE timer's time
 
     def __init__(self, handler):
         self.handler = handler
+        ttl = getattr(handler, "ttl_seconds", None)
+        self.ttl = int(ttl * 1e6) if ttl else 0  # µs
         self.step = new_step()
         self.on_arrival = Metrics.counter("unitless", "blocks_learned_on_arrival")
 
@@ -174,7 +184,8 @@ class InOrder(beam.DoFn):
                 stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
                 earliest=beam.DoFn.StateParam(EARLIEST),
                 release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END),
-                idle=beam.DoFn.TimerParam(IDLE)):
+                idle=beam.DoFn.TimerParam(IDLE), expire_at=beam.DoFn.StateParam(EXPIRE_AT),
+                expire=beam.DoFn.TimerParam(EXPIRE)):
         key, block = element
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
@@ -182,6 +193,8 @@ class InOrder(beam.DoFn):
             return
         if block.source is not None:
             self._idle_after(timestamp, idle)
+            if self.ttl and expire_at.read() is None:
+                self._expire_at(timestamp.micros + self.ttl, expire_at, expire)
         on_arrival = self.handler.learns_on_arrival and block.span is not None
         # (split once: both steps below need each model key's examples)
         pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
@@ -193,7 +206,7 @@ class InOrder(beam.DoFn):
             learned = self.handler.continues(state, pieces)
             if learned:
                 self.on_arrival.inc()
-                yield from self.handler.learn(state, block, pieces)
+                yield from self.handler.learn(state, block, pieces, at=timestamp.micros)
                 self.handler.store(key, state, stored)
                 if not block.restarts_midway:
                     return
@@ -246,6 +259,32 @@ class InOrder(beam.DoFn):
         if self.handler.idle(key, state):
             self.handler.store(key, state, stored)
 
+    def _expire_at(self, micros, expire_at, expire):
+        micros = min(micros, GlobalWindow().max_timestamp().micros)
+        expire_at.write(micros)
+        expire.set(Timestamp(micros=micros))
+
+    @on_timer(EXPIRE)
+    def expire_idle(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                    stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
+                    expire_at=beam.DoFn.StateParam(EXPIRE_AT),
+                    expire=beam.DoFn.TimerParam(EXPIRE)):
+        """The watermark passed the time the key's least recently seen model would have been
+        idle for ``ttl_seconds``: the handler's ``expire`` (see the class docstring)."""
+        self.keys.hold(key)
+        expire_at.clear()
+        if stored.read() is None:  # (its input ended and it left state)
+            return
+        state = self.handler.state(key, stored)
+        held = set()  # the model keys of blocks still waiting (marks hold no examples)
+        for data in waiting.read():
+            if waiting_header(data)[4:] != (LEARNED,):
+                held.update(waiting_block(data).keys.unique().to_pylist())
+        due = yield from self.handler.expire(key, state, fired.micros, held)
+        self.handler.store(key, state, stored)
+        if due is not None:
+            self._expire_at(max(due, fired.micros + 1000), expire_at, expire)
+
     @on_timer(END)
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
                      waiting=beam.DoFn.StateParam(WAITING),
@@ -272,7 +311,7 @@ class InOrder(beam.DoFn):
             ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
             for blocks in learning_order(ready):
                 yield from self.handler.learn(state, ExampleBlock.concat(
-                    [waiting_block(data) for data in blocks]))
+                    [waiting_block(data) for data in blocks]), at=upto)
             # what the watermark is past, not just at (another key's element stamped ``upto``
             # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
             at = [h for h, _ in ready if upto is not None and h[0] >= upto]
@@ -288,4 +327,5 @@ class InOrder(beam.DoFn):
             earliest.write(first)
             release.set(Timestamp(micros=first))
         return state, any(h[1] for h, _ in released)
+
 

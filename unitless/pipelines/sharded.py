@@ -171,7 +171,7 @@ class CutRounds:
     def store(self, key, rounds, stored):
         stored.write(rounds.to_bytes())
 
-    def learn(self, rounds, block, pieces=None):
+    def learn(self, rounds, block, pieces=None, at=None):
         rounds.pending.append(block)
         return ()
 

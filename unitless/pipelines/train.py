@@ -241,6 +241,7 @@ class LearnBlocks:
         # a stream that goes quiet still gets its --checkpoint-seconds checkpoint (``idle``);
         # a bounded input's end takes the last one
         self.idle_seconds = cfg.checkpoint_seconds if streaming else None
+        self.ttl_seconds = cfg.model_ttl or None
         self.examples = Metrics.counter("unitless", "examples")
         self.served = Metrics.counter("unitless", "served_examples")
         self.bad = Metrics.counter("unitless", "bad_records")
@@ -248,6 +249,8 @@ class LearnBlocks:
         self.loss = Metrics.distribution("unitless", "loss_micros")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.decoded = Metrics.counter("unitless", "models_decoded")
+        self.evicted = Metrics.counter("unitless", "models_evicted")
+        self.returned = Metrics.counter("unitless", "models_returned")
 
     def setup(self):
         # key -> ModelGroup last written to state (skips decoding)
@@ -291,8 +294,30 @@ class LearnBlocks:
         """The group's model of ``model_key`` (a new one if it has none: ``new_keyed_model``)."""
         return group.model(model_key, self._new_model)
 
-    def _new_model(self, model_key):
-        return new_keyed_model(self.cfg, model_key, self.group_files)
+    def _new_model(self, model_key, evicted=None):
+        if evicted is None:
+            return new_keyed_model(self.cfg, model_key, self.group_files)
+        return self._returning(model_key, *evicted)
+
+    def _returning(self, model_key, examples, served):
+        """The model of a key that left state idle (``expire``) and returned: read back from its
+        group's newest checkpoint, which must hold it as it left (``examples`` learned and
+        ``served``; an older state would silently lose what it learned since: the run fails
+        instead). Listed again once if what this worker last listed holds an older state."""
+        group = group_key(model_key, self.cfg.model_groups)
+        for listed in (self.group_files.group(group), self.group_files.listed(group)):
+            found = listed.load(model_key)
+            if found is not None:
+                model = KeyedModel.from_table(found[1], found[2])
+                if (model.state.examples_seen, model.served) == (examples, served):
+                    model.run_start = examples  # (what it learned before, ``expire`` counted)
+                    self.returned.inc()
+                    log.debug("model %r returns from %s", model_key, found[0])
+                    return model
+        raise RuntimeError(
+            f"model {model_key!r} left state idle (--model-ttl) at {examples} examples learned "
+            f"and {served} served, but its group's checkpoints in {self.cfg.model_dir} hold "
+            f"{'no state of it' if found is None else 'another state'}: it cannot return")
 
     def store(self, key, group, stored):
         stored.write(group.to_bytes())
@@ -324,6 +349,32 @@ class LearnBlocks:
         whether it took any."""
         return self._catch_up(group)
 
+    def expire(self, key, group, now, held):
+        """--model-ttl: the group's models not seen for ``ttl_seconds`` by ``now`` (µs on the
+        watermark's clock) leave Beam state and this worker's memory, but those of model keys
+        ``held`` (with examples still waiting), which count as seen now. Each is checkpointed
+        first if it is behind, written at once (its key may return in this bundle); the
+        examples it learned in this run are counted as it leaves, as at the end of the input
+        (``Tally``), and a key that returns starts counting again (``_returning``). Yields those
+        counts; returns when the next of the models left will have been idle that long (None:
+        none has been seen)."""
+        ttl = int(self.ttl_seconds * 1e6)
+        idle = group.idle_since(now - ttl, now, held)
+        if idle:
+            for model in idle:
+                if model.checkpoint_behind():
+                    self._checkpoint(model)
+            self._write_checkpoints()
+            for model in idle:
+                group.evict(model)
+            self.evicted.inc(len(idle))
+            log.info("%d model%s idle for %s s left state (%s)", len(idle),
+                     "s" * (len(idle) > 1), f"{self.ttl_seconds:g}", key)
+            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
+                model.learned_in_run() for model in idle)))
+        seen = group.least_recently_seen()
+        return None if seen is None else seen + ttl
+
     def _catch_up(self, group):
         taken = False
         for model in group.every_model():
@@ -350,11 +401,14 @@ class LearnBlocks:
         yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
             model.learned_in_run() for model in group.every_model())))
 
-    def learn(self, group, block, pieces=None):
+    def learn(self, group, block, pieces=None, at=None):
         """Learn a block of the group's model keys (``pieces``: split by model key, if it is
-        already): each key's examples by its own model, in parts of up to ``chunk_size``."""
+        already), handed on at ``at`` (µs; see ``InOrder``): each key's examples by its own
+        model, in parts of up to ``chunk_size``."""
         for k, piece in pieces if pieces is not None else block.split_by_key():
             model = self._of(group, k)
+            if at is not None and block.source is not None:
+                model.last_seen = max(at, model.last_seen or at)
             for part in piece.parts(self.cfg.chunk_size):
                 yield from self._learn(model, part)
         group.learned(block)
@@ -559,3 +613,4 @@ def build_training(pipeline, cfg, streaming=False):
         predictions = pipeline | "Read" >> read | learn
     dead = (read.dead_letters, learn.dead_letters) | "All dead letters" >> beam.Flatten()
     return predictions, dead
+

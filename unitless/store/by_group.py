@@ -335,7 +335,13 @@ class GroupWriter:
         """The checkpoints of the group of keyed-step key ``key``, as last listed or written."""
         found = self.known.get(key)
         if found is None:
-            found = GroupCheckpoints(group_dir(self.model_dir, self.groups, key))
+            return self.listed(key)
+        self._keep(key, found)
+        return found
+
+    def listed(self, key):
+        """The checkpoints of the group of ``key`` as its directory holds them now."""
+        found = GroupCheckpoints(group_dir(self.model_dir, self.groups, key))
         self._keep(key, found)
         return found
 

@@ -95,6 +95,9 @@ class KeyedModel:
     run_start: int = 0  # examples_seen when this run made or resumed the model
     served: int = 0  # examples without a label it predicted (over every run, with --resume)
     checkpoint_served: int = 0  # ``served`` at the last checkpoint
+    # when it last learned (µs on the input's clock, the watermark's: a source's block's stamp,
+    # or when the watermark released it); None: not since it was made or read back
+    last_seen: int = None
 
     def learned_in_run(self):
         return self.state.examples_seen - self.run_start
@@ -247,18 +250,43 @@ class KeyedModel:
 
 class ModelGroup:
     """The models of the model keys that share one key of the keyed step (``KeyByModel``'s
-    groups), as Beam state holds them together."""
+    groups), as Beam state holds them together; and the model keys that left it, idle
+    (``evict``), each with the examples learned and served its newest checkpoint holds."""
 
-    def __init__(self, models=None):
+    def __init__(self, models=None, evicted=None):
         self.models = models if models is not None else {}  # model key -> KeyedModel
+        self.evicted = evicted if evicted is not None else {}  # model key -> (examples, served)
         self.token = None
 
     def model(self, key, new):
-        """The model of ``key``: the group's, or ``new(key)`` if it holds none."""
+        """The model of ``key``: the group's, or ``new(key, evicted)`` if it holds none
+        (``evicted``: what ``evict`` recorded of it, or None)."""
         model = self.models.get(key)
         if model is None:
-            model = self.models[key] = new(key)
+            model = self.models[key] = new(key, self.evicted.pop(key, None))
         return model
+
+    def evict(self, model):
+        """The model leaves the group (its newest checkpoint, durable now, holds it)."""
+        del self.models[model.key]
+        self.evicted[model.key] = (model.state.examples_seen, model.served)
+
+    def idle_since(self, before, now, held):
+        """The models last seen at or before ``before`` (µs), but those of the model keys
+        ``held`` (examples of theirs still wait), which count as seen ``now``."""
+        idle = []
+        for model in self.every_model():
+            if model.last_seen is not None and model.last_seen <= before:
+                if model.key in held:
+                    model.last_seen = now
+                else:
+                    idle.append(model)
+        return idle
+
+    def least_recently_seen(self):
+        """When its least recently seen model was last seen (µs), None if none was."""
+        return min((m.last_seen for m in self.models.values() if m.last_seen is not None),
+                   default=None)
 
     def learned(self, block):
         """The group learned ``block``: where the block's source was read whole over its span
@@ -283,13 +311,14 @@ class ModelGroup:
         return sum(model.state.nbytes for model in self.models.values())
 
     def to_bytes(self):
-        """The form kept in Beam state: a new token (32 ASCII bytes), then the models pickled,
-        arrays as they are (Beam state is this pipeline's own, read back by the same code; a
-        checkpoint, read by people and later versions, is the Arrow table). Pickled, a model
-        over 50 examples' features encodes in a fifth and decodes in a tenth of the Arrow
-        file's time, which 10,000 keys pay per element."""
+        """The form kept in Beam state: a new token (32 ASCII bytes), then the models (and the
+        evicted keys) pickled, arrays as they are (Beam state is this pipeline's own, read back
+        by the same code; a checkpoint, read by people and later versions, is the Arrow table).
+        Pickled, a model over 50 examples' features encodes in a fifth and decodes in a tenth
+        of the Arrow file's time, which 10,000 keys pay per element."""
         self.token = unique_token()
-        return self.token.encode() + pickle.dumps(self.models, protocol=pickle.HIGHEST_PROTOCOL)
+        return self.token.encode() + pickle.dumps((self.models, self.evicted),
+                                                  protocol=pickle.HIGHEST_PROTOCOL)
 
     def holds(self, data):
         """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
@@ -297,4 +326,4 @@ class ModelGroup:
 
     @classmethod
     def from_bytes(cls, data):
-        return cls(pickle.loads(memoryview(data)[32:]))
+        return cls(*pickle.loads(memoryview(data)[32:]))
