@@ -647,11 +647,12 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
                    restart={"t/0": 999})
     write_checkpoint(str(tmp_path), "a", a.to_table(), 1)
     root = starts_dir(str(tmp_path))
-    write_starts(root, [("k", "t/0", 70), ("a", "t/0", 10), ("a", "t/0", -1), ("a", "t/1", 5)])
+    write_starts(root, [("k", "t/0", 70), ("a", "t/0", 10), ("a", "t/0", -1)])
+    write_starts(root, [("a", "t/1", 5)])
     write_starts(root, [("k", "t/0", 40)])  # another worker saw k earlier: a file of its own
     assert read_starts(root) == {"k": {"t/0": 40}, "a": {"t/0": -1, "t/1": 5}}
     assert resume_positions(str(tmp_path)) == ({"t/0": -1, "t/1": 5}, {"t/0": 1190})
-    prune_starts(root, "a", ["t/0"])
+    prune_starts(root, "a", {("a", "t/0")})  # (a file goes once all its records are covered)
     assert read_starts(root) == {"k": {"t/0": 40}, "a": {"t/1": 5}}
     assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 5}, {"t/0": 1190})
     assert model_keys(str(tmp_path)) == ["a"]  # (the records' directory is no model's)
@@ -662,6 +663,14 @@ def test_a_start_record_holds_a_partition_back_until_it_is_pruned(tmp_path):
     write_checkpoint(str(tmp_path), "a", a.to_table(), 2)
     assert resume_positions(str(tmp_path)) == ({"t/0": 40, "t/1": 9}, {"t/0": 1190})
     assert covered_partitions(str(tmp_path)) == {("a", "t/1")}
+    # a record written by earlier versions (a file per key and source) still counts
+    old = os.path.join(root, key_dir_name("old"))
+    os.makedirs(old)
+    with open(os.path.join(old, f"{'t/2'.encode().hex()}-3"), "w") as f:
+        json.dump({"model_key": "old", "source": "t/2", "position": 3}, f)
+    assert read_starts(root)["old"] == {"t/2": 3}
+    prune_starts(root, "old", {("old", "t/2")})
+    assert "old" not in read_starts(root)
 
 
 # --- a run's start reads each checkpoint once ----------------------------------------------------

@@ -114,7 +114,7 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
         damaged = data[:len(data) // 2] if damage == "truncated" else changed_weight(part)
         with open(part, "wb") as f:
             f.write(damaged)
-    by_group._parts.parts.clear()  # (as a new process would read it)
+    by_group._parts.clear()  # (as a new process would read it)
     with caplog.at_level(logging.WARNING, "unitless"):
         found = models.load_latest(model_dir, "k")
     assert found[1].equals(before)

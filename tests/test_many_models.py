@@ -264,3 +264,10 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
     assert read_starts(root) == expected
     files = sum(len(files) for _, _, files in os.walk(root))
     assert files == sum(len(v) for v in expected.values())  # once per key and partition
+    # with model groups: a file per group per block that brings new keys, not one per key
+    root = str(tmp_path / "grouped")
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = (p | beam.Create(blocks, reshuffle=False)
+             | key_by_model(10, starts=root, model_groups=2))
+    assert read_starts(root) == expected
+    assert sum(len(files) for _, _, files in os.walk(root)) <= 2 * 3

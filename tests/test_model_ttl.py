@@ -9,14 +9,10 @@ from apache_beam.testing import test_stream
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from unitless.beam import Learn
-from unitless.cli import main
-from unitless.connectors.files import read_file, read_output
-from unitless.connectors.records import ExampleBlock
 from unitless.pipelines.config import configure
 
-from tests.runners import pipeline
-from tests.test_order import KEYS, final_models
+from tests.test_order import (KEYS, assert_same_models, command_run, partition_blocks,
+                              stream_run)
 
 BLOCK = 25
 
@@ -45,42 +41,19 @@ def test_an_idle_model_leaves_state_and_returns_bit_for_bit(tmp_path):
     it leaves state, and returns when its examples do."""
     path = tmp_path / "p.csv"
     write_examples(path)
-    options = dict(id_column="id", model_key_column="key", chunk_size=BLOCK)
-    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column", "key",
-                 "--chunk-size", str(BLOCK), "--model-dir", str(tmp_path / "cli" / "models"),
-                 "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
-                 str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
-    expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-                for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
-    cfg = configure([str(path)], **options)
-    blocks = [b for b, _ in read_file(str(path), "csv", cfg.spec, BLOCK)]
+    expected = command_run(tmp_path, [path], BLOCK)
+    blocks = partition_blocks(path, BLOCK, id_column="id", model_key_column="key")
     assert len(blocks) == 12
-    for b in blocks:
-        b.raw, b.restarts_midway = None, True
-        b.span = (int(b.positions[0]), int(b.positions[-1]))
-
     stream = test_stream.TestStream()
     for i, block in enumerate(blocks):  # stamped i + 1 s, the watermark half a second behind
         stream = stream.add_elements([TimestampedValue(block, Timestamp(i + 1))])
         stream = stream.advance_watermark_to(i + 1.5)
     stream = stream.advance_watermark_to_infinity()
-    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
-                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None,
-                  checkpoint_every=20, model_groups=2, model_ttl="3s", **options)
-    p = pipeline("prism", streaming=True)
-    _ = p | stream.with_output_types(ExampleBlock) | learn
-    result = p.run()
-    result.wait_until_finish()
-
-    got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-           for r in read_output(str(tmp_path / "beam" / "p")).to_pylist()}
+    result, got = stream_run(tmp_path, stream, chunk_size=BLOCK, checkpoint_every=20,
+                             model_ttl="3s")
     assert len(got) == len(expected) == 300
     assert got == expected  # every example once, in order, by the same model: bit-identical
-    beam_models = final_models(str(tmp_path / "beam" / "models"))
-    cli_models = final_models(str(tmp_path / "cli" / "models"))
-    for key in KEYS:
-        assert beam_models[key][0].equals(cli_models[key][0])
-        assert beam_models[key][1:] == cli_models[key][1:]
+    assert_same_models(tmp_path)
     # (all models may also leave at the end of the input, as the watermark passes every timer)
     assert counter(result, "models_evicted") >= 1
     assert counter(result, "models_returned") == 1

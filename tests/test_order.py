@@ -41,6 +41,55 @@ def final_models(models):
     return out
 
 
+def learned(directory):
+    """{(model key, examples seen): (id, prediction)} of a run's predictions."""
+    return {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
+            for r in read_output(str(directory)).to_pylist()}
+
+
+def command_run(tmp_path, paths, chunk_size):
+    """The command over the files in order, a key of its own per model key, under tmp_path/cli:
+    its ``learned`` predictions."""
+    assert main(["train", "--input", *map(str, paths), "--id-column", "id",
+                 "--model-key-column", "key", "--chunk-size", str(chunk_size), "--model-dir",
+                 str(tmp_path / "cli" / "models"), "--predictions", str(tmp_path / "cli" / "p"),
+                 "--dead-letter", str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
+    return learned(tmp_path / "cli" / "p")
+
+
+def assert_same_models(tmp_path):
+    """The final models under tmp_path/beam and tmp_path/cli are the same, bit for bit."""
+    beam_models = final_models(str(tmp_path / "beam" / "models"))
+    cli_models = final_models(str(tmp_path / "cli" / "models"))
+    for key in KEYS:
+        assert beam_models[key][0].equals(cli_models[key][0])
+        assert beam_models[key][1:] == cli_models[key][1:]
+
+
+def partition_blocks(path, chunk_size, **options):
+    """The file's blocks as a Kafka-like partition gives them: ``restarts_midway``, each with
+    its ``span`` of positions."""
+    cfg = configure([str(path)], **options)
+    blocks = [b for b, _ in read_file(str(path), "csv", cfg.spec, chunk_size)]
+    for b in blocks:
+        b.raw, b.restarts_midway = None, True
+        b.span = (int(b.positions[0]), int(b.positions[-1]))
+    return blocks
+
+
+def stream_run(tmp_path, stream, **options):
+    """Learn over a TestStream of ExampleBlocks on Prism, streaming, into tmp_path/beam (model
+    keys k0-k3 share one of two groups): the result and its ``learned`` predictions."""
+    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
+                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None, model_groups=2,
+                  id_column="id", model_key_column="key", **options)
+    p = pipeline("prism", streaming=True)
+    _ = p | stream.with_output_types(ExampleBlock) | learn
+    result = p.run()
+    result.wait_until_finish()
+    return result, learned(tmp_path / "beam" / "p")
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("disorder", ["reversed", "shuffled"])
 def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, disorder, runner):
@@ -52,13 +101,7 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
     for seed, path in enumerate(paths):
         write_examples(path, 1500, seed)
     options = dict(id_column="id", model_key_column="key", chunk_size=64)
-    # the command: files read in order
-    assert main(["train", "--input", *map(str, paths), "--id-column", "id",
-                 "--model-key-column", "key", "--chunk-size", "64", "--model-dir",
-                 str(tmp_path / "cli" / "models"), "--predictions", str(tmp_path / "cli" / "p"),
-                 "--dead-letter", str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
-    expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-                for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
+    expected = command_run(tmp_path, paths, 64)  # the command: files read in order
     # the same blocks handed to Learn in another order, both files interleaved
     cfg = configure([str(p) for p in paths], **options)
     blocks = [b for p in cfg.inputs for b, _ in read_file(p, "csv", cfg.spec, 64)]
@@ -74,15 +117,10 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
                   **options)
     with pipeline(runner) as p:
         _ = (p | beam.Create(blocks).with_output_types(ExampleBlock) | learn)
-    got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-           for r in read_output(str(tmp_path / "beam" / "p")).to_pylist()}
+    got = learned(tmp_path / "beam" / "p")
     assert len(got) == len(expected) == 3000
     assert got == expected  # every example, learned in the same order: bit-identical
-    beam_models = final_models(str(tmp_path / "beam" / "models"))
-    cli_models = final_models(str(tmp_path / "cli" / "models"))
-    for key in KEYS:
-        assert beam_models[key][0].equals(cli_models[key][0])
-        assert beam_models[key][1:] == cli_models[key][1:]
+    assert_same_models(tmp_path)
 
 
 @pytest.mark.parametrize("disorder", ["none", "reversed", "shuffled"])
@@ -96,10 +134,7 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     path = tmp_path / "a.csv"
     write_examples(path, 1500, 3)
     options = dict(id_column="id", model_key_column="key", chunk_size=64)
-    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
-                 "key", "--chunk-size", "64", "--model-dir", str(tmp_path / "cli" / "models"),
-                 "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
-                 str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
+    expected = command_run(tmp_path, [path], 64)
     cfg = configure([str(path)], **options)
     blocks, start = [], 0
     for b, _ in read_file(str(path), "csv", cfg.spec, 64):
@@ -117,14 +152,8 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     _ = p | beam.Create(blocks).with_output_types(ExampleBlock) | learn
     result = p.run()
     result.wait_until_finish()
-    outputs = [{(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-                for r in read_output(str(tmp_path / run / "p")).to_pylist()}
-               for run in ("cli", "beam")]
-    assert len(outputs[0]) == 1500 and outputs[0] == outputs[1]
-    models = [final_models(str(tmp_path / run / "models")) for run in ("cli", "beam")]
-    for key in KEYS:
-        assert models[0][key][0].equals(models[1][key][0])
-        assert models[0][key][1:] == models[1][key][1:]
+    assert len(expected) == 1500 and learned(tmp_path / "beam" / "p") == expected
+    assert_same_models(tmp_path)
     on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))
     learned_on_arrival = sum(c.committed or 0 for c in on_arrival["counters"])
     if disorder == "none":
@@ -150,19 +179,9 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     from apache_beam.utils.timestamp import Timestamp
     path = tmp_path / "p.csv"
     write_examples(path, 300, 7)
-    options = dict(id_column="id", model_key_column="key", chunk_size=25)
-    assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column", "key",
-                 "--chunk-size", "25", "--model-dir", str(tmp_path / "cli" / "models"),
-                 "--predictions", str(tmp_path / "cli" / "p"), "--dead-letter",
-                 str(tmp_path / "cli" / "d"), "--model-groups", "0"]) == 0
-    expected = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-                for r in read_output(str(tmp_path / "cli" / "p")).to_pylist()}
-    cfg = configure([str(path)], **options)
-    blocks = [b for b, _ in read_file(str(path), "csv", cfg.spec, 25)]
+    expected = command_run(tmp_path, [path], 25)
+    blocks = partition_blocks(path, 25, id_column="id", model_key_column="key")
     assert len(blocks) == 12
-    for b in blocks:
-        b.raw, b.restarts_midway = None, True
-        b.span = (int(b.positions[0]), int(b.positions[-1]))
 
     def add(i):
         return TimestampedValue(blocks[i], Timestamp(i + 1))
@@ -175,15 +194,8 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     for i in range(5, 12):
         stream = stream.add_elements([add(i)])
     stream = stream.advance_watermark_to_infinity()
-    learn = Learn(model_dir=str(tmp_path / "beam" / "models"),
-                  predictions=str(tmp_path / "beam" / "p"), dead_letter=None,
-                  checkpoint_every=20, keep_checkpoints=1000, model_groups=2, **options)
-    p = pipeline("prism", streaming=True)
-    _ = p | stream.with_output_types(ExampleBlock) | learn
-    result = p.run()
-    result.wait_until_finish()
-    got = {(r["model_key"], r["examples_seen"]): (r["id"], r["prediction"])
-           for r in read_output(str(tmp_path / "beam" / "p")).to_pylist()}
+    result, got = stream_run(tmp_path, stream, chunk_size=25, checkpoint_every=20,
+                             keep_checkpoints=1000)
     assert len(got) == len(expected) == 300
     assert got == expected  # every example once, in offset order: bit-identical
     on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))

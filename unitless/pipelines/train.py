@@ -120,7 +120,7 @@ class KeyByModel(beam.DoFn):
         new = [(key, block.source, int(first[k]) - 1) for k, key in enumerate(keys)
                if (block.source, key) not in self.started]
         if new:
-            write_starts(self.starts, new)
+            write_starts(self.starts, new, self._grouping)
             self.started.update((block.source, key) for key, _, _ in new)
 
     def finish_bundle(self):
@@ -481,9 +481,12 @@ class LearnBlocks:
         for key, table, _, _, _ in self.pending:
             groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table))
         self.group_files.write(groups)
-        for key, _, examples, loss, partitions in self.pending:
-            if partitions:  # (its restart position there now covers them: see KeyByModel)
-                prune_starts(starts_dir(self.cfg.model_dir), key, partitions)
+        # (where a model's restart position now covers partitions, its start records there
+        # are superseded: see KeyByModel)
+        for group in {group_key(key, self.cfg.model_groups) for key, *_, news in self.pending
+                      if news}:
+            prune_starts(starts_dir(self.cfg.model_dir), group, self.group_files.passed(group))
+        for key, _, examples, loss, _ in self.pending:
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
                 self.loss.update(int(1e6 * loss))

@@ -92,47 +92,68 @@ LOCATOR = re.compile(r"(.*\.arrow)#([0-9]+)")
 
 # --- reading -----------------------------------------------------------------------------------
 
-class _Parts:
-    """Parts read and checked, by path, the most recently used last, up to ``limit`` bytes:
-    a part never changes once written (its name is unique), so a worker resuming a group's
-    models one by one reads the group's part once."""
+class _Kept:
+    """What ``read(path)`` makes of parts, by path, the most recently used last, up to
+    ``limit`` in ``weigh``: a part never changes once written (its name is unique), so a
+    worker resuming a group's models one by one reads the group's part once."""
 
-    def __init__(self, limit=256 << 20):
-        self.limit, self.held, self.parts, self.lock = limit, 0, OrderedDict(), threading.Lock()
+    def __init__(self, read, limit, weigh=lambda found: 1):
+        self.read, self.limit, self.weigh = read, limit, weigh
+        self.held, self.found, self.lock = 0, OrderedDict(), threading.Lock()
 
-    def get(self, path):
+    def get(self, path, read=True):
+        """What ``read`` makes of the part (None if not ``read`` and not kept)."""
         with self.lock:
-            found = self.parts.get(path)
+            found = self.found.get(path)
             if found is not None:
-                self.parts.move_to_end(path)
+                self.found.move_to_end(path)
                 return found
-        found = _read_part(path)
+        if not read:
+            return None
+        found = self.read(path)
         with self.lock:
-            if path not in self.parts:
-                self.parts[path] = found
-                self.held += found[0].nbytes
-            while self.held > self.limit and len(self.parts) > 1:
-                self.held -= next(iter(self.parts.values()))[0].nbytes
-                self.parts.popitem(last=False)
+            if path not in self.found:
+                self.found[path] = found
+                self.held += self.weigh(found)
+            while self.held > self.limit and len(self.found) > 1:
+                self.held -= self.weigh(self.found.popitem(last=False)[1])
         return found
 
+    def clear(self):
+        with self.lock:
+            self.held, self.found = 0, OrderedDict()
 
-_parts = _Parts()
+
+def _part_index(metadata):
+    """[(first row, rows, metadata)] of a part's models, from its schema's metadata."""
+    index = json.loads(metadata[PART_KEY])
+    return [(int(m["first_row"]), int(m["rows"]), m["metadata"]) for m in index["models"]]
 
 
+def _as_part(read):
+    """``read`` with what it raises on something that is not a part as ValueError (a part
+    gone stays FileNotFoundError)."""
+    def reading(path):
+        try:
+            return read(path)
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+            raise ValueError(f"it is not a readable part ({one_line(err)})") from None
+    return reading
+
+
+@_as_part
 def _read_part(path):
-    """(table, [(first row, rows, metadata)] of its models); ValueError unless it reads as a
-    part."""
-    try:
-        table = table_from_bytes(read_bytes(path))
-        table.validate(full=True)
-        index = json.loads(table.schema.metadata[PART_KEY])
-        models = [(int(m["first_row"]), int(m["rows"]), m["metadata"]) for m in index["models"]]
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
-        raise ValueError(f"it is not a readable part ({one_line(err)})") from None
-    return table, models
+    """(table, ``_part_index``) of a part, its table checked whole."""
+    table = table_from_bytes(read_bytes(path))
+    table.validate(full=True)
+    return table, _part_index(table.schema.metadata)
+
+
+_parts = _Kept(_read_part, 256 << 20, lambda found: found[0].nbytes)
+# parts' ``_part_index`` read from their schemas alone (what readers of metadata need)
+_indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)), 4096)
 
 
 def load_located(part_path, index, key=None, checksum=None, decode=True):
@@ -158,40 +179,14 @@ def load_located(part_path, index, key=None, checksum=None, decode=True):
         raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
 
 
-class _Schemas:
-    """Parts' per-model metadata, read from their schemas only, by path (parts never change)."""
-
-    def __init__(self, limit=4096):
-        self.limit, self.found, self.lock = limit, OrderedDict(), threading.Lock()
-
-    def get(self, path):
-        with self.lock:
-            if path in self.found:
-                return self.found[path]
-        try:
-            index = json.loads(read_schema(path).metadata[PART_KEY])
-            found = [m["metadata"] for m in index["models"]]
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
-            raise ValueError(f"it is not a readable part ({one_line(err)})") from None
-        with self.lock:
-            self.found[path] = found
-            while len(self.found) > self.limit:
-                self.found.popitem(last=False)
-        return found
-
-
-_schemas = _Schemas()
-
-
 def part_metadata(part_path, index):
     """The metadata of a part's ``index``-th model as its schema holds it (unverified);
     ValueError unless it reads as a part holding one."""
-    models = _schemas.get(part_path)
+    kept = _parts.get(part_path, read=False)
+    models = kept[1] if kept is not None else _indices.get(part_path)
     if not 0 <= index < len(models):
         raise ValueError(f"the part holds no model {index}")
-    return models[index]
+    return models[index][2]
 
 
 def part_rows(part_path, indices):
@@ -343,6 +338,20 @@ class GroupWriter:
         """The checkpoints of the group of ``key`` as its directory holds them now."""
         found = GroupCheckpoints(group_dir(self.model_dir, self.groups, key))
         self._keep(key, found)
+        return found
+
+    def passed(self, key):
+        """{(model key, partition)} where the newest checkpoint of a model of the group of
+        ``key`` records that its restart position moved with the watermark (unverified:
+        metadata from the parts' schemas)."""
+        group = self.group(key)
+        found = set()
+        for model_key, (part, index, _) in group.newest().items():
+            try:
+                meta = part_metadata(join(group.directory, part), index)
+            except (OSError, ValueError):
+                continue
+            found.update((model_key, source) for source in meta.get("watermark_passed") or ())
         return found
 
     def _keep(self, key, group):

@@ -143,13 +143,13 @@ def check_table(table, decode=True):
 class _ReadOnce:
     """What ``read_once`` keeps: valid tables by path, each with the learner state checking it
     decoded until a reader takes that (``bytes_left``: how many more bytes of them it may
-    keep), and what the layouts' readers keep (``per_key``: ``checkpoint_metadata`` by model
-    directory, a key directory's checkpoint files and what its `latest` holds; ``models``:
-    group directories as listed)."""
+    keep), what the per-key layout's readers keep (``listings``: a key directory's checkpoint
+    files; ``candidates``: what its `latest` holds), and what other readers read once
+    (``memo``: by kind, then by what they read, see ``once_per_run``)."""
 
     def __init__(self, limit):
         self.tables, self.bytes_left, self.listings, self.candidates = {}, limit, {}, {}
-        self.groups = {}
+        self.memo = {}
 
 
 # the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's
@@ -237,6 +237,18 @@ def read_schema(path):
         head = read_start(path, end)
     message = pa.ipc.read_message(pa.BufferReader(arrow_buffer(head[8:end])))
     return pa.ipc.read_schema(message)
+
+
+def once_per_run(kind, key, read):
+    """``read()``, called once per ``key`` of a ``kind`` within ``read_once`` (its result kept
+    and handed to every later caller), every time outside it."""
+    once = _once.get()
+    if once is None:
+        return read()
+    memo = once.memo.setdefault(kind, {})
+    if key not in memo:
+        memo[key] = read()
+    return memo[key]
 
 
 def kept_reads():

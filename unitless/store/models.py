@@ -12,7 +12,7 @@ from . import per_key
 from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
                        group_dir, group_key, load_entries, load_located, locator, part_metadata,
                        part_rows)
-from .checkpoint_file import kept_reads
+from .checkpoint_file import kept_reads, once_per_run
 
 log = logging.getLogger("unitless")
 
@@ -20,20 +20,12 @@ log = logging.getLogger("unitless")
 def _views(model_dir, key, fresh=False):
     """GroupCheckpoints of each group that may hold the model (one per number of groups);
     within ``read_once`` (unless ``fresh``) each directory is listed once."""
-    once = None if fresh else kept_reads()
-    if once is None:
+    if fresh:
         return [GroupCheckpoints(group_dir(model_dir, g, group_key(key, g)))
                 for g in group_counts(model_dir)]
-    counts = once.groups.get(model_dir)
-    if counts is None:
-        counts = once.groups[model_dir] = group_counts(model_dir)
-    views = []
-    for groups in counts:
-        directory = group_dir(model_dir, groups, group_key(key, groups))
-        if directory not in once.groups:
-            once.groups[directory] = GroupCheckpoints(directory)
-        views.append(once.groups[directory])
-    return views
+    directories = [group_dir(model_dir, g, group_key(key, g)) for g in
+                   once_per_run("group counts", model_dir, lambda: group_counts(model_dir))]
+    return [once_per_run("group", d, lambda: GroupCheckpoints(d)) for d in directories]
 
 
 def _entries(model_dir, key, fresh=False):
@@ -50,13 +42,14 @@ def load_latest_learner(model_dir, key):
     ``read_once`` a model is read and verified once while its tables fit (its state handed to
     the first reader only)."""
     once = kept_reads()
-    if once is not None and ("model", model_dir, key) in once.groups:
-        found = once.groups[("model", model_dir, key)]
-        return None if found is None else (*found[:2], None)
+    kept = None if once is None else once.memo.setdefault("model", {})
+    if kept is not None and (model_dir, key) in kept:
+        found = kept[(model_dir, key)]
+        return None if found is None else (*found, None)
     found = (load_entries(_entries(model_dir, key), key)
              or per_key.load_latest_learner(model_dir, key))
-    if once is not None and (found is None or found[1].nbytes <= once.bytes_left):
-        once.groups[("model", model_dir, key)] = None if found is None else found[:2]
+    if kept is not None and (found is None or found[1].nbytes <= once.bytes_left):
+        kept[(model_dir, key)] = None if found is None else found[:2]
         once.bytes_left -= 0 if found is None else found[1].nbytes
     return found
 
@@ -65,16 +58,11 @@ def latest_metadata(model_dir, key):
     """(where, metadata) of the model's newest checkpoint whose checksum holds (a part's rows
     are checked, not decoded: what a resumed run's start reads of every model), or None.
     Within ``read_once`` read once."""
-    once = kept_reads()
-    if once is not None and ("metadata", model_dir, key) in once.groups:
-        return once.groups[("metadata", model_dir, key)]
-    found = load_entries(_entries(model_dir, key), key, decode=False)
-    if found is None:
-        found = per_key.load_latest(model_dir, key)
-    found = None if found is None else (found[0], read_metadata(found[1]))
-    if once is not None:
-        once.groups[("metadata", model_dir, key)] = found
-    return found
+    def read():
+        found = (load_entries(_entries(model_dir, key), key, decode=False)
+                 or per_key.load_latest(model_dir, key))
+        return None if found is None else (found[0], read_metadata(found[1]))
+    return once_per_run("metadata", (model_dir, key), read)
 
 
 def load_latest(model_dir, key):
@@ -165,20 +153,16 @@ def checkpoint_metadata(model_dir):
     """[(model key, where its newest checkpoint is, its metadata)] of every model under
     model_dir, sorted by key: unverified, from the group layout's manifests and its parts'
     schemas, then the per-key layout's schemas for models the group layout does not hold."""
-    once = kept_reads()
-    if once is not None and ("all", model_dir) in once.groups:
-        return list(once.groups[("all", model_dir)])
-    listed = {}
-    for key, (directory, (part, index, _)) in _newest_entries(model_dir).items():
-        found = _metadata(directory, part, index)
-        if found is not None:
-            listed[key] = found
-    for key, path, meta in per_key.checkpoint_metadata(model_dir):
-        listed.setdefault(key, (path, meta))
-    result = [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
-    if once is not None:
-        once.groups[("all", model_dir)] = result
-    return list(result)
+    def read():
+        listed = {}
+        for key, (directory, (part, index, _)) in _newest_entries(model_dir).items():
+            found = _metadata(directory, part, index)
+            if found is not None:
+                listed[key] = found
+        for key, path, meta in per_key.checkpoint_metadata(model_dir):
+            listed.setdefault(key, (path, meta))
+        return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
+    return list(once_per_run("all metadata", model_dir, read))
 
 
 def model_keys(model_dir):

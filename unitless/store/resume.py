@@ -3,6 +3,7 @@ record, their start records, and the consistent cuts of models over feature shar
 from dataclasses import dataclass, field
 
 from ..learner import read_metadata
+from .checkpoint_file import once_per_run
 from .models import latest_metadata, model_keys
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
@@ -27,7 +28,12 @@ def covered_partitions(model_dir):
 def _resume_positions(model_dir):
     """(earliest, furthest, covered): see ``resume_positions``, ``covered_partitions``.
     Earliest: where each may restart (``restart_positions``, which lag what a model learned on
-    arrival). Sharded models' partitions with a cut position are covered too."""
+    arrival). Sharded models' partitions with a cut position are covered too. Within
+    ``read_once``, worked out once (not to be changed by callers)."""
+    return once_per_run("resume positions", model_dir, lambda: _read_positions(model_dir))
+
+
+def _read_positions(model_dir):
     recorded = []  # (positions learned, positions to restart after)
     passed = {}  # model key -> the partitions its restart positions cover (watermark_passed)
     for key in model_keys(model_dir):
