@@ -511,6 +511,25 @@ def test_the_checksum_is_the_one_checkpoints_already_written_hold():
         sealed.schema.metadata[METADATA_KEY])["checksum"]
 
 
+def test_tables_sealed_together_have_the_checksums_sealed_one_at_a_time():
+    """``seal_many`` hashes many models' tables as slices of one concatenation: each checksum is
+    the one the table alone has (every column kind: a null and non-ASCII names, a fixed-size
+    list, several classes, an empty table; and tables of different schemas together)."""
+    from unitless.store.checkpoint_file import checksum, seal_many
+    tables = [(f"k{i}", model_table(f"k{i}", n=n, seed=i)) for i, n in enumerate((1, 7, 30))]
+    named = model_table("named", n=5, seed=9)
+    names = pa.array(["é", None, "x", "", "b", None][:named.num_rows], pa.string())
+    tables.append(("named", named.set_column(named.column_names.index("name"), "name", names)))
+    multiclass = KeyedModel("m", new_state("nag", 1 << 6, "logistic", n_classes=3)).to_table()
+    tables += [("m", multiclass), ("k", kotlowski2_table()),
+               ("empty", model_table("empty", n=5).slice(0, 0))]
+    for batch in ([t for t in tables[:4]], tables, tables[::-1]):
+        for key, sealed, meta in seal_many(batch):
+            stored = json.loads(sealed.schema.metadata[METADATA_KEY])
+            assert stored == meta and stored["model_key"] == key
+            assert meta["checksum"] == checksum(sealed) == checksum(seal(dict(batch)[key], key))
+
+
 # --- many at once -------------------------------------------------------------------------------
 
 def test_checkpoints_written_together_equal_those_written_one_at_a_time(tmp_path):

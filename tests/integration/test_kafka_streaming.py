@@ -35,9 +35,11 @@ def labeled(key, total):
 
 
 def produce(bootstrap, topic, start, n, per_second=None):
+    """Produce examples start..start+n-1 (every send checked: a test whose own producer lost
+    an example says so, rather than wait for it)."""
     rng = np.random.default_rng(start)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    began = time.time()
+    began, sent = time.time(), []
     for i in range(start, start + n):
         if per_second:
             time.sleep(max(0.0, began + (i - start) / per_second - time.time()))
@@ -46,9 +48,31 @@ def produce(bootstrap, topic, start, n, per_second=None):
                "x": float(x[0]), "z": float(x[1])}
         if is_served(i):
             del row["label"]
-        producer.send(topic, key=KEYS[i % 2].encode(), value=json.dumps(row).encode())
+        sent.append(producer.send(topic, key=KEYS[i % 2].encode(),
+                                  value=json.dumps(row).encode()))
     producer.flush()
+    for future in sent:
+        future.get(timeout=60)
     producer.close()
+
+
+class Producing(threading.Thread):
+    """``produce`` in a thread; ``join`` raises what it raised."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(target=self._produce, args=args, kwargs=kwargs)
+        self.error = None
+
+    def _produce(self, *args, **kwargs):
+        try:
+            produce(*args, **kwargs)
+        except Exception as err:  # (handed to the test by join)
+            self.error = err
+
+    def join(self, timeout=None):
+        super().join(timeout)
+        if self.error is not None:
+            raise AssertionError(f"the test's producer failed: {self.error!r}")
 
 
 def streaming(bootstrap, topic, model_dir, *extra):
@@ -142,8 +166,7 @@ def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
     try:
         assert wait_for(lambda: all(seen(models, k) >= 300 for k in KEYS), 120, pipeline)
         # examples keep arriving (the producer buffers and retries) while the broker restarts
-        arriving = threading.Thread(target=produce, args=(bootstrap, topic, 1000, total - 1000),
-                                    kwargs={"per_second": 200})
+        arriving = Producing(bootstrap, topic, 1000, total - 1000, per_second=200)
         arriving.start()
         time.sleep(1)
         broker.stop()  # clean shutdown, same ports and data on start

@@ -129,16 +129,16 @@ class InOrder(beam.DoFn):
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
     ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
     never) past the key's last block of a source (learned on arrival or released), ``idle`` is
-    called (it returns whether it changed the state, which is then stored); and
-    ``ttl_seconds`` and ``expire(key, state, now, held)``: a timer set at a source's block's
-    stamp plus ``ttl_seconds`` when none is set calls ``expire`` once the watermark passes it
-    (``now``: its time; ``held``: the model keys of the blocks still waiting), which yields
-    outputs and returns when the timer is due again (µs; None: not until a source's next
-    block). (An event-time
+    called (it returns whether it changed the state, which is then stored). (An event-time
     timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
     Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
-    once the stream has been quiet that long.) This step holds the keys of its bundle
-    (``KeyGuard``): a second bundle of a key at once is refused.
+    once the stream has been quiet that long.) And ``ttl_seconds`` and ``expire(key, state,
+    now, held)``: a timer of the same kind, set at a source's block's stamp plus
+    ``ttl_seconds`` when none is set, calls ``expire`` once the watermark passes it (``now``:
+    its time; ``held``: the model keys of the blocks still waiting), which yields outputs and
+    returns when the timer is due again (µs; None: not before a source's next block). This
+    step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
+    refused.
     """
     MODEL = ReadModifyWriteStateSpec("model", BytesCoder())
     # waiting_entry bytes (a header and the pickled block), which Beam's state cache weighs at
@@ -327,5 +327,3 @@ class InOrder(beam.DoFn):
             earliest.write(first)
             release.set(Timestamp(micros=first))
         return state, any(h[1] for h, _ in released)
-
-

@@ -616,4 +616,3 @@ def build_training(pipeline, cfg, streaming=False):
         predictions = pipeline | "Read" >> read | learn
     dead = (read.dead_letters, learn.dead_letters) | "All dead letters" >> beam.Flatten()
     return predictions, dead
-

@@ -45,7 +45,7 @@ from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, r
                                   remove, unique_token)
 from ..learner import read_metadata
 from ..learner.state import METADATA_KEY
-from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema, seal,
+from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema, seal_many,
                               table_from_bytes, table_to_bytes)
 from .per_key import key_dir_name
 
@@ -367,7 +367,9 @@ class GroupWriter:
         Returns {model key: locator}. A model whose newest checkpoint holds more examples than
         the one given (a bundle retried after another took it further) keeps that one."""
         parts, manifests, written, pruned = [], [], {}, []
+        every = iter(seal_many([model for models in checkpoints.values() for model in models]))
         for key, models in checkpoints.items():
+            models = [next(every) for _ in models]  # (sealed all together: see seal_many)
             directory = group_dir(self.model_dir, self.groups, key)
             if directory not in self.made:
                 makedirs(directory)
@@ -380,13 +382,9 @@ class GroupWriter:
             entries = dict(current.newest())
             seq = current.seq + 1
             name = f"part-{seq:012d}-{unique_token()}.arrow"
-            sealed = []
-            for model_key, table in models:
-                table = seal(table, model_key)
-                meta = read_metadata(table)
-                held = entries.get(model_key)
-                if held is None or examples_of(held) <= meta["examples_seen"]:
-                    sealed.append((model_key, table, meta))
+            sealed = [(model_key, table, meta) for model_key, table, meta in models
+                      if model_key not in entries
+                      or examples_of(entries[model_key]) <= meta["examples_seen"]]
             if len({e[0] for e in entries.values()} - {name}) > COMPACT_PARTS:
                 sealed = self._compacted(directory, entries, sealed)
             if not sealed:

@@ -55,11 +55,17 @@ def _canonical(meta):
                       separators=(",", ":"))
 
 
-def _digest(table, canonical):
-    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``."""
+def _hasher(canonical, rows):
+    """The hash of a checksum, fed its metadata's canonical JSON and row count."""
     h = hashlib.sha256(b"unitless checkpoint checksum 1\0")
     _hash_part(h, canonical.encode())
-    _hash_part(h, table.num_rows.to_bytes(8, "little"))
+    _hash_part(h, rows.to_bytes(8, "little"))
+    return h
+
+
+def _digest(table, canonical):
+    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``."""
+    h = _hasher(canonical, table.num_rows)
     for name, column in zip(table.column_names, table.columns):
         _hash_part(h, name.encode("utf-8", "surrogatepass"))
         _hash_array(h, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
@@ -72,55 +78,104 @@ def _hash_part(h, data):
 
 
 def _hash_array(h, array):
-    kind = array.type
-    _hash_part(h, str(kind).encode())
-    _hash_part(h, len(array).to_bytes(8, "little"))
-    if array.null_count:
-        nulls = array.is_null().to_numpy(zero_copy_only=False)
-        _hash_part(h, np.packbits(nulls, bitorder="little").tobytes())
-    else:  # (the same bytes, without building the mask)
-        _hash_part(h, bytes((len(array) + 7) // 8))
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        values = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count \
-            else array
-        values = values.to_numpy(zero_copy_only=False)
-        _hash_part(h, values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes())
-    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
-          or pa.types.is_large_binary(kind)):
-        if array.null_count == len(array):  # (what the general form below gives, cheaper)
-            _hash_part(h, bytes(8 * len(array)))
-            _hash_part(h, b"")
-            return
-        if array.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
-            filled, width = array, "<i4"  # (its own 32-bit offsets: the same, without a cast)
-        else:
-            filled, width = array.cast(pa.large_binary()).fill_null(b""), "<i8"
-        offsets = np.frombuffer(filled.buffers()[1], dtype=width)[
-            filled.offset:filled.offset + len(filled) + 1]
-        _hash_part(h, np.diff(offsets).astype("<i8").tobytes())
-        data = filled.buffers()[2]
-        _hash_part(h, b"" if data is None else data.to_pybytes()[offsets[0]:offsets[-1]])
-    elif pa.types.is_fixed_size_list(kind):
-        _hash_array(h, array.flatten())
-    else:
-        raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
+    _Slices(array).hash(h, 0, len(array))
 
 
 def seal(table, key):
     """The table with its model key and checksum in its metadata, as write_checkpoint writes
     it. A table already naming another model key is refused (ValueError)."""
-    meta = read_metadata(table)
-    if meta.get("model_key", key) != key:
-        raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written as "
-                         f"model {key!r}")
-    meta["model_key"] = key
-    # stored as it is hashed, the checksum added before its closing brace (never "{}": it
-    # holds the model key)
-    canonical = _canonical(meta)
-    stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{_digest(table, canonical)}"}}'
-    schema_metadata = dict(table.schema.metadata or {})
-    schema_metadata[METADATA_KEY] = stored.encode()
-    return table.replace_schema_metadata(schema_metadata)
+    return seal_many([(key, table)])[0][1]
+
+
+def seal_many(models):
+    """[(model key, table)] -> [(model key, sealed table, its metadata)]: each table sealed as
+    ``seal`` seals it (the same checksum). Tables of one schema are hashed as slices of their
+    concatenation, each column's values converted once for them all (sealing a table at a
+    time, pyarrow's per-column calls cost more than the hashing)."""
+    metas = []
+    for key, table in models:
+        meta = read_metadata(table)
+        if meta.get("model_key", key) != key:
+            raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
+                             f"as model {key!r}")
+        meta["model_key"] = key
+        metas.append(meta)
+    if not models:
+        return []
+    schema = models[0][1].schema
+    if all(table.schema.equals(schema, check_metadata=False) for _, table in models):
+        body = pa.concat_tables([table.replace_schema_metadata(None) for _, table in models])
+        columns = [(name.encode("utf-8", "surrogatepass"), _Slices(column.combine_chunks()))
+                   for name, column in zip(body.column_names, body.columns)]
+    else:
+        columns = None
+    sealed, row = [], 0
+    for (key, table), meta in zip(models, metas):
+        canonical = _canonical(meta)
+        if columns is None:
+            digest = _digest(table, canonical)
+        else:
+            h = _hasher(canonical, table.num_rows)
+            for name, column in columns:
+                _hash_part(h, name)
+                column.hash(h, row, row + table.num_rows)
+            digest = "sha256:" + h.hexdigest()
+        row += table.num_rows
+        # stored as it is hashed, the checksum added before its closing brace (never "{}": it
+        # holds the model key)
+        stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{digest}"}}'
+        schema_metadata = dict(table.schema.metadata or {})
+        schema_metadata[METADATA_KEY] = stored.encode()
+        meta[CHECKSUM_FIELD] = digest
+        sealed.append((key, table.replace_schema_metadata(schema_metadata), meta))
+    return sealed
+
+
+class _Slices:
+    """A column as the checksum hashes it, converted once, then hashed slice by slice (rows
+    ``first`` to ``end``): its type, length and null mask, then its values in a form independent
+    of chunking and buffer layout (see ``checksum``)."""
+
+    def __init__(self, array):
+        kind = array.type
+        self.array, self.kind = array, str(kind).encode()
+        self.nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+        self.values = self.lengths = self.child = None
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+            values = array.fill_null(False if pa.types.is_boolean(kind) else 0) \
+                if array.null_count else array
+            values = values.to_numpy(zero_copy_only=False)
+            self.values = values.astype(values.dtype.newbyteorder("<"), copy=False)
+        elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+              or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+            # nulls hashed as empty values (their lengths 0)
+            filled = array.cast(pa.large_binary()).fill_null(b"")
+            self.offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[
+                filled.offset:filled.offset + len(filled) + 1]
+            self.lengths = np.diff(self.offsets).astype("<i8")
+            data = filled.buffers()[2]
+            self.data = memoryview(b"" if data is None else data)
+        elif pa.types.is_fixed_size_list(kind):
+            # flattened: without null lists, rows first..end are values first..end times the size
+            self.size = kind.list_size
+            self.child = None if array.null_count else _Slices(array.flatten())
+        else:
+            raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
+
+    def hash(self, h, first, end):
+        _hash_part(h, self.kind)
+        _hash_part(h, (end - first).to_bytes(8, "little"))
+        _hash_part(h, np.packbits(self.nulls[first:end], bitorder="little").tobytes()
+                   if self.nulls is not None else bytes((end - first + 7) // 8))
+        if self.values is not None:
+            _hash_part(h, self.values[first:end].tobytes())
+        elif self.lengths is not None:
+            _hash_part(h, self.lengths[first:end].tobytes())
+            _hash_part(h, self.data[self.offsets[first]:self.offsets[end]])
+        elif self.child is not None:
+            self.child.hash(h, first * self.size, end * self.size)
+        else:
+            _hash_array(h, self.array.slice(first, end - first).flatten())
 
 
 def check_table(table, decode=True):
