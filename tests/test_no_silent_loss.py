@@ -124,9 +124,9 @@ def drop_model_key(monkeypatch, dropped):
     """The learning step loses every example of one model key (a bug made on purpose)."""
     learn_all = train.LearnBlocks.learn
 
-    def lossy(self, group, block, pieces=None):
+    def lossy(self, group, block, pieces=None, at=None):
         pieces = block.split_by_key() if pieces is None else pieces
-        return learn_all(self, group, block, [(k, p) for k, p in pieces if k != dropped])
+        return learn_all(self, group, block, [(k, p) for k, p in pieces if k != dropped], at)
     monkeypatch.setattr(train.LearnBlocks, "learn", lossy)
 
 
