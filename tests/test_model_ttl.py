@@ -76,8 +76,25 @@ def test_a_model_with_examples_waiting_stays():
     group.evict(idle[0])
     assert set(group.models) == {"b", "c", "d"} and group.evicted == {"a": (0, 0)}
     assert group.least_recently_seen() == 5_000
+    def cannot_return(key, evicted):
+        raise RuntimeError("its checkpoint is gone")
+    with pytest.raises(RuntimeError):
+        group.model("a", cannot_return)
+    assert group.evicted == {"a": (0, 0)}  # (a retry must not start it afresh)
     back = group.model("a", lambda k, evicted: (k, evicted))
     assert back == ("a", (0, 0)) and group.evicted == {}
+
+
+def test_a_groups_state_written_before_models_could_leave_still_reads():
+    """Beam state an earlier version wrote (a runner's savepoint, an updated job): the models
+    pickled alone."""
+    import pickle
+    from unitless.learner import new_state
+    from unitless.store.keyed_model import KeyedModel, ModelGroup
+    models = {k: KeyedModel(k, new_state("nag", 4)) for k in ("a", "b", "c")}
+    for some in (dict(list(models.items())[:n]) for n in (1, 2, 3)):
+        group = ModelGroup.from_bytes(b"0" * 32 + pickle.dumps(some))
+        assert sorted(group.models) == sorted(some) and group.evicted == {}
 
 
 def test_model_ttl_is_a_duration_and_not_for_sharded_models():

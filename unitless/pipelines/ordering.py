@@ -231,7 +231,9 @@ class InOrder(beam.DoFn):
                         waiting=beam.DoFn.StateParam(WAITING),
                         earliest=beam.DoFn.StateParam(EARLIEST),
                         release=beam.DoFn.TimerParam(RELEASE),
-                        idle=beam.DoFn.TimerParam(IDLE)):
+                        idle=beam.DoFn.TimerParam(IDLE),
+                        expire_at=beam.DoFn.StateParam(EXPIRE_AT),
+                        expire=beam.DoFn.TimerParam(EXPIRE)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
         state, sourced = yield from self._release(key, fired.micros, stored, waiting, earliest,
@@ -241,6 +243,9 @@ class InOrder(beam.DoFn):
             self.handler.store(key, state, stored)
             if sourced:
                 self._idle_after(fired, idle)
+                # (the EXPIRE timer may have fired with nothing learned yet, and stopped)
+                if self.ttl and expire_at.read() is None:
+                    self._expire_at(fired.micros + self.ttl, expire_at, expire)
 
     def _idle_after(self, timestamp, idle):
         # (set again on every element: it fires only once the key has gone quiet). Only for

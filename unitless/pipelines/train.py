@@ -18,7 +18,7 @@ from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from ..learner import read_metadata
 from ..store import per_key
-from ..store.by_group import GroupWriter, group_counts, group_key
+from ..store.by_group import GroupWriter, examples_of, group_counts, group_key
 from ..store.checkpoint_file import read_once
 from ..store.keyed_model import KeyedModel, ModelGroup, served_count
 from ..store.models import checkpoint_metadata
@@ -365,6 +365,16 @@ class LearnBlocks:
                 if model.checkpoint_behind():
                     self._checkpoint(model)
             self._write_checkpoints()
+            # only those whose state the group's newest checkpoint holds (a failed bundle's
+            # may hold more: this state learns up to it again, and leaves later)
+            stored = self.group_files.listed(key).newest()
+            leaving = {m.key for m in idle if m.key in stored
+                       and examples_of(stored[m.key]) == m.state.examples_seen}
+            for model in idle:
+                if model.key not in leaving:
+                    model.last_seen = now
+            idle = [m for m in idle if m.key in leaving]
+        if idle:
             for model in idle:
                 group.evict(model)
             self.evicted.inc(len(idle))

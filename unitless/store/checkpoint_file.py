@@ -149,12 +149,15 @@ class _Slices:
         elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)
               or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
             # nulls hashed as empty values (their lengths 0)
-            filled = array.cast(pa.large_binary()).fill_null(b"")
-            self.offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[
-                filled.offset:filled.offset + len(filled) + 1]
+            if array.null_count == len(array):  # (none or all null: no buffers to read)
+                self.offsets, self.data = np.zeros(len(array) + 1, "<i8"), memoryview(b"")
+            else:
+                filled = array.cast(pa.large_binary()).fill_null(b"")
+                self.offsets = np.frombuffer(filled.buffers()[1], dtype="<i8")[
+                    filled.offset:filled.offset + len(filled) + 1]
+                data = filled.buffers()[2]
+                self.data = memoryview(b"" if data is None else data)
             self.lengths = np.diff(self.offsets).astype("<i8")
-            data = filled.buffers()[2]
-            self.data = memoryview(b"" if data is None else data)
         elif pa.types.is_fixed_size_list(kind):
             # flattened: without null lists, rows first..end are values first..end times the size
             self.size = kind.list_size

@@ -263,7 +263,8 @@ class ModelGroup:
         (``evicted``: what ``evict`` recorded of it, or None)."""
         model = self.models.get(key)
         if model is None:
-            model = self.models[key] = new(key, self.evicted.pop(key, None))
+            model = self.models[key] = new(key, self.evicted.get(key))
+            self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
         return model
 
     def evict(self, model):
@@ -326,4 +327,7 @@ class ModelGroup:
 
     @classmethod
     def from_bytes(cls, data):
-        return cls(*pickle.loads(memoryview(data)[32:]))
+        found = pickle.loads(memoryview(data)[32:])
+        # (earlier versions kept the models alone: state a runner's savepoint or an updated
+        # job carries over)
+        return cls(found) if isinstance(found, dict) else cls(*found)
