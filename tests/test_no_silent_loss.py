@@ -12,7 +12,8 @@ from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
-from unitless.pipelines import bundles, train
+from unitless.store import keyed_model
+from unitless.pipelines import accounting, bundles, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
@@ -166,3 +167,66 @@ def test_the_identity():
     assert "2 more examples" in Tally(read=10, learned=12, in_models=12).problem(False)
     assert "by their own count" in Tally(read=10, learned=10, in_models=8).problem(False)
     assert Tally(read=10, learned=10).problem(False, models_counted=False) is None
+
+
+def restart_models_midway(monkeypatch):
+    """The learning step loses its models' state once, midway (a bug made on purpose): its
+    models leave state, reported as at the end of their input, and start again from nothing,
+    reported again at the end (what a runner firing a key's end of input twice did). Counted,
+    the examples add up."""
+    learn_all = train.LearnBlocks.learn
+    calls = itertools.count()
+
+    def losing(self, group, block, pieces=None, at=None):
+        if next(calls) == 10:  # (model_groups=1: every model key's step key is one)
+            step_key = train.group_key(next(iter(group.models)), 1)
+            yield from accounting.models_left(step_key, [m.learned_range()
+                                                         for m in group.every_model()])
+            group.models.clear()
+        yield from learn_all(self, group, block, pieces, at)
+    monkeypatch.setattr(train.LearnBlocks, "learn", losing)
+
+
+@pytest.mark.parametrize("runner", ["fnapi", "prism"])
+def test_a_model_started_again_midway_fails_the_run(tmp_path, monkeypatch, runner):
+    restart_models_midway(monkeypatch)
+    learn = Learn(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None,
+                  model_groups=1, **OPTIONS)
+    with pytest.raises(Exception, match=r"models learned [\d,]+ of the 3,000 examples given to "
+                                        r"Learn at examples_seen counts they had passed"):
+        with pipeline(runner) as p:
+            _ = p | beam.Create(reversed_blocks(tmp_path)).with_output_types(ExampleBlock) | learn
+
+
+def test_predictions_that_are_not_the_models_steps_fail_the_run(tmp_path, monkeypatch):
+    """A prediction carrying another examples_seen than the model's step that made it: the
+    counts add up, the fingerprints do not."""
+    table = keyed_model.prediction_table
+
+    def shifted(key, state, ids, labels, result, start, *args, **kwargs):
+        return table(key, state, ids, labels, result, start + (key == "k2"), *args, **kwargs)
+    monkeypatch.setattr(keyed_model, "prediction_table", shifted)
+    learn = Learn(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None,
+                  **OPTIONS)
+    with pytest.raises(Exception, match="the 3,000 predictions learned are not the examples "
+                                        "the models counted"):
+        with pipeline("fnapi") as p:
+            _ = p | beam.Create(reversed_blocks(tmp_path)).with_output_types(ExampleBlock) | learn
+
+
+def test_overlapping_ranges_and_fingerprints():
+    assert accounting.covered_twice([("a", 0, 5), ("a", 5, 9), ("b", 0, 5)]) == 0
+    assert accounting.covered_twice([("a", 0, 5), ("a", 0, 3), ("a", 2, 7)]) == 3 + 3
+    assert accounting.covered_twice([("a", 4, 4), ("a", 0, 4)]) == 0  # (an empty range)
+    h = accounting.key_hashes(["a", "b"])
+    pairs = accounting.fingerprint(h[[0, 0, 1]], [1, 2, 1])
+    assert pairs == accounting.fingerprint(h[[1, 0, 0]], [1, 2, 1])
+    assert pairs != accounting.fingerprint(h[[0, 0, 1]], [1, 1, 2])
+    assert pairs != accounting.fingerprint(h[[0, 0, 0]], [1, 2, 1])
+    reported = accounting.models_left("0/1", [("a", 0, 2), ("b", 3, 3), ("b", 0, 1)])
+    assert reported[0].value == Tally(in_models=3, in_models_print=pairs)
+    assert reported[1].value == ("0/1", (("a", 0, 2), ("b", 3, 3), ("b", 0, 1)))
+    assert "not the examples the models counted" in Tally(
+        read=2, learned=2, in_models=2, learned_print=1, in_models_print=2).problem(False)
+    assert Tally(read=2, learned=2, in_models=2, learned_print=5,
+                 in_models_print=5 + (1 << 64)).problem(False) is None

@@ -9,15 +9,31 @@ examples at the end of its input), so a retried or split bundle counts once, as 
 outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a
 bounded input has ended, a run whose counts do not add up fails with one line
 (``AccountingError``).
+
+Counts alone can be fooled: a model whose state is lost in the middle of a run and started
+again learns the rest of its examples from nothing, and reports them as it leaves, as the
+first state did; examples lost and others learned twice add up too. So each model's learning
+is checked as a chain: every model reports the range of its ``examples_seen`` it covered in
+this run as it leaves state (``models_left``), the ranges of one model key may not overlap
+(checked per key of the keyed step, which all of a model key's reports come from), and the
+predictions' (model key, examples_seen) pairs must be exactly those ranges' (a fingerprint:
+a sum of 64-bit hashes, ``fingerprint``, on both sides).
 """
+import hashlib
 import typing
 
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
+import numpy as np
+import pyarrow.compute as pc
 
 from ..store.keyed_model import served_count
 
 ACCOUNTS = "accounts"  # the tag of a step's Tally output
+# the tag of a stateful step's models' ranges as they leave state: (the step's key,
+# ((model key, examples_seen when this run made or read it, examples_seen as it left), ...))
+RANGES = "ranges"
+MASK = (1 << 64) - 1
 
 
 class Tally(typing.NamedTuple):
@@ -27,6 +43,11 @@ class Tally(typing.NamedTuple):
     replayed: int = 0   # examples a resumed run read again and skipped, as learned before
     in_models: int = 0  # examples the models learned in this run, by their own count
     served: int = 0     # examples without a label, predicted and not learned
+    # examples a model key learned again, in a range of its examples_seen it had covered before
+    # (its state was lost, or an older one read back)
+    overlapping: int = 0
+    learned_print: int = 0    # ``fingerprint`` of the learned predictions' (model key, seen)
+    in_models_print: int = 0  # the same of the ranges the models reported
 
     def __add__(self, other):
         return Tally(*(a + b for a, b in zip(self, other)))
@@ -49,6 +70,14 @@ class Tally(typing.NamedTuple):
         elif models_counted and self.in_models != self.learned:
             what = (f"the models learned {self.in_models:,} examples by their own count, and "
                     f"predicted {self.learned:,}: a model's state was lost or written twice")
+        elif models_counted and self.overlapping:
+            what = (f"models learned {self.overlapping:,} of the {self.read:,} examples given "
+                    "to Learn at examples_seen counts they had passed before in this run (a "
+                    "model's state was lost and started again, or an older state read back): "
+                    f"examples learned twice or lost: {counts}")
+        elif models_counted and (self.learned_print - self.in_models_print) & MASK:
+            what = (f"the {self.learned:,} predictions learned are not the examples the models "
+                    f"counted (their model keys and examples_seen): {counts}")
         else:
             return None
         return (f"{what}; the run is not a success (a bug: please report it with the runner "
@@ -69,11 +98,80 @@ def count_as(*fields):
 
 def count_predictions():
     """A step counting each prediction table's rows as learned or served (its ``served``
-    column)."""
+    column), with the learned rows' ``fingerprint``."""
     def tally(table):
         served = served_count(table)
-        return Tally(learned=table.num_rows - served, served=served)
+        learned = table.filter(pc.invert(table.column("served"))) if served else table
+        keys = pc.dictionary_encode(learned.column("model_key")).combine_chunks()
+        return Tally(learned=table.num_rows - served, served=served, learned_print=fingerprint(
+            key_hashes(keys.dictionary.to_pylist())[keys.indices.to_numpy()],
+            learned.column("examples_seen").to_numpy()))
     return beam.Map(tally).with_output_types(Tally)
+
+
+def key_hashes(keys):
+    """Model keys -> their 64-bit hashes (uint64; the same in every process)."""
+    return np.array([int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(),
+                                    "little") for k in keys], dtype=np.uint64)
+
+
+def fingerprint(key_hashes, seen):
+    """The sum (mod 2**64) of a mixing hash (splitmix64's) of each (model key's hash,
+    examples_seen) pair: equal for two collections of pairs when they hold the same pairs, as
+    a multiset, and unequal otherwise but with a chance of 2**-64."""
+    z = key_hashes ^ (np.asarray(seen).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return int((z ^ (z >> np.uint64(31))).sum(dtype=np.uint64))
+
+
+def models_left(step_key, ranges):
+    """The outputs of a stateful step whose models leave state (the end of its input, or idle):
+    ``ranges`` [(model key, examples_seen when this run made or read it back, as it leaves)]
+    counted as learned by the models themselves (``Tally.in_models`` and its print) and
+    reported for the check of overlaps (``RANGES``)."""
+    ranges = tuple(ranges)
+    starts = np.array([start for _, start, _ in ranges], dtype=np.int64)
+    lengths = np.array([end for _, _, end in ranges], dtype=np.int64) - starts
+    # every range's examples_seen, start + 1 to end, one after the other
+    firsts = np.repeat(starts + 1 - (np.cumsum(lengths) - lengths), lengths)
+    seen = np.arange(int(lengths.sum())) + firsts
+    printed = fingerprint(np.repeat(key_hashes([k for k, _, _ in ranges]), lengths), seen)
+    return [beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=int(lengths.sum()),
+                                                     in_models_print=printed)),
+            beam.pvalue.TaggedOutput(RANGES, (step_key, ranges))]
+
+
+def covered_twice(ranges):
+    """How many examples_seen of the ranges [(model key, start, end)] (each covering start + 1
+    to end) were covered by an earlier range of the same model key."""
+    twice, reach = 0, {}
+    for key, start, end in sorted(ranges):
+        covered = reach.get(key, start)
+        twice += max(0, min(end, covered) - start)
+        reach[key] = max(covered, end)
+    return twice
+
+
+class CountOverlaps(beam.PTransform):
+    """(step key, ranges) reports (``models_left``) -> a Tally of the examples learned in an
+    overlapping range, per step key once its input has ended (every report of a model key
+    comes from its one step key)."""
+
+    def expand(self, reports):
+        return (reports
+                | "Whole run" >> whole_run()
+                | "By step key" >> beam.GroupByKey()
+                | "Overlaps" >> beam.Map(lambda kv: Tally(overlapping=covered_twice(
+                    [r for ranges in kv[1] for r in ranges]))).with_output_types(Tally)
+                | "As the other tallies" >> beam.WindowInto(window.GlobalWindows()))
+
+
+def whole_run():
+    """Into one pane, fired once the input has ended (the watermark past the end of the global
+    window: a run whose input has an end but whose steps are streaming is summed too)."""
+    return beam.WindowInto(window.GlobalWindows(), trigger=trigger.AfterWatermark(),
+                           accumulation_mode=trigger.AccumulationMode.DISCARDING)
 
 
 def _check(total, resumed, models_counted):
@@ -96,9 +194,7 @@ class CheckAccounts(beam.PTransform):
 
     def expand(self, tallies):
         return (tallies
-                | "Whole run" >> beam.WindowInto(
-                    window.GlobalWindows(), trigger=trigger.AfterWatermark(),
-                    accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                | "Whole run" >> whole_run()
                 | "Sum" >> beam.CombineGlobally(sum_tallies).without_defaults()
                 | "Check" >> beam.Map(_check, self.resumed, self.models_counted))
 

@@ -25,7 +25,8 @@ from ..store.models import checkpoint_metadata
 from ..store.resume import covered_partitions
 from ..store.shards import shard_counts
 from ..store.starts import prune_starts, starts_dir, write_starts
-from .accounting import ACCOUNTS, CheckAccounts, Tally, count_as, count_predictions
+from .accounting import (ACCOUNTS, RANGES, CheckAccounts, CountOverlaps, Tally, count_as,
+                         count_predictions, models_left)
 from .bundles import hold_each_key_in_one_bundle
 from .config import check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
@@ -380,8 +381,7 @@ class LearnBlocks:
             self.evicted.inc(len(idle))
             log.info("%d model%s idle for %s s left state (%s)", len(idle),
                      "s" * (len(idle) > 1), f"{self.ttl_seconds:g}", key)
-            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
-                model.learned_in_run() for model in idle)))
+            yield from models_left(key, [model.learned_range() for model in idle])
         seen = group.least_recently_seen()
         return None if seen is None else seen + ttl
 
@@ -408,8 +408,7 @@ class LearnBlocks:
         self._catch_up(group)
         stored.clear()
         self.models.pop(key)
-        yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(in_models=sum(
-            model.learned_in_run() for model in group.every_model())))
+        yield from models_left(key, [model.learned_range() for model in group.every_model()])
 
     def learn(self, group, block, pieces=None, at=None):
         """Learn a block of the group's model keys (``pieces``: split by model key, if it is
@@ -570,8 +569,8 @@ class Learn(beam.PTransform):
     Whatever runner and options the pipeline has: applying it sets on the pipeline's options
     what runners need to give each key of its stateful steps to one bundle at a time, and its
     steps refuse a second bundle of a key at once (``bundles``); once a bounded input has ended,
-    a run whose examples do not add up (read = learned + refused + replayed, ``accounting``)
-    fails.
+    a run whose examples do not add up (read = learned + refused + replayed, each model's
+    learning one unbroken range of its examples_seen: ``accounting``) fails.
     """
 
     def __init__(self, config=None, **options):
@@ -604,9 +603,11 @@ class Learn(beam.PTransform):
                        # InOrder.process, a fifth of a second of every run's start)
                        | "Learn" >> beam.ParDo(InOrder(LearnBlocks(
                            cfg, streaming=not blocks.is_bounded))).with_output_types(
-                           pa.Table).with_outputs(DEAD, ACCOUNTS, main="predictions"))
+                           pa.Table).with_outputs(DEAD, ACCOUNTS, RANGES, main="predictions"))
             predictions = learned.predictions
             tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]
+            if blocks.is_bounded:
+                tallies.append(learned[RANGES] | "Learned twice" >> CountOverlaps())
             self.dead_letters = learned[DEAD] if parse_dead is None else (
                 (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
         tallies.append(predictions | "Count predicted" >> count_predictions())

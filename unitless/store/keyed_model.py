@@ -99,8 +99,9 @@ class KeyedModel:
     # or when the watermark released it); None: not since it was made or read back
     last_seen: int = None
 
-    def learned_in_run(self):
-        return self.state.examples_seen - self.run_start
+    def learned_range(self):
+        """(key, examples_seen when this run made or read it, examples_seen now)."""
+        return self.key, self.run_start, self.state.examples_seen
 
     def to_table(self):
         """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
