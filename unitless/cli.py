@@ -118,6 +118,11 @@ def parser():
                        default=LEARN_OPTIONS["model_memory_mib"],
                        help="the most learner state (MiB) the decoded models a worker keeps may "
                             "hold together (the model in use is always kept)")
+    train.add_argument("--labels", nargs="+", metavar="PATH", default=LEARN_OPTIONS["labels"],
+                       help="files of labels (the id, label and model key columns) for the "
+                            "inputs' examples, which carry none: each example is served, waits, "
+                            "and is learned with its label in the labels' order (delayed "
+                            "outcomes)")
     train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
                        help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
                             "input's clock) leaves Beam state and worker memory, its newest "

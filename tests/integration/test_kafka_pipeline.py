@@ -83,7 +83,7 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     messages = consume_all(bootstrap, f"{topic}-predictions", len(rows))
     assert len(messages) == len(rows)
     predictions = [json.loads(m.value) for m in messages]
-    assert all(p["schema"] == "unitless.prediction/2" for p in predictions)
+    assert all(p["schema"] == "unitless.prediction/3" for p in predictions)
     assert {p["id"] for p in predictions} == {r["id"] for r in rows}
     for m, p in zip(messages, predictions):  # in the partition Kafka's Java client would pick
         assert m.key.decode() == p["model_key"]

@@ -196,6 +196,13 @@ def _csv_header(f, path, spec):
     return spec, rest, number
 
 
+def csv_columns(path, spec):
+    """The columns a CSV file's records have (its header's, or ``--columns``), as its reader
+    takes them, with its checks."""
+    with open_input(path) as f:
+        return _csv_header(f, path, spec)[0].columns
+
+
 def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     """Yield (ExampleBlock, dead letters) for consecutive chunks of a file, in order.
 

@@ -21,7 +21,7 @@ from .kafka_clients import choose, client_settings, partition_offsets
 from .records import string_array
 
 log = logging.getLogger("unitless")
-PREDICTION_SCHEMA_ID = "unitless.prediction/2"
+PREDICTION_SCHEMA_ID = "unitless.prediction/3"
 UNBOUNDED = (1 << 63) - 1
 CLIENT_SETTING = "unitless.kafka_client"  # the client, among a topic's settings
 
@@ -112,7 +112,7 @@ def parse_messages(cfg, partition, records):
 # --- prediction messages -----------------------------------------------------------------------
 
 def prediction_messages(table):
-    """One JSON object per row, as bytes: ``{"schema": "unitless.prediction/2", <column>:
+    """One JSON object per row, as bytes: ``{"schema": "unitless.prediction/3", <column>:
     <value>, ...}``, the columns in the table's order; the same objects ``json.dumps`` makes
     of ``{"schema": ..., **row}`` (a consumer decodes equal values of equal types), built a
     column at a time by Arrow rather than a Python call per field."""

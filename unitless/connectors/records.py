@@ -1,5 +1,6 @@
 """Parsed examples travel between pipeline stages as ExampleBlocks: columnar, one source each."""
 import json
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -268,8 +269,10 @@ class ExampleBlock:
         raw = self.raw[r] if self.raw is not None else None
         if raw is None:
             row = self.slice(r, r + 1).full()  # (not the whole block made full per row)
-            return json.dumps({"label": float(self.labels[r]), "features": {
-                str(i): float(v) for i, v in zip(row.indices, row.values)}})
+            label = float(self.labels[r])
+            return json.dumps({"id": self.ids[r].as_py(), "model_key": self.keys[r].as_py(),
+                               "label": None if math.isnan(label) else label, "features": {
+                                   str(i): float(v) for i, v in zip(row.indices, row.values)}})
         return raw
 
 

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..connectors.files import expand_inputs
+from ..connectors.files import csv_columns, expand_inputs
 from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
 from ..connectors.formats import LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
@@ -33,7 +33,7 @@ LEARN_OPTIONS = {
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
-    "model_groups": 1024, "model_ttl": None,
+    "model_groups": 1024, "model_ttl": None, "labels": None,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -69,6 +69,7 @@ class TrainConfig:
     feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
     model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
     model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
+    labels: tuple = ()                 # files of labels joined by id to served examples (store/join)
 
 
 # how long a scoring step goes without looking for a key's newer checkpoint (``score.py``)
@@ -164,7 +165,8 @@ def record_spec(options, scoring=False):
                       weight=o["weight_column"], bits=int(o["bits"]), bias=not o["no_bias"],
                       categorical=names(o["categorical_columns"]), delimiter=delimiter,
                       require_label=not scoring and int(o.get("shards") or 0) > 0,
-                      header_needs_label=not scoring, columns=columns, header=not o["no_header"],
+                      header_needs_label=not scoring and not o.get("labels"), columns=columns,
+                      header=not o["no_header"],
                       ignore=names(o["ignore_columns"]),
                       labels=LabelMap(None if positive is None else str(positive),
                                       classes(o["classes"])[1]))
@@ -263,8 +265,43 @@ def configure(inputs=None, scoring=False, **options):
     if cfg.model_ttl and cfg.shards:
         raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
                          "keep their state)")
+    if o["labels"]:
+        cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
+
+
+def joined_labels(labels, cfg, given_format):
+    """The label files of ``--labels``, checked against the rest of the run (what the join of
+    delayed outcomes does not do yet is refused in one line: docs/delayed-outcomes.md)."""
+    if isinstance(labels, str):
+        labels = [labels]
+    if any(is_kafka(str(x)) for x in [*labels, *(cfg.inputs or ())]):
+        raise ValueError("--labels joins files for now: a kafka:// features or labels topic is "
+                         "not supported with it yet")
+    for option, on in (("--shards", cfg.shards), ("--resume", cfg.resume),
+                       ("--model-ttl", cfg.model_ttl)):
+        if on:
+            raise ValueError(f"--labels cannot be used with {option} yet")
+    if cfg.spec.id is None:
+        raise ValueError("--labels joins labels to examples by id: pass --id-column")
+    files, fmt = resolve_inputs(labels, given_format)
+    if cfg.inputs and set(files) & set(cfg.inputs):
+        raise ValueError("a file given to --labels is an input too: "
+                         f"{sorted(set(files) & set(cfg.inputs))[0]}")
+    if cfg.inputs and fmt != cfg.format:
+        raise ValueError(f"--labels files are {fmt} and the inputs {cfg.format}: read one format "
+                         "per run")
+    if fmt == "csv":  # (a column missing would make every record a dead letter)
+        spec = cfg.spec
+        for path, needs in [*((p, (spec.id, spec.label)) for p in files),
+                            *((p, (spec.id,)) for p in cfg.inputs or ())]:
+            missing = [c for c in needs if c not in csv_columns(path, spec)]
+            if missing:
+                raise ValueError(f"{path}: column {missing[0]!r} not in its columns: with "
+                                 "--labels, each input needs the id column, and each labels "
+                                 "file the id and label columns")
+    return files
 
 
 def sharding_feedback(o, inputs):

@@ -5,6 +5,7 @@ import math
 import time
 import typing
 from collections import OrderedDict
+from dataclasses import replace
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -20,6 +21,7 @@ from ..learner import read_metadata
 from ..store import per_key
 from ..store.by_group import GroupWriter, examples_of, group_counts, group_key
 from ..store.checkpoint_file import read_once
+from ..store.join import LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, served_count
 from ..store.models import checkpoint_metadata
 from ..store.resume import covered_partitions
@@ -405,6 +407,7 @@ class LearnBlocks:
         ``--resume``), which frees both as keys finish. Outputs: the examples its models
         learned in this run, by their own count (``accounting``)."""
         group = learned or self.state(key, stored)
+        yield from self._labels_ended(group)
         self._catch_up(group)
         stored.clear()
         self.models.pop(key)
@@ -418,9 +421,50 @@ class LearnBlocks:
             model = self._of(group, k)
             if at is not None and block.source is not None:
                 model.last_seen = max(at, model.last_seen or at)
-            for part in piece.parts(self.cfg.chunk_size):
-                yield from self._learn(model, part)
+            if self.cfg.labels:
+                yield from self._join(group, model, piece)
+            else:
+                yield from self._learn_parts(model, piece)
         group.learned(block)
+
+    def _learn_parts(self, model, block, served=None, served_scores=None):
+        at = 0
+        for part in block.parts(self.cfg.chunk_size):
+            scores = None if served_scores is None else served_scores[at:at + len(part)]
+            at += len(part)
+            yield from self._learn(model, part, served, scores)
+
+    def _join(self, group, model, block):
+        """``--labels``: a labels block's examples learned with the features they were served
+        with, in label order, as their features come (``LabelJoin``); a features block's
+        examples served, then waiting for their labels (those that carry one learned, as in
+        any run)."""
+        join = group.join = group.join or LabelJoin()
+        if block.source in self.cfg.labels:
+            joined, dead = join.labels(model.key, block)
+        else:
+            block, dead = join.screen(model.key, block)
+            join.labeled(model.key, block)
+            served = []
+            if len(block):
+                yield from self._learn_parts(model, block, served)
+            joined = []
+            for rows, scores in served:
+                more, lost = join.wait(model.key, rows, scores)
+                joined += more
+                dead += lost
+        yield from self._dead(dead)
+        for rows, scores in joined:
+            yield from self._learn_parts(model, rows, served_scores=scores)
+
+    def _labels_ended(self, group):
+        """``--labels``, at the end of the input: the labels still waiting for features."""
+        for key in sorted(group.join.models if group.join else ()):
+            model = self._of(group, key)
+            joined, dead = group.join.end(key)
+            yield from self._dead(dead)
+            for rows, scores in joined:
+                yield from self._learn_parts(model, rows, served_scores=scores)
 
     def watermark_passed(self, group, past, at):
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
@@ -438,17 +482,20 @@ class LearnBlocks:
                 model.passed(source, last)
         return [h for h in at if any(h[1] in model.restart for model in models)]
 
-    def _learn(self, model, block):
-        predictions, dead, skipped = model.learn_block(block)
-        predictions_sink, dead_sink = self.sinks
-        if skipped:
-            self.replayed.inc(skipped)
-            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=skipped))
+    def _dead(self, dead):
         if dead:
             self.bad.inc(len(dead))
             dead = dead_letter_table(dead)
-            dead_sink.write(dead)
+            self.sinks[1].write(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)
+
+    def _learn(self, model, block, served=None, served_scores=None):
+        predictions, dead, skipped = model.learn_block(block, served, served_scores)
+        predictions_sink = self.sinks[0]
+        if skipped:
+            self.replayed.inc(skipped)
+            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=skipped))
+        yield from self._dead(dead)
         if predictions is not None:
             served = served_count(predictions)
             self.examples.inc(predictions.num_rows - served)
@@ -566,6 +613,9 @@ class Learn(beam.PTransform):
     The user's own records carry no input positions: a resumed model cannot tell which of them
     it already learned, so the source must not hand them over again.
 
+    With ``labels`` (files, ``--labels``), the blocks read from those files are labels for the
+    other blocks' examples, joined by id (``store/join.py``): read them as inputs too.
+
     Whatever runner and options the pipeline has: applying it sets on the pipeline's options
     what runners need to give each key of its stateful steps to one bundle at a time, and its
     steps refuse a second bundle of a key at once (``bundles``); once a bounded input has ended,
@@ -620,7 +670,9 @@ class Learn(beam.PTransform):
 def build_training(pipeline, cfg, streaming=False):
     """The `unitless train` graph: read ``cfg.inputs``, learn; returns (predictions, dead
     letters of the reader and of the learner)."""
-    read = ReadExamples.from_config(cfg, streaming, learner_check(cfg),
+    # (labels files are read as inputs: the learning step tells them by their source)
+    read = ReadExamples.from_config(replace(cfg, inputs=[*cfg.inputs, *cfg.labels]) if cfg.labels
+                                    else cfg, streaming, learner_check(cfg),
                                     cfg.model_dir if cfg.resume else None)
     learn = Learn(cfg)
     with read_once():  # (the reader's resume positions too)

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..connectors.storage import unique_token
-from ..learner import (from_arrow, learn_or_refuse, mistakes, predicted_class, probability,
-                       read_metadata, to_arrow)
+from ..learner import (example_losses, from_arrow, learn_or_refuse, mistakes, predicted_class,
+                       probability, read_metadata, to_arrow)
 from ..learner.losses import CLASSIFICATION_LOSSES
 
 PREDICTION_SCHEMA = pa.schema([
@@ -22,6 +22,9 @@ PREDICTION_SCHEMA = pa.schema([
     ("error", pa.float64()), ("examples_seen", pa.int64()), ("source", pa.string()),
     ("position", pa.int64()), ("checkpoint_id", pa.string()), ("event_time", pa.float64()),
     ("served", pa.bool_()),
+    # the loss of the prediction the example was served with, once its label came (``--labels``:
+    # what users experienced); null where it was not served first
+    ("served_loss", pa.float64()),
 ])
 
 
@@ -47,7 +50,7 @@ def outcome_columns(state, scores, labels):
 
 
 def prediction_table(key, state, ids, labels, result, start, sources, positions,
-                     checkpoint_id=None, event_times=None):
+                     checkpoint_id=None, event_times=None, served_losses=None):
     """The predictions (PREDICTION_SCHEMA) of examples predicted one after the other by the
     model ``key`` (learner ``state``), which had learned ``start`` examples before the first:
     ``result`` their BatchResult, ``sources`` a string array (one per example). An example
@@ -64,6 +67,8 @@ def prediction_table(key, state, ids, labels, result, start, sources, positions,
         pa.array(positions), pa.repeat(pa.scalar(checkpoint_id, pa.string()), n),
         pa.array(event_times, pa.float64()) if event_times is not None
         else pa.nulls(n, pa.float64()), pa.array(served),
+        pa.array(served_losses, pa.float64()) if served_losses is not None
+        else pa.nulls(n, pa.float64()),
     ], schema=PREDICTION_SCHEMA)
 
 
@@ -177,8 +182,11 @@ class KeyedModel:
             done = -1
         return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
 
-    def learn_block(self, block):
-        """Learn the block's new examples in order: (predictions table, dead letters, skipped).
+    def learn_block(self, block, served=None, served_scores=None):
+        """Learn the block's new examples in order: (predictions table, dead letters, skipped);
+        with a list ``served``, append to it (the examples served, their scores [n, K]); with
+        ``served_scores`` (the block's examples were served before, with those scores [n, K]:
+        ``--labels``), report the loss of each at its label (``served_loss``).
 
         Examples at or before the position already learned from their source are skipped (a
         replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
@@ -195,6 +203,7 @@ class KeyedModel:
             span = block.span
             if skipped:
                 block = block.take(fresh)
+                served_scores = None if served_scores is None else served_scores[fresh]
             last = self.positions[block.source] = int(block.positions.max())
             self.unlearned.pop(block.source, None)
             # (learned in position order: nothing of its own before ``last`` is still to come)
@@ -206,13 +215,23 @@ class KeyedModel:
         # examples whose prediction, loss or resulting state would not be finite
         block, dead = block.screen(refused)
         self.state.name_features(block.names)
-        return self._predictions(block, result, start), dead, skipped
+        if served is not None and block.served.any():
+            rows = np.flatnonzero(block.served)  # (the result holds the rows kept, in order)
+            served.append((block.take(rows), result.scores[rows]))
+        served_losses = None
+        if served_scores is not None:
+            kept = np.setdiff1d(np.arange(len(served_scores)), [r for r, _ in refused])
+            # (weighted, as the kernel's ``loss`` is)
+            served_losses = block.weights * example_losses(self.state, served_scores[kept],
+                                                           block.labels)
+        return self._predictions(block, result, start, served_losses), dead, skipped
 
-    def _predictions(self, block, result, start):
+    def _predictions(self, block, result, start, served_losses=None):
         n = len(block)
         table = prediction_table(self.key, self.state, block.ids, block.labels, result, start,
                                  pa.repeat(pa.scalar(block.source, pa.string()), n),
-                                 block.positions, self.checkpoint_id, block.event_times)
+                                 block.positions, self.checkpoint_id, block.event_times,
+                                 served_losses)
         # (null where there is nothing to count: regression, and examples served)
         self.errors += float(pc.sum(table.column("error")).as_py() or 0.0)
         self.served += served_count(table)
@@ -254,9 +273,10 @@ class ModelGroup:
     groups), as Beam state holds them together; and the model keys that left it, idle
     (``evict``), each with the examples learned and served its newest checkpoint holds."""
 
-    def __init__(self, models=None, evicted=None):
+    def __init__(self, models=None, evicted=None, join=None):
         self.models = models if models is not None else {}  # model key -> KeyedModel
         self.evicted = evicted if evicted is not None else {}  # model key -> (examples, served)
+        self.join = join  # the served examples waiting for labels (``--labels``: ``LabelJoin``)
         self.token = None
 
     def model(self, key, new):
@@ -319,7 +339,7 @@ class ModelGroup:
         Pickled, a model over 50 examples' features encodes in a fifth and decodes in a tenth
         of the Arrow file's time, which 10,000 keys pay per element."""
         self.token = unique_token()
-        return self.token.encode() + pickle.dumps((self.models, self.evicted),
+        return self.token.encode() + pickle.dumps((self.models, self.evicted, self.join),
                                                   protocol=pickle.HIGHEST_PROTOCOL)
 
     def holds(self, data):

@@ -1,0 +1,179 @@
+"""Delayed outcomes over files (``--labels``): examples served without a label, their labels in
+another file in another order, joined by id; the final models equal a plain run over the joined
+records in label order, bit for bit, and the bad records are exactly the dead letters."""
+import numpy as np
+import pytest
+
+from unitless.cli import main
+from unitless.connectors.formats import RecordSpec, parse_jsonl
+from unitless.connectors.files import read_output
+from unitless.store import join as label_join
+
+from tests.runners import prism_args
+from tests.test_order import KEYS, final_models
+
+N = 600
+
+
+def write_join(tmp_path, features_name, seed=0):
+    """Features (no label) and labels files for N examples: the labels shuffled, 30 examples
+    never labeled, 10 labels of unknown ids, 10 second labels, 3 records without their label,
+    5 features records repeated;
+    and the reference: the joined records in label order. Returns (features, labels,
+    reference paths, {reason: count of dead letters})."""
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for i in range(N):
+        a, b = rng.normal() * 1e3, rng.normal() * 1e-2
+        label = 1 if a / 1e3 + b / 1e-2 + rng.normal() > 0 else -1
+        rows[f"e-{i}"] = (KEYS[rng.integers(len(KEYS))], a, b, label)
+    ids = list(rows)
+    features = tmp_path / features_name
+    with open(features, "w") as f:
+        f.write("id,key,a,b\n")
+        repeated = set(rng.choice(ids, 5, replace=False))
+        for i in ids:
+            key, a, b, _ = rows[i]
+            f.write(f"{i},{key},{a},{b}\n")
+            if i in repeated:  # (again, other values: an at-least-once producer's retry)
+                f.write(f"{i},{key},{a + 1},{b}\n")
+    labeled = [ids[j] for j in rng.permutation(N)[:N - 30]]
+    records = [(i, rows[i][0], rows[i][3]) for i in labeled]
+    for j in range(10):
+        records.insert(int(rng.integers(len(records) + 1)), (f"unknown-{j}", KEYS[j % 4], 1))
+    for i in rng.choice(labeled, 10, replace=False):
+        at = records.index((i, rows[i][0], rows[i][3]))
+        records.insert(int(rng.integers(at + 1, len(records) + 1)), (i, rows[i][0], -1))
+    for i in rng.choice(labeled, 3, replace=False):  # (a record without its label)
+        records.insert(int(rng.integers(len(records) + 1)), (i, rows[i][0], ""))
+    labels = tmp_path / "labels.csv"
+    with open(labels, "w") as f:
+        f.write("id,key,label\n")
+        f.writelines(f"{i},{key},{label}\n" for i, key, label in records)
+    reference = tmp_path / "reference.csv"
+    with open(reference, "w") as f:
+        f.write("id,key,a,b,label\n")
+        done = set()
+        for i, key, label in records:
+            if i in rows and i not in done and label != "":
+                done.add(i)
+                f.write(f"{i},{key},{rows[i][1]},{rows[i][2]},{label}\n")
+    return features, labels, reference, {label_join.SECOND_FEATURES: 5,
+                                         label_join.SECOND_LABEL: 10,
+                                         label_join.NEVER_SERVED: 10,
+                                         label_join.NO_LABEL: 3}
+
+
+def train(tmp_path, name, inputs, *more):
+    out = tmp_path / name
+    code = main(["train", "--input", *map(str, inputs), "--id-column", "id", "--model-key-column",
+                 "key", "--chunk-size", "64", "--model-groups", "2", "--model-dir",
+                 str(out / "models"), "--predictions", str(out / "p"), "--dead-letter",
+                 str(out / "d"), *more])
+    assert code == 0
+    return out
+
+
+@pytest.mark.parametrize("runner", ["fnapi", "prism"])
+@pytest.mark.parametrize("features_name", ["features.csv", "z-features.csv"])
+def test_labels_joined_by_id_learn_as_the_joined_records_in_label_order(tmp_path, runner,
+                                                                       features_name):
+    """(The files' blocks all wait for the end of the input and are handed on by file name:
+    "features.csv" serves every example before its label comes, "z-features.csv" comes after
+    the labels, which wait for their features.)"""
+    features, labels, reference, bad = write_join(tmp_path, features_name)
+    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
+                   *(prism_args() if runner == "prism" else []))
+    plain = train(tmp_path, "plain", [reference])
+    got, want = final_models(str(joined / "models")), final_models(str(plain / "models"))
+    for key in KEYS:
+        assert got[key][0].equals(want[key][0])
+        assert got[key][1] == want[key][1]
+    # every example served once (the repeated records refused), each labeled one learned once
+    rows = read_output(str(joined / "p")).to_pylist()
+    served = [r["id"] for r in rows if r["served"]]
+    assert sorted(served) == sorted(f"e-{i}" for i in range(N))
+    learned = [r for r in rows if not r["served"]]
+    assert len(learned) == len({r["id"] for r in learned}) == N - 30
+    assert {r["source"] for r in learned} == {str(labels)}
+    # what the plain run predicted is what the joined run predicted as it learned
+    reference_rows = {r["id"]: r for r in read_output(str(plain / "p")).to_pylist()}
+    for r in learned:
+        assert (r["examples_seen"], r["prediction"], r["loss"], r["label"]) == tuple(
+            reference_rows[r["id"]][c] for c in ("examples_seen", "prediction", "loss", "label"))
+    # the honest loss: that of the prediction each example was served with, at its label
+    served_with = {r["id"]: r["prediction"] for r in rows if r["served"]}
+    assert all(r["served_loss"] is None for r in rows if r["served"])
+    assert [r["served_loss"] for r in learned] == pytest.approx(
+        [float(np.logaddexp(0.0, -r["label"] * served_with[r["id"]])) for r in learned],
+        rel=1e-12)
+    dead = read_output(str(joined / "d")).to_pylist()
+    assert {reason: sum(d["reason"] == reason for d in dead) for reason in bad} == bad
+    assert len(dead) == sum(bad.values())
+    # (the learning step has the parsed record, not its bytes: its id, model key and values)
+    assert all('"id": "unknown-' in d["raw"] for d in dead
+               if d["reason"] == label_join.NEVER_SERVED)
+
+
+def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
+    features, labels, _, _ = write_join(tmp_path, "features.csv")
+    for more, said in ((["--resume"], "--labels cannot be used with --resume yet"),
+                       (["--model-ttl", "1h"], "--labels cannot be used with --model-ttl yet"),
+                       (["--labels", str(features)], "a file given to --labels is an input too")):
+        code = main(["train", "--input", str(features), "--id-column", "id", "--labels",
+                     str(labels), *more, "--model-dir", str(tmp_path / "m")])
+        assert code == 2
+        assert said in capsys.readouterr().err
+    code = main(["train", "--input", str(features), "--labels", str(labels)])
+    assert code == 2
+    assert "--labels joins labels to examples by id: pass --id-column" in capsys.readouterr().err
+    as_json = tmp_path / "labels.jsonl"
+    as_json.write_text('{"id": "e-1", "key": "k0", "label": 1}\n')
+    bare = tmp_path / "bare.csv"
+    bare.write_text("id,key\ne-1,k0\n")
+    for more, said in (([str(as_json)], "--labels files are jsonl and the inputs csv"),
+                       ([str(bare)], "bare.csv: column 'label' not in its columns"),
+                       ([str(labels), "--id-column", "ident"], "column 'ident' not in")):
+        code = main(["train", "--input", str(features), "--id-column", "id", "--labels", *more])
+        assert code == 2
+        assert said in capsys.readouterr().err
+
+
+
+def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
+    """``LabelJoin`` alone: label order is kept whatever order features come in; a second
+    label, a second features record and a label never served are dead letters."""
+    def rows(source, *records):
+        items = [(i + 1, line) for i, line in enumerate(records)]
+        parsed, dead = parse_jsonl(RecordSpec(id="id", bits=10, require_label=False), source,
+                                   items)
+        assert dead == []
+        return parsed
+
+    join = label_join.LabelJoin()
+    labels = rows("labels", '{"id": "b", "label": 1}', '{"id": "a", "label": -1}',
+                  '{"id": "b", "label": -1}', '{"id": "z", "label": 1}', '{"id": "y"}',
+                  '{"label": 1}', '{"id": "c", "label": 1}')
+    joined, dead = join.labels("k", labels)  # (b's features have not come: all wait)
+    assert joined == [] and [(d.position, d.reason) for d in dead] == [
+        (5, label_join.NO_LABEL), (6, label_join.NO_ID)]
+    # a features record that carries its own label is learned as it is: its id counts as
+    # learned (its label, c's, later is a second one)
+    join.labeled("k", rows("features", '{"id": "c", "label": 1, "x": 1.0}'))
+    served = rows("features", '{"id": "a", "x": 1.0}', '{"id": "a", "x": 2.0}')
+    kept, dead = join.screen("k", served)
+    assert kept.ids.to_pylist() == ["a"] and [d.reason for d in dead] == [
+        label_join.SECOND_FEATURES]
+    assert join.wait("k", kept, np.array([[0.5]])) == ([], [])  # (a waits behind b)
+    joined, dead = join.wait("k", rows("features", '{"id": "b", "x": 3.0}'), np.array([[-2.0]]))
+    (block, scores), = joined
+    assert block.ids.to_pylist() == ["b", "a"] and block.labels.tolist() == [1.0, -1.0]
+    assert block.source == "labels" and block.positions.tolist() == [1, 2]
+    assert block.values.tolist() == [1.0, 3.0, 1.0, 1.0]  # (bias, x) of b, then of a
+    assert scores.tolist() == [[-2.0], [0.5]]
+    assert [d.reason for d in dead] == [label_join.SECOND_LABEL]
+    assert join.holds("k")  # (z's label waits, and c's behind it)
+    joined, dead = join.end("k")
+    assert joined == [] and [(d.position, d.reason) for d in dead] == [
+        (4, label_join.NEVER_SERVED), (7, label_join.SECOND_LABEL)]
+    assert not join.holds("k")
