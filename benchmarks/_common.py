@@ -270,14 +270,15 @@ def artificial_stream(n, rng):
     return X, y, w_star
 
 
-def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0):
+def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0, label=True):
     """A CSV file ``id[,key],label,x1..xd`` of dense rows (ids first_id.., labels as integers when
     they are), every number as the shortest text that reads back as the same float64; ``keys``:
-    a string per row (e.g. model keys). Written with Arrow in chunks; returns the path."""
+    a string per row (e.g. model keys); ``label`` False: without the label column. Written with
+    Arrow in chunks; returns the path."""
     import pyarrow as pa
     import pyarrow.compute as pc
     n, d = X.shape
-    names = ["id", *(["key"] if keys is not None else []), "label",
+    names = ["id", *(["key"] if keys is not None else []), *(["label"] if label else []),
              *(f"x{j + 1}" for j in range(d))]
     y = y.astype(np.int64) if np.array_equal(y, np.round(y)) else y
     with open(path, "w") as f:
@@ -286,7 +287,8 @@ def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0):
             b = min(a + chunk, n)
             cols = [pc.cast(pa.array(np.arange(a, b) + first_id), pa.string())]
             cols += [pa.array(keys[a:b], pa.string())] if keys is not None else []
-            cols += [pc.cast(pa.array(v), pa.string()) for v in (y[a:b], *X[a:b].T)]
+            cols += [pc.cast(pa.array(v), pa.string())
+                     for v in ((y[a:b],) if label else ()) + tuple(X[a:b].T)]
             lines = pc.binary_join_element_wise(*cols, ",").to_pylist()
             f.write("\n".join(lines) + "\n")
     return path

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..connectors.files import csv_columns, expand_inputs
 from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
 from ..connectors.formats import LabelMap, RecordSpec, check_column_names
-from ..connectors.kafka import CLIENT_SETTING, is_kafka
+from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
 from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
@@ -69,7 +69,14 @@ class TrainConfig:
     feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
     model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
     model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
-    labels: tuple = ()                 # files of labels joined by id to served examples (store/join)
+    labels: tuple = ()                 # files or a topic of labels joined by id (store/join)
+    label_sources: frozenset = frozenset()  # ... their paths, or the topic
+
+    def is_labels(self, source):
+        """Whether a block's source is one of ``labels``: a file, or a partition of the
+        topic."""
+        return source in self.label_sources or (
+            source is not None and source.rpartition("/")[0] in self.label_sources)
 
 
 # how long a scoring step goes without looking for a key's newer checkpoint (``score.py``)
@@ -272,19 +279,28 @@ def configure(inputs=None, scoring=False, **options):
 
 
 def joined_labels(labels, cfg, given_format):
-    """The label files of ``--labels``, checked against the rest of the run (what the join of
-    delayed outcomes does not do yet is refused in one line: docs/delayed-outcomes.md)."""
+    """The label files or topic of ``--labels``, checked against the rest of the run (what the
+    join of delayed outcomes does not do yet is refused in one line: docs/delayed-outcomes.md);
+    sets ``cfg.label_sources``."""
     if isinstance(labels, str):
         labels = [labels]
-    if any(is_kafka(str(x)) for x in [*labels, *(cfg.inputs or ())]):
-        raise ValueError("--labels joins files for now: a kafka:// features or labels topic is "
-                         "not supported with it yet")
     for option, on in (("--shards", cfg.shards), ("--resume", cfg.resume),
                        ("--model-ttl", cfg.model_ttl)):
         if on:
             raise ValueError(f"--labels cannot be used with {option} yet")
     if cfg.spec.id is None:
         raise ValueError("--labels joins labels to examples by id: pass --id-column")
+    kafka = [is_kafka(str(x)) for x in [*labels, *(cfg.inputs or ())]]
+    if any(kafka):
+        if not all(kafka) or len(labels) > 1:
+            raise ValueError("--labels reads one kafka:// topic when the input is a topic, and "
+                             "files when it is files")
+        topic = KafkaTopic.parse(labels[0]).topic
+        if cfg.inputs and topic == KafkaTopic.parse(cfg.inputs[0]).topic:
+            raise ValueError("--labels names the input's own topic: labels come on a topic of "
+                             "their own")
+        cfg.label_sources = frozenset([topic])
+        return list(labels)
     files, fmt = resolve_inputs(labels, given_format)
     if cfg.inputs and set(files) & set(cfg.inputs):
         raise ValueError("a file given to --labels is an input too: "
@@ -301,6 +317,7 @@ def joined_labels(labels, cfg, given_format):
                 raise ValueError(f"{path}: column {missing[0]!r} not in its columns: with "
                                  "--labels, each input needs the id column, and each labels "
                                  "file the id and label columns")
+    cfg.label_sources = frozenset(files)
     return files
 
 

@@ -394,19 +394,26 @@ class WriteToSink(beam.DoFn):
 
 def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kafka_settings,
                 streaming=False, earliest=None, furthest=None):
-    """Files or a Kafka topic -> (ExampleBlocks, dead-letter tables). A Kafka source starts
+    """Files or Kafka topics -> (ExampleBlocks, dead-letter tables). A Kafka source starts
     each partition at ``earliest`` (a resumed run's restart offsets, by source); dead letters
     at or before ``furthest`` are not written again."""
     if is_kafka(inputs[0]):
-        topic = KafkaTopic.parse(inputs[0], kafka_settings)
-        source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size, dead_letter=dead_letter,
-                                   logged_through=furthest)
-        ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
-                                  bounded=not streaming)
-        reader = ReadPartitionForever if streaming else ReadPartition
-        read = (pipeline | "Partitions" >> beam.Create(ranges)
-                | "Read Kafka" >> beam.ParDo(reader(source)).with_output_types(
-                    ExampleBlock).with_outputs(DEAD, main="blocks"))
+        reads = []
+        for n, url in enumerate(inputs):  # (a topic's partitions; the first's steps unnumbered)
+            topic = KafkaTopic.parse(url, kafka_settings)
+            source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size,
+                                       dead_letter=dead_letter, logged_through=furthest)
+            ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
+                                      bounded=not streaming)
+            reader = ReadPartitionForever if streaming else ReadPartition
+            suffix = f" {n + 1}" if n else ""
+            reads.append(pipeline | f"Partitions{suffix}" >> beam.Create(ranges)
+                         | f"Read Kafka{suffix}" >> beam.ParDo(reader(source)).with_output_types(
+                             ExampleBlock).with_outputs(DEAD, main="blocks"))
+        if len(reads) == 1:
+            return reads[0].blocks, reads[0][DEAD]
+        return ([r.blocks for r in reads] | "Topics" >> beam.Flatten(),
+                [r[DEAD] for r in reads] | "Topics' dead letters" >> beam.Flatten())
     else:
         read = (pipeline | "Files" >> beam.Create(inputs)
                 | "Read and parse" >> beam.ParDo(ReadFiles(

@@ -83,7 +83,7 @@ def learning_order(ready):
     out = []
     for (_, source), same in itertools.groupby(ready, key=lambda b: b[0][:2]):
         end = None
-        for (_, _, first, last), data in same:
+        for (_, _, first, last, *_), data in same:
             if source != "" and end is not None and first < end:
                 out[-1].append(data)
                 end = max(end, last)
@@ -219,6 +219,8 @@ class InOrder(beam.DoFn):
         # restart the partition moves past it once the watermark passes it (KeyedModel.restart)
         if learned:
             header += (LEARNED,)
+        elif self.ttl:  # (its model keys, which hold their models in state: ``expire_idle``)
+            header += (tuple(block.keys.unique().to_pylist()),)
         waiting.add(waiting_entry(header, block if not learned else None))
         release_at = earliest.read()
         if release_at is None or due(header) < release_at:
@@ -283,8 +285,12 @@ class InOrder(beam.DoFn):
         state = self.handler.state(key, stored)
         held = set()  # the model keys of blocks still waiting (marks hold no examples)
         for data in waiting.read():
-            if waiting_header(data)[4:] != (LEARNED,):
-                held.update(waiting_block(data).keys.unique().to_pylist())
+            header = waiting_header(data)
+            if header[4:] == (LEARNED,):
+                continue
+            # (the header carries them; a block that waited since before it did does not)
+            held.update(header[4] if len(header) > 4
+                        else waiting_block(data).keys.unique().to_pylist())
         due = yield from self.handler.expire(key, state, fired.micros, held)
         self.handler.store(key, state, stored)
         if due is not None:
@@ -322,7 +328,8 @@ class InOrder(beam.DoFn):
             at = [h for h, _ in ready if upto is not None and h[0] >= upto]
             for h in self.handler.watermark_passed(
                     state, [h for h, _ in released if upto is None or h[0] < upto], at):
-                later.append((h + (LEARNED,), waiting_entry(h + (LEARNED,), None)))
+                mark = h[:4] + (LEARNED,)
+                later.append((mark, waiting_entry(mark, None)))
         waiting.clear()
         earliest.clear()
         for _, data in later:

@@ -367,10 +367,12 @@ class LearnBlocks:
             for model in idle:
                 if model.checkpoint_behind():
                     self._checkpoint(model)
-            self._write_checkpoints()
+            written = self._write_checkpoints()
             # only those whose state the group's newest checkpoint holds (a failed bundle's
-            # may hold more: this state learns up to it again, and leaves later)
-            stored = self.group_files.listed(key).newest()
+            # may hold more: this state learns up to it again, and leaves later): as the write
+            # just listed it, where it wrote the group's part, else listed now
+            stored = (self.group_files.group(key) if any(m.key in written for m in idle)
+                      else self.group_files.listed(key)).newest()
             leaving = {m.key for m in idle if m.key in stored
                        and examples_of(stored[m.key]) == m.state.examples_seen}
             for model in idle:
@@ -440,7 +442,7 @@ class LearnBlocks:
         examples served, then waiting for their labels (those that carry one learned, as in
         any run)."""
         join = group.join = group.join or LabelJoin()
-        if block.source in self.cfg.labels:
+        if self.cfg.is_labels(block.source):
             joined, dead = join.labels(model.key, block)
         else:
             block, dead = join.screen(model.key, block)
@@ -529,14 +531,15 @@ class LearnBlocks:
 
     def _write_checkpoints(self):
         """Flush every sink, then write the checkpoints taken (see the class docstring), all
-        made durable together."""
+        made durable together. Returns {model key: locator} of those written (a model whose
+        group holds a newer checkpoint is not: ``GroupWriter.write``)."""
         if not self.pending:
-            return
+            return {}
         self._flush()
         groups = {}
         for key, table, _, _, _ in self.pending:
             groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table))
-        self.group_files.write(groups)
+        written = self.group_files.write(groups)
         # (where a model's restart position now covers partitions, its start records there
         # are superseded: see KeyByModel)
         for group in {group_key(key, self.cfg.model_groups) for key, *_, news in self.pending
@@ -549,6 +552,7 @@ class LearnBlocks:
             log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
                       examples, loss)
         self.pending, self.pending_bytes = [], 0
+        return written
 
     def _log(self, model, n):
         self.seen += n
@@ -630,6 +634,10 @@ class Learn(beam.PTransform):
 
     def expand(self, examples):
         cfg = self.cfg
+        if cfg.labels and not examples.is_bounded:
+            # (a label whose example never comes would hold its model's later labels for ever)
+            raise ValueError("--labels joins an input that ends (files, or a topic read to its "
+                             "end); on a stream it needs --label-wait, which is not built yet")
         hold_each_key_in_one_bundle(examples.pipeline.options)
         with read_once():  # (the checks and the covered partitions read the same checkpoints)
             check_before_start(cfg)

@@ -329,8 +329,9 @@ class ModelGroup:
 
     @property
     def nbytes(self):
-        """Bytes of its models' learner state."""
-        return sum(model.state.nbytes for model in self.models.values())
+        """Bytes of its models' learner state, and of the examples waiting for labels."""
+        return (sum(model.state.nbytes for model in self.models.values())
+                + (self.join.nbytes if self.join is not None else 0))
 
     def to_bytes(self):
         """The form kept in Beam state: a new token (32 ASCII bytes), then the models (and the

@@ -1,0 +1,86 @@
+"""Delayed outcomes over files: what serving every example and joining its label later costs,
+beside a plain run over the joined records.
+
+The artificial stream (21 features), ``--examples`` of them over 8 model keys; a features file
+without labels, and a labels file (id, key, label) of 95% of them in a random order, so that
+every example is served and waits before the first label is joined (the features file's name
+sorts first: the join holds all of them at once, its worst case). A: ``unitless train --input
+features.csv --labels labels.csv``; B: ``unitless train`` over the same labeled examples joined,
+in label order, with their labels (what A's models equal, bit for bit: tests/test_delayed_outcomes.py).
+Each as a process of its own on the FnApiRunner, alternated ``--pairs`` times: wall time, CPU,
+peak RSS, and A/B.
+
+    .venv/bin/python benchmarks/delayed_outcomes.py            # 300,000 examples, 3 pairs
+    .venv/bin/python benchmarks/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
+
+Writes benchmarks/results/delayed_outcomes{.md,.json} (``--quick``: in results/tmp/).
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
+                     run_timed, scratch, table, unitless_command, write_csv, write_results)
+
+KEYS = np.array([f"k{i}" for i in range(8)])
+LABELED = 0.95
+
+
+def write_inputs(work, n, seed=0):
+    """features.csv (no label), labels.csv (95% labeled, shuffled), joined.csv (B's input)."""
+    rng = np.random.default_rng(seed)
+    X, y, _ = artificial_stream(n, rng)
+    keys = KEYS[rng.integers(len(KEYS), size=n)]
+    write_csv(work / "features.csv", X, y, keys, label=False)
+    order = rng.permutation(n)[:int(n * LABELED)]
+    with open(work / "labels.csv", "w") as f:
+        f.write("id,key,label\n")
+        f.writelines(f"{i},{keys[i]},{int(y[i])}\n" for i in order)
+    write_csv(work / "joined.csv", X[order], y[order], keys[order])
+    return len(order)
+
+
+def run(work, name, inputs):
+    out = work / name
+    return run_timed(unitless_command([
+        "train", "--input", *map(str, inputs), "--id-column", "id", "--model-key-column", "key",
+        "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
+        "--dead-letter", str(out / "d")]))
+
+
+def main():
+    args = parse_args(__doc__, examples=(int, 300_000), pairs=(int, 3), workdir=(str, None))
+    n, pairs = (30_000, 1) if args.quick else (args.examples, args.pairs)
+    h = header()
+    with scratch(args.workdir, "unitless-delayed-") as work:
+        labeled = write_inputs(work, n)
+        runs = []
+        for p in range(pairs):
+            for name, inputs in (("A", [work / "features.csv", "--labels", work / "labels.csv"]),
+                                 ("B", [work / "joined.csv"])):
+                progress(f"pair {p + 1}: {name}")
+                r = run(work, f"{name}{p}", inputs)
+                runs.append({"pair": p + 1, "run": name, **{k: r[k] for k in (
+                    "wall_s", "cpu_s", "max_rss_mib", "load_1min", "command")}})
+    walls = {name: [r["wall_s"] for r in runs if r["run"] == name] for name in "AB"}
+    ratios = [a / b for a, b in zip(walls["A"], walls["B"])]
+    rows = [[r["pair"], r["run"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
+             f"{r['max_rss_mib']:.0f}", r["load_1min"]] for r in runs]
+    body = f"""
+{n:,} examples served (A), {labeled:,} of them labeled and learned (A and B); 8 model keys.
+
+{table(["pair", "run", "wall s", "CPU s", "peak RSS MiB", "load 1-min before/after"], rows)}
+
+A/B wall time, pair by pair: {", ".join(f"{x:.2f}" for x in ratios)}.
+
+A: `unitless train --input features.csv --labels labels.csv` (serves all, joins, learns);
+B: `unitless train --input joined.csv` (learns the same labeled examples, in label order).
+"""
+    write_results(result_name("delayed_outcomes", args.quick), "Delayed outcomes over files", h,
+                  body, {"examples": n, "labeled": labeled, "runs": runs, "a_over_b": ratios})
+
+
+if __name__ == "__main__":
+    main()
