@@ -8,21 +8,30 @@ sorts first: the join holds all of them at once, its worst case). A: ``unitless 
 features.csv --labels labels.csv``; B: ``unitless train`` over the same labeled examples joined,
 in label order, with their labels (what A's models equal, bit for bit: tests/test_delayed_outcomes.py).
 Each as a process of its own on the FnApiRunner, alternated ``--pairs`` times: wall time, CPU,
-peak RSS, and A/B.
+peak RSS, and A/B. First, the join alone (``store/join.py``, no Beam, in this process): as many
+examples served and waiting in blocks of 1,000, then their labels joined in another order,
+timed, with the bytes of what waits and the growth of this process's peak RSS.
 
     .venv/bin/python benchmarks/delayed_outcomes.py            # 300,000 examples, 3 pairs
     .venv/bin/python benchmarks/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
 
 Writes benchmarks/results/delayed_outcomes{.md,.json} (``--quick``: in results/tmp/).
 """
+import resource
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
                      run_timed, scratch, table, unitless_command, write_csv, write_results)
+from unitless.connectors.records import ExampleBlock  # noqa: E402
+from unitless.learner import dense_batch  # noqa: E402
+from unitless.store.join import LabelJoin  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])
 LABELED = 0.95
@@ -42,6 +51,36 @@ def write_inputs(work, n, seed=0):
     return len(order)
 
 
+def join_alone(n, chunk=1000, seed=0):
+    """(seconds to wait, seconds to join, bytes waiting, peak RSS growth MiB) of n examples of
+    the artificial stream served and joined by ``LabelJoin`` alone."""
+    rng = np.random.default_rng(seed)
+    X, y, _ = artificial_stream(n, rng)
+    ids = np.array([f"e{i}" for i in range(n)], dtype=object)
+
+    def block(rows, labels, with_features=True):
+        batch = dense_batch(X[rows] if with_features else np.zeros((len(rows), 0)), labels)
+        return ExampleBlock("features" if with_features else "labels", rows.astype(np.int64),
+                            pa.array(ids[rows], pa.string()), pa.repeat(pa.scalar("k"), len(rows)),
+                            batch.labels, batch.weights, batch.indptr, batch.indices,
+                            batch.values)
+    served = [block(np.arange(a, min(a + chunk, n)), np.full(min(chunk, n - a), np.nan))
+              for a in range(0, n, chunk)]
+    order = rng.permutation(n)
+    labels = [block(order[a:a + chunk], y[order[a:a + chunk]], False) for a in range(0, n, chunk)]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    join = LabelJoin()
+    t = time.perf_counter()
+    for b in served:
+        join.wait("k", b, np.zeros((len(b), 1)))
+    waited, nbytes = time.perf_counter() - t, join.nbytes
+    t = time.perf_counter()
+    learned = sum(len(j) for b in labels for j, _ in join.labels("k", b)[0])
+    assert learned == n
+    return (waited, time.perf_counter() - t, nbytes,
+            (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024)
+
+
 def run(work, name, inputs):
     out = work / name
     return run_timed(unitless_command([
@@ -54,6 +93,8 @@ def main():
     args = parse_args(__doc__, examples=(int, 300_000), pairs=(int, 3), workdir=(str, None))
     n, pairs = (30_000, 1) if args.quick else (args.examples, args.pairs)
     h = header()
+    progress(f"the join alone: {n:,} examples")
+    waited, joined, nbytes, rss = join_alone(n)
     with scratch(args.workdir, "unitless-delayed-") as work:
         labeled = write_inputs(work, n)
         runs = []
@@ -69,6 +110,11 @@ def main():
     rows = [[r["pair"], r["run"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
              f"{r['max_rss_mib']:.0f}", r["load_1min"]] for r in runs]
     body = f"""
+The join alone (no Beam): {n:,} examples of 21 features served in blocks of 1,000 and waiting:
+{waited:.2f} s ({1e6 * waited / n:.1f} µs an example), {nbytes / 2**20:.1f} MiB waiting, peak RSS
++{rss:.0f} MiB; then all their labels joined, in a random order: {joined:.2f} s
+({1e6 * joined / n:.1f} µs an example).
+
 {n:,} examples served (A), {labeled:,} of them labeled and learned (A and B); 8 model keys.
 
 {table(["pair", "run", "wall s", "CPU s", "peak RSS MiB", "load 1-min before/after"], rows)}
@@ -79,7 +125,9 @@ A: `unitless train --input features.csv --labels labels.csv` (serves all, joins,
 B: `unitless train --input joined.csv` (learns the same labeled examples, in label order).
 """
     write_results(result_name("delayed_outcomes", args.quick), "Delayed outcomes over files", h,
-                  body, {"examples": n, "labeled": labeled, "runs": runs, "a_over_b": ratios})
+                  body, {"examples": n, "labeled": labeled, "runs": runs, "a_over_b": ratios,
+                         "join_alone": {"wait_s": waited, "join_s": joined,
+                                        "waiting_bytes": nbytes, "peak_rss_growth_mib": rss}})
 
 
 if __name__ == "__main__":
