@@ -456,6 +456,10 @@ class LearnBlocks:
                 joined += more
                 dead += lost
         yield from self._dead(dead)
+        yield from self._learn_joined(model, joined)
+
+    def _learn_joined(self, model, joined):
+        """Learn the join's ``[(block, the scores its examples were served with)]``, in order."""
         for rows, scores in joined:
             yield from self._learn_parts(model, rows, served_scores=scores)
 
@@ -465,8 +469,7 @@ class LearnBlocks:
             model = self._of(group, key)
             joined, dead = group.join.end(key)
             yield from self._dead(dead)
-            for rows, scores in joined:
-                yield from self._learn_parts(model, rows, served_scores=scores)
+            yield from self._learn_joined(model, joined)
 
     def watermark_passed(self, group, past, at):
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
