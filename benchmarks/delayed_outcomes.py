@@ -58,24 +58,25 @@ def join_alone(n, chunk=1000, seed=0):
     X, y, _ = artificial_stream(n, rng)
     ids = np.array([f"e{i}" for i in range(n)], dtype=object)
 
-    def block(rows, labels, with_features=True):
+    def block(rows, labels, positions, with_features=True):
         batch = dense_batch(X[rows] if with_features else np.zeros((len(rows), 0)), labels)
-        return ExampleBlock("features" if with_features else "labels", rows.astype(np.int64),
+        return ExampleBlock("features" if with_features else "labels", positions,
                             pa.array(ids[rows], pa.string()), pa.repeat(pa.scalar("k"), len(rows)),
                             batch.labels, batch.weights, batch.indptr, batch.indices,
                             batch.values)
-    served = [block(np.arange(a, min(a + chunk, n)), np.full(min(chunk, n - a), np.nan))
-              for a in range(0, n, chunk)]
+    served = [block(np.arange(a, min(a + chunk, n)), np.full(min(chunk, n - a), np.nan),
+                    np.arange(a, min(a + chunk, n))) for a in range(0, n, chunk)]
     order = rng.permutation(n)
-    labels = [block(order[a:a + chunk], y[order[a:a + chunk]], False) for a in range(0, n, chunk)]
+    labels = [block(order[a:a + chunk], y[order[a:a + chunk]], np.arange(a, min(a + chunk, n)),
+                    False) for a in range(0, n, chunk)]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     join = LabelJoin()
     t = time.perf_counter()
     for b in served:
-        join.wait("k", b, np.zeros((len(b), 1)))
+        join.features(b, [("k", b, np.zeros((len(b), 1)))])
     waited, nbytes = time.perf_counter() - t, join.nbytes
     t = time.perf_counter()
-    learned = sum(len(j) for b in labels for j, _ in join.labels("k", b)[0])
+    learned = sum(len(j) for b in labels for _, j, _, _ in join.labels(b)[0])
     assert learned == n
     return (waited, time.perf_counter() - t, nbytes,
             (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024)

@@ -1,6 +1,8 @@
 """Delayed outcomes over files (``--labels``): examples served without a label, their labels in
 another file in another order, joined by id; the final models equal a plain run over the joined
 records in label order, bit for bit, and the bad records are exactly the dead letters."""
+import json
+
 import numpy as np
 import pytest
 
@@ -122,6 +124,28 @@ def test_labels_joined_by_id_learn_as_the_joined_records_in_label_order(tmp_path
     assert_joined(joined, train(tmp_path, "plain", [reference]), {str(labels)}, bad)
 
 
+def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tmp_path):
+    """--expired-label -1 over files: the 30 examples never labeled expire at the end of the
+    input and are learned with -1 after their models' labels, in the order they were served;
+    the accounting counts them (a prediction without a record read for it)."""
+    features, labels, reference, bad = write_join(tmp_path, "z-features.csv")
+    joined_ids = {line.split(",")[0] for line in reference.read_text().splitlines()[1:]}
+    never = [line for line in features.read_text().splitlines()[1:]
+             if line.split(",")[0] not in joined_ids]
+    with open(reference, "a") as f:
+        f.writelines(f"{line},-1\n" for line in never)
+    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
+                   "--expired-label", "-1")
+    got, want = final_models(str(joined / "models")), final_models(str(
+        train(tmp_path, "plain", [reference]) / "models"))
+    for key in KEYS:
+        assert got[key][0].equals(want[key][0]) and got[key][1] == want[key][1]
+    expired = [r for r in read_output(str(joined / "p")).to_pylist()
+               if not r["served"] and r["source"] == str(features)]
+    assert sorted(r["id"] for r in expired) == sorted(line.split(",")[0] for line in never)
+    assert len(never) == 30 and all(r["label"] == -1 for r in expired)
+
+
 def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
     features, labels, _, _ = write_join(tmp_path, "features.csv")
     for more, said in ((["--resume"], "--labels cannot be used with --resume yet"),
@@ -131,6 +155,10 @@ def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys
                      str(labels), *more, "--model-dir", str(tmp_path / "m")])
         assert code == 2
         assert said in capsys.readouterr().err
+    code = main(["train", "--input", str(features), "--id-column", "id", "--label-wait", "1h"])
+    assert code == 2
+    assert "--label-wait and --expired-label are for delayed labels: pass --labels too" in (
+        capsys.readouterr().err)
     code = main(["train", "--input", str(features), "--labels", str(labels)])
     assert code == 2
     assert "--labels joins labels to examples by id: pass --id-column" in capsys.readouterr().err
@@ -140,48 +168,107 @@ def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys
     bare.write_text("id,key\ne-1,k0\n")
     for more, said in (([str(as_json)], "--labels files are jsonl and the inputs csv"),
                        ([str(bare)], "bare.csv: column 'label' not in its columns"),
-                       ([str(labels), "--id-column", "ident"], "column 'ident' not in")):
+                       ([str(labels), "--id-column", "ident"], "column 'ident' not in"),
+                       ([str(labels), "--label-wait", "8d"], "--label-wait wants a duration "
+                        "above 0 and at most 7d, got '8d'"),
+                       ([str(labels), "--label-wait", "1h"], "--label-wait measures the "
+                        "records' own time, which Kafka records carry and files do not"),
+                       ([str(labels), "--expired-label", "7"], "--expired-label '7': label "
+                        "7.0 is not a logistic label")):
         code = main(["train", "--input", str(features), "--id-column", "id", "--labels", *more])
         assert code == 2
         assert said in capsys.readouterr().err
 
 
 
+def rows(source, *records, first=1):
+    """Records (JSON lines) of ``source`` as a block, at positions ``first`` on."""
+    items = [(first + i, line) for i, line in enumerate(records)]
+    parsed, dead = parse_jsonl(RecordSpec(id="id", bits=10, require_label=False), source, items)
+    assert dead == []
+    return parsed
+
+
 def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     """``LabelJoin`` alone: label order is kept whatever order features come in; a second
     label, a second features record and a label never served are dead letters."""
-    def rows(source, *records):
-        items = [(i + 1, line) for i, line in enumerate(records)]
-        parsed, dead = parse_jsonl(RecordSpec(id="id", bits=10, require_label=False), source,
-                                   items)
-        assert dead == []
-        return parsed
-
     join = label_join.LabelJoin()
     labels = rows("labels", '{"id": "b", "label": 1}', '{"id": "a", "label": -1}',
                   '{"id": "b", "label": -1}', '{"id": "z", "label": 1}', '{"id": "y"}',
                   '{"label": 1}', '{"id": "c", "label": 1}')
-    joined, dead = join.labels("k", labels)  # (b's features have not come: all wait)
+    joined, dead = join.labels(labels)  # (b's features have not come: all wait)
     assert joined == [] and [(d.position, d.reason) for d in dead] == [
         (5, label_join.NO_LABEL), (6, label_join.NO_ID)]
     # a features record that carries its own label is learned as it is: its id counts as
     # learned (its label, c's, later is a second one)
-    join.labeled("k", rows("features", '{"id": "c", "label": 1, "x": 1.0}'))
-    served = rows("features", '{"id": "a", "x": 1.0}', '{"id": "a", "x": 2.0}')
-    kept, dead = join.screen("k", served)
+    join.labeled("", rows("features", '{"id": "c", "label": 1, "x": 1.0}'))
+    served = rows("features", '{"id": "a", "x": 1.0}', '{"id": "a", "x": 2.0}', first=2)
+    kept, dead = join.screen("", served)
     assert kept.ids.to_pylist() == ["a"] and [d.reason for d in dead] == [
         label_join.SECOND_FEATURES]
-    assert join.wait("k", kept, np.array([[0.5]])) == ([], [])  # (a waits behind b)
-    joined, dead = join.wait("k", rows("features", '{"id": "b", "x": 3.0}'), np.array([[-2.0]]))
-    (block, scores), = joined
+    assert join.features(served, [("", kept, np.array([[0.5]]))]) == ([], [])  # (behind b)
+    more = rows("features", '{"id": "b", "x": 3.0}', first=4)
+    joined, dead = join.features(more, [("", more, np.array([[-2.0]]))])
+    (key, block, scores, expired), = joined
+    assert key == "" and not expired
     assert block.ids.to_pylist() == ["b", "a"] and block.labels.tolist() == [1.0, -1.0]
     assert block.source == "labels" and block.positions.tolist() == [1, 2]
     assert block.values.tolist() == [1.0, 3.0, 1.0, 1.0]  # (bias, x) of b, then of a
     assert scores.tolist() == [[-2.0], [0.5]]
     assert [d.reason for d in dead] == [label_join.SECOND_LABEL]
-    assert join.holds("k")  # (z's label waits, and c's behind it)
+    assert join.holds("")  # (z's label waits, and c's behind it)
     assert join.nbytes > 0
-    joined, dead = join.end("k")
+    assert join.take_counts() == dict(waiting=0, expired=0, expired_learned=0)
+    joined, dead = join.end("")
     assert joined == [] and [(d.position, d.reason) for d in dead] == [
         (4, label_join.NEVER_SERVED), (7, label_join.SECOND_LABEL)]
-    assert not join.holds("k")
+    assert not join.holds("")
+
+
+def timed(source, first, *records):
+    """``rows`` with record times: records (id, time, label or None)."""
+    block = rows(source, *(json.dumps({"id": i, **({} if y is None else {"label": y}), "x": 1.0})
+                           for i, _, y in records), first=first)
+    block.event_times = np.array([t for _, t, _ in records], dtype=np.float64)
+    return block
+
+
+def test_what_waits_longer_than_the_label_wait_expires_on_record_time():
+    """``LabelJoin`` with a wait of 10 s: an example and its label join when their times are at
+    most 10 s apart, whichever comes first; an example whose label has not come once the
+    labels' clock is 10 s past it expires (here learned with the expired label, at its expiry
+    time's place among its model's labels), and a label whose example has not come once the
+    features' clock is 10 s past it is a dead letter."""
+    join = label_join.LabelJoin(wait=10.0, expired_label=-1.0)
+
+    def features(block):
+        return join.features(block, [("", block, np.zeros((len(block), 1)))])
+
+    def learned(joined):
+        return [(block.ids.to_pylist(), block.labels.tolist(), expired)
+                for _, block, _, expired in joined]
+
+    assert features(timed("f/0", 1, ("a", 0, None), ("b", 1, None), ("c", 2, None),
+                          ("d", 30, None), ("e", 31, None))) == ([], [])
+    joined, dead = join.labels(timed("l/0", 1, ("a", 5, 1), ("x", 6, 1), ("c", 13, 1),
+                                     ("e", 29, -1)))
+    # b and c expire as the labels' clock passes 11 and 12 (c's label at 13 is too late)
+    assert learned(joined) == [(["a"], [1.0], False), (["b", "c"], [-1.0, -1.0], True),
+                               (["e"], [-1.0], False)]
+    assert [(d.position, d.reason) for d in dead] == [(2, label_join.NEVER_SERVED),
+                                                      (3, label_join.LATE_LABEL)]
+    assert joined[1][1].source == "f/0" and joined[1][1].positions.tolist() == [2, 3]
+    assert joined[1][1].event_times.tolist() == [11.0, 12.0]  # (when they expired)
+    # labels first: g's waits for its features, and the labels behind it (d expires meanwhile,
+    # at 40, and takes its place behind g's label, at 40, before h's, at 41)
+    assert join.labels(timed("l/0", 5, ("g", 40, 1), ("h", 41, 1), ("d", 55, 1))) == ([], [])
+    joined, dead = features(timed("f/0", 6, ("g", 45, None), ("h", 60, None)))
+    assert learned(joined) == [(["g"], [1.0], False), (["d"], [-1.0], True)]
+    # h's features came 19 s after its label: the label expired once the features' clock
+    # passed 51, and d's label came after d had expired
+    assert [(d.position, d.reason) for d in dead] == [(6, label_join.NEVER_SERVED),
+                                                      (7, label_join.LATE_LABEL)]
+    assert join.take_counts() == dict(waiting=1, expired=3, expired_learned=3)
+    joined, dead = join.end("")
+    assert learned(joined) == [(["h"], [-1.0], True)] and dead == []
+    assert join.take_counts() == dict(waiting=-1, expired=1, expired_learned=1)

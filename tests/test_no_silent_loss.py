@@ -167,6 +167,13 @@ def test_the_identity():
     assert "2 more examples" in Tally(read=10, learned=12, in_models=12).problem(False)
     assert "by their own count" in Tally(read=10, learned=10, in_models=8).problem(False)
     assert Tally(read=10, learned=10).problem(False, models_counted=False) is None
+    # --labels: 4 features records served, 3 labels records joined, 1 example expired and
+    # learned with --expired-label (a prediction without a record of its own)
+    joined = Tally(read=7, learned=4, served=4, in_models=4, expired=1, expired_learned=1)
+    assert joined.problem(False) is None
+    assert "1 more examples" in joined._replace(expired_learned=0).problem(False)
+    assert "1 served examples still wait for their labels" in joined._replace(
+        waiting=1, read=8, served=5).problem(False)
 
 
 def restart_models_midway(monkeypatch):

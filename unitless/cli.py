@@ -123,6 +123,15 @@ def parser():
                             "inputs' examples, which carry none: each example is served, waits, "
                             "and is learned with its label in the labels' order (delayed "
                             "outcomes)")
+    train.add_argument("--label-wait", metavar="DURATION", default=LEARN_OPTIONS["label_wait"],
+                       help="with --labels on Kafka topics: an example waits for its label, and "
+                            "a label for its example, at most this long (90s, 15m, 2h, up to "
+                            "7d) on the records' own timestamps; then it expires (default: "
+                            "until the input ends; a topic that does not end needs it)")
+    train.add_argument("--expired-label", metavar="VALUE", default=LEARN_OPTIONS["expired_label"],
+                       help="with --labels: an example whose label did not come (within "
+                            "--label-wait, or by the end of the input) is learned with this "
+                            "label, as if it had come then (default: dropped, counted)")
     train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
                        help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
                             "input's clock) leaves Beam state and worker memory, its newest "

@@ -2,8 +2,10 @@
 
 A run's identity: each example read is learned, served (predicted without a label, not
 learned), refused or replayed (skipped as learned before a resume, which only a resumed run may
-do), and the models grew by the examples learned. Delayed outcomes add their terms to ``Tally``
-and to ``Tally.problem``, nothing else. The counts are taken from the steps' outputs themselves
+do), and the models grew by the examples learned. Delayed outcomes (``--labels``) add their
+terms: a labels record is read and its example learned; an example whose label never came is
+learned with ``--expired-label`` without a record read for it (``expired_learned``); and every
+served example that waited for its label has stopped waiting once the input has ended. The counts are taken from the steps' outputs themselves
 (the blocks going in, the prediction and dead-letter tables coming out, and each model's
 examples at the end of its input), so a retried or split bundle counts once, as its committed
 outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a
@@ -48,6 +50,11 @@ class Tally(typing.NamedTuple):
     overlapping: int = 0
     learned_print: int = 0    # ``fingerprint`` of the learned predictions' (model key, seen)
     in_models_print: int = 0  # the same of the ranges the models reported
+    # ``--labels``: served examples that started waiting for their labels less those that
+    # stopped (joined or expired): none once a bounded input has ended
+    waiting: int = 0
+    expired: int = 0          # served examples whose label did not come (within --label-wait)
+    expired_learned: int = 0  # ... learned with --expired-label: a prediction without a record
 
     def __add__(self, other):
         return Tally(*(a + b for a, b in zip(self, other)))
@@ -55,15 +62,21 @@ class Tally(typing.NamedTuple):
     def problem(self, resumed, models_counted=True):
         """None when every example read is accounted for exactly once, else the one line
         saying what is not. ``models_counted``: the models reported ``in_models``."""
-        missing = self.read - (self.learned + self.served + self.refused + self.replayed)
+        missing = (self.read + self.expired_learned
+                   - (self.learned + self.served + self.refused + self.replayed))
         counts = (f"learned {self.learned:,}, served {self.served:,}, refused "
-                  f"{self.refused:,}, replayed {self.replayed:,}")
+                  f"{self.refused:,}, replayed {self.replayed:,}"
+                  + (f", of them expired and learned {self.expired_learned:,}"
+                     if self.expired_learned else ""))
         if missing > 0:
             what = (f"{missing:,} of {self.read:,} examples given to Learn were neither "
                     f"learned, served, refused nor replayed (lost): {counts}")
         elif missing < 0:
             what = (f"{-missing:,} more examples were learned, served, refused or replayed "
                     f"than the {self.read:,} given to Learn (counted twice): {counts}")
+        elif self.waiting:
+            what = (f"{self.waiting:,} served examples still wait for their labels once the "
+                    f"input has ended (expired: {self.expired:,}): the join lost track of them")
         elif self.replayed and not resumed:
             what = (f"{self.replayed:,} examples were skipped as learned before in a run that "
                     "did not resume: a model met its examples out of input order")

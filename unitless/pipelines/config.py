@@ -9,13 +9,15 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..connectors.files import csv_columns, expand_inputs
 from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
-from ..connectors.formats import LabelMap, RecordSpec, check_column_names
+from ..connectors.formats import BadRecord, LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
-from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
+from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, make_batch, new_state
 
 # How examples are read (files, Kafka messages, or the user's own records).
 READ_OPTIONS = {
@@ -33,7 +35,8 @@ LEARN_OPTIONS = {
     "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
-    "model_groups": 1024, "model_ttl": None, "labels": None,
+    "model_groups": 1024, "model_ttl": None, "labels": None, "label_wait": None,
+    "expired_label": None,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -71,6 +74,8 @@ class TrainConfig:
     model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
     labels: tuple = ()                 # files or a topic of labels joined by id (store/join)
     label_sources: frozenset = frozenset()  # ... their paths, or the topic
+    label_wait: float = None     # seconds of record time an example or a label waits; None: the end
+    expired_label: float = None  # the label an example whose label never came is learned with
 
     def is_labels(self, source):
         """Whether a block's source is one of ``labels``: a file, or a partition of the
@@ -274,6 +279,10 @@ def configure(inputs=None, scoring=False, **options):
                          "keep their state)")
     if o["labels"]:
         cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
+        cfg.label_wait, cfg.expired_label = label_expiry(o, cfg)
+    elif o["label_wait"] is not None or o["expired_label"] is not None:
+        raise ValueError("--label-wait and --expired-label are for delayed labels: pass "
+                         "--labels too")
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
 
@@ -319,6 +328,35 @@ def joined_labels(labels, cfg, given_format):
                                  "file the id and label columns")
     cfg.label_sources = frozenset(files)
     return files
+
+
+MAX_LABEL_WAIT = 7 * 86400  # seconds: what waits is held in worker memory (docs/delayed-outcomes.md)
+
+
+def label_expiry(o, cfg):
+    """(``--label-wait`` in seconds or None, ``--expired-label`` as the learner's label or
+    None), checked."""
+    wait = None
+    if o["label_wait"] is not None:
+        wait = duration(o["label_wait"], "--label-wait")
+        if not 0 < wait <= MAX_LABEL_WAIT:
+            raise ValueError(f"--label-wait wants a duration above 0 and at most 7d, got "
+                             f"{o['label_wait']!r}")
+        if not is_kafka(str(cfg.labels[0])):
+            raise ValueError("--label-wait measures the records' own time, which Kafka "
+                             "records carry and files do not: files are joined whole")
+    label = o["expired_label"]
+    if label is not None:
+        try:
+            label = cfg.spec.label_value(label)
+        except BadRecord as err:
+            raise ValueError(f"--expired-label {o['expired_label']!r}: {err}") from None
+        batch = make_batch(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([label]),
+                           np.array([1.0]))
+        refused = check_examples(batch, 2, cfg.n_classes, cfg.loss)
+        if refused:
+            raise ValueError(f"--expired-label {o['expired_label']!r}: {refused[0][1]}")
+    return wait, label
 
 
 def sharding_feedback(o, inputs):

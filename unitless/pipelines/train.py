@@ -254,6 +254,8 @@ class LearnBlocks:
         self.decoded = Metrics.counter("unitless", "models_decoded")
         self.evicted = Metrics.counter("unitless", "models_evicted")
         self.returned = Metrics.counter("unitless", "models_returned")
+        self.waiting = Metrics.counter("unitless", "examples_waiting_for_labels")
+        self.expired = Metrics.counter("unitless", "examples_expired_without_label")
 
     def setup(self):
         # key -> ModelGroup last written to state (skips decoding)
@@ -419,57 +421,68 @@ class LearnBlocks:
         """Learn a block of the group's model keys (``pieces``: split by model key, if it is
         already), handed on at ``at`` (µs; see ``InOrder``): each key's examples by its own
         model, in parts of up to ``chunk_size``."""
-        for k, piece in pieces if pieces is not None else block.split_by_key():
-            model = self._of(group, k)
-            if at is not None and block.source is not None:
+        pieces = pieces if pieces is not None else block.split_by_key()
+        if at is not None and block.source is not None:
+            for k, _ in pieces:
+                model = self._of(group, k)
                 model.last_seen = max(at, model.last_seen or at)
-            if self.cfg.labels:
-                yield from self._join(group, model, piece)
-            else:
-                yield from self._learn_parts(model, piece)
+        if self.cfg.labels:
+            yield from self._join(group, block, pieces)
+        else:
+            for k, piece in pieces:
+                yield from self._learn_parts(self._of(group, k), piece)
         group.learned(block)
 
-    def _learn_parts(self, model, block, served=None, served_scores=None):
+    def _learn_parts(self, model, block, served=None, served_scores=None, tracked=True):
         at = 0
         for part in block.parts(self.cfg.chunk_size):
             scores = None if served_scores is None else served_scores[at:at + len(part)]
             at += len(part)
-            yield from self._learn(model, part, served, scores)
+            yield from self._learn(model, part, served, scores, tracked)
 
-    def _join(self, group, model, block):
+    def _join(self, group, block, pieces):
         """``--labels``: a labels block's examples learned with the features they were served
         with, in label order, as their features come (``LabelJoin``); a features block's
         examples served, then waiting for their labels (those that carry one learned, as in
         any run)."""
-        join = group.join = group.join or LabelJoin()
+        join = group.join = group.join or LabelJoin(self.cfg.label_wait, self.cfg.expired_label)
         if self.cfg.is_labels(block.source):
-            joined, dead = join.labels(model.key, block)
+            joined, dead = join.labels(block)
         else:
-            block, dead = join.screen(model.key, block)
-            join.labeled(model.key, block)
-            served = []
-            if len(block):
-                yield from self._learn_parts(model, block, served)
-            joined = []
-            for rows, scores in served:
-                more, lost = join.wait(model.key, rows, scores)
-                joined += more
-                dead += lost
+            served, dead = [], []
+            for k, piece in pieces:
+                model = self._of(group, k)
+                piece, again = join.screen(k, piece)
+                dead += again
+                join.labeled(k, piece)
+                rows = []
+                if len(piece):
+                    yield from self._learn_parts(model, piece, rows)
+                served += [(k, b, scores) for b, scores in rows]
+            joined, lost = join.features(block, served)
+            dead += lost
         yield from self._dead(dead)
-        yield from self._learn_joined(model, joined)
+        yield from self._learn_joined(group, joined)
 
-    def _learn_joined(self, model, joined):
-        """Learn the join's ``[(block, the scores its examples were served with)]``, in order."""
-        for rows, scores in joined:
-            yield from self._learn_parts(model, rows, served_scores=scores)
+    def _learn_joined(self, group, joined):
+        """Learn the join's ``[(model key, block, the scores its examples were served with,
+        expired)]``, in order (expired examples outside their source's positions: their
+        features record's were served already); then count what the join did."""
+        for key, rows, scores, expired in joined:
+            yield from self._learn_parts(self._of(group, key), rows, served_scores=scores,
+                                         tracked=not expired)
+        counts = group.join.take_counts()
+        if any(counts.values()):
+            self.waiting.inc(counts["waiting"])
+            self.expired.inc(counts["expired"])
+            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(**counts))
 
     def _labels_ended(self, group):
-        """``--labels``, at the end of the input: the labels still waiting for features."""
+        """``--labels``, at the end of the input: what still waits expires."""
         for key in sorted(group.join.models if group.join else ()):
-            model = self._of(group, key)
             joined, dead = group.join.end(key)
             yield from self._dead(dead)
-            yield from self._learn_joined(model, joined)
+            yield from self._learn_joined(group, joined)
 
     def watermark_passed(self, group, past, at):
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
@@ -494,8 +507,8 @@ class LearnBlocks:
             self.sinks[1].write(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)
 
-    def _learn(self, model, block, served=None, served_scores=None):
-        predictions, dead, skipped = model.learn_block(block, served, served_scores)
+    def _learn(self, model, block, served=None, served_scores=None, tracked=True):
+        predictions, dead, skipped = model.learn_block(block, served, served_scores, tracked)
         predictions_sink = self.sinks[0]
         if skipped:
             self.replayed.inc(skipped)
@@ -637,10 +650,10 @@ class Learn(beam.PTransform):
 
     def expand(self, examples):
         cfg = self.cfg
-        if cfg.labels and not examples.is_bounded:
+        if cfg.labels and not examples.is_bounded and cfg.label_wait is None:
             # (a label whose example never comes would hold its model's later labels for ever)
-            raise ValueError("--labels joins an input that ends (files, or a topic read to its "
-                             "end); on a stream it needs --label-wait, which is not built yet")
+            raise ValueError("--labels on a stream that does not end needs --label-wait: how "
+                             "long an example waits for its label, and a label for its example")
         hold_each_key_in_one_bundle(examples.pipeline.options)
         with read_once():  # (the checks and the covered partitions read the same checkpoints)
             check_before_start(cfg)

@@ -1,12 +1,21 @@
 """Delayed outcomes: served examples waiting for their labels, joined by id (``--labels``).
 
 Free of Beam: a model group holds one ``LabelJoin`` beside its models; the learning step hands
-it the served examples of a features input (``wait``) and the records of a labels input
-(``labels``), in the order it learns them, and learns what they give back, in that order. A
-model learns its joined examples in its labels' order: a label whose features have not come
-waits (``pending``), and the model's later labels wait behind it, so that the result does not
-depend on how the two inputs interleave. See docs/delayed-outcomes.md.
+it a features input's served examples (``features``) and a labels input's records
+(``labels``), block by block in the order it learns them, and learns what they give back, each
+model key's in that order. A model learns its joined examples in its labels' order: a label
+whose features have not come waits (``pending``), and the model's later labels wait behind it,
+so that the result does not depend on how the two inputs interleave.
+
+With ``wait`` (``--label-wait``, seconds of the records' own time) an example and its label
+join only when the label's time is at most ``wait`` after the example's, or the example's at
+most ``wait`` after the label's; and what waits longer expires, on each input's clock: the
+time its records have reached in this group (``_advance``), not the reader's. An expired
+example is dropped, or learned with ``expired_label`` at its expiry time's place among its
+model's labels. See docs/delayed-outcomes.md.
 """
+import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -19,19 +28,26 @@ from ..learner.names import merged_names
 # dead letter reasons
 SECOND_LABEL = "a second label for an example id already learned"
 SECOND_FEATURES = "a second features record for an example id already waiting or learned"
-NEVER_SERVED = "a label for an example id whose features never came"
+NEVER_SERVED = "a label for an example id whose features never came (within --label-wait)"
+LATE_LABEL = "a label that came after its example's --label-wait had passed (it expired)"
 NO_LABEL = "a labels record without a label"
 NO_ID = "a labels record without an example id"
+
+FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
 
 
 class Rows:
     """A block whose rows wait (served examples, with the ``scores`` they were served with; or
-    labels), shared by their entries ``(rows, row)``: a waiting example costs an entry, not a
-    block of its own. ``waiting``: how many of its rows still do."""
+    labels), shared by their entries: a waiting example costs an entry, not a block of its own.
+    ``waiting``: how many of its rows still do."""
 
     def __init__(self, block, scores=None):
         self.block, self.scores, self.waiting = block.full(), scores, len(block)
         self.ids, self.keys = block.ids.to_pylist(), block.keys.to_pylist()
+        self.times = block.event_times  # record times (s), None where the source has none
+
+    def time(self, row):
+        return float(self.times[row]) if self.times is not None else math.inf
 
     def dead(self, row, reason):
         b = self.block
@@ -40,22 +56,75 @@ class Rows:
 
 @dataclass
 class ModelJoin:
-    """One model key's waiting: its served examples by id, the ids it learned, and its labels
-    waiting for features, in label order (entries ``(Rows, row)``)."""
+    """One model key's waiting: its served examples by id (entries ``(Rows, row, seq)``), the
+    ids it learned or let expire (id -> (expired, seq); kept for twice ``wait`` past the
+    example's time, for ever without one: a label or features record later than that is told
+    apart by its time alone), and its labels in label order, waiting for features
+    (``(Rows, row)``), among them the expired examples to learn with the expired label
+    (``(None, entry, expiry time, label)``). With a wait: the two inputs' clocks (record time,
+    s: ``LabelJoin._advance``), each input's sources' newest times, and heaps of (deadline,
+    seq, id): of served examples, expiring once the labels' clock passes it, and of ids
+    closed, forgotten once both clocks do."""
     served: dict = field(default_factory=dict)
-    learned: set = field(default_factory=set)
+    closed: dict = field(default_factory=dict)
     pending: deque = field(default_factory=deque)
+    labeled: dict = field(default_factory=dict)  # id -> the times of its labels in ``pending``
+    clocks: list = field(default_factory=lambda: [-math.inf, -math.inf])
+    newest: tuple = field(default_factory=lambda: ({}, {}))
+    expiring: list = field(default_factory=list)
+    closing: list = field(default_factory=list)
+
+    def empty(self):
+        return not (self.served or self.closed or self.pending)
+
+
+class Released:
+    """What a call gives back: each model key's examples to learn, in order, and dead letters."""
+
+    def __init__(self):
+        self.pairs, self.dead = {}, []
+
+    def add(self, key, served, label):
+        self.pairs.setdefault(key, []).append((served, label))
+
+    def result(self):
+        """([(model key, block, the scores its examples were served with, expired)], dead
+        letters): each key's runs of consecutive pairs of one labels source (or expired) as one
+        block (``joined``)."""
+        out = []
+        for key, pairs in self.pairs.items():
+            for run in _runs(pairs):
+                out.append((key, *joined(run), run[0][1][0] is None))
+        return out, self.dead
 
 
 class LabelJoin:
-    """A model group's join: a ``ModelJoin`` per model key that has anything waiting."""
+    """A model group's join: a ``ModelJoin`` per model key that has anything waiting (``wait``
+    None: everything waits for the end of the input)."""
     COMPACT_BELOW = 4  # a block whose waiting rows fall under 1/4 of it is cut down to them
+    # (s) a source whose newest record is this much (or the wait, if longer) behind its input's
+    # newest no longer holds the input's clock back: a quiet partition must not hold what
+    # waits for ever
+    SOURCE_LAG = 3600.0
 
-    def __init__(self):
+    def __init__(self, wait=None, expired_label=None):
+        self.wait, self.expired_label = wait, expired_label
         self.models = {}
+        self.seq = 0
+        self.counts = dict(waiting=0, expired=0, expired_learned=0)
 
     def _of(self, key):
         return self.models.setdefault(key, ModelJoin())
+
+    def _next(self):
+        self.seq += 1
+        return self.seq
+
+    def take_counts(self):
+        """The accounting's terms since the last call (``accounting.Tally``): examples that
+        started waiting less those that stopped, expired, and expired and learned."""
+        counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
+        return counts
 
     def screen(self, key, block):
         """A features block of model ``key`` -> (the block without the examples whose id is
@@ -63,7 +132,7 @@ class LabelJoin:
         join = self.models.get(key, ModelJoin())
         again, seen = [], set()
         for r, i in enumerate(block.ids.to_pylist()):
-            if i is not None and (i in seen or i in join.served or i in join.learned):
+            if i is not None and (i in seen or i in join.served or i in join.closed):
                 again.append((r, SECOND_FEATURES))
             seen.add(i)
         return block.screen(again)
@@ -72,77 +141,195 @@ class LabelJoin:
         """Model ``key`` learns the examples of a features block that carry their own label
         (as in any run): their ids count as learned, so that a label or a features record
         for one of them later is a dead letter (learned once)."""
-        ids = [i for i, served in zip(block.ids.to_pylist(), block.served)
-               if i is not None and not served]
-        if ids:
-            self._of(key).learned.update(ids)
+        rows = np.flatnonzero(~block.served)
+        ids = block.ids.to_pylist()
+        for r in rows:
+            if ids[r] is not None:
+                self._close(self._of(key), ids[r], False,
+                            float(block.event_times[r]) if block.event_times is not None
+                            else math.inf)
 
-    def wait(self, key, block, scores):
-        """Model ``key`` served ``block`` (examples without a label) with ``scores`` [n, K]:
-        each with an id waits for its label. Returns what that lets the model learn
-        (``_release``): its first labels waiting for these."""
+    def features(self, block, served):
+        """A features block (its rows' positions and times move the features clock, in
+        position order) and what the group's models served of it, ``served`` [(model key,
+        block, scores [n, K])]: each served example with an id waits for its label."""
+        out = Released()
+        entries = {}
+        for key, rows_block, scores in served:
+            rows = Rows(rows_block, scores)
+            for r, p in enumerate(rows_block.positions.tolist()):
+                entries[p] = (key, rows, r)
+        positions, keys = block.positions.tolist(), block.keys.to_pylist()
+        for n in np.argsort(block.positions, kind="stable").tolist():
+            if self.wait is not None:
+                key = keys[n]
+                self._advance(key, self._of(key), FEATURES, block.source,
+                              float(block.event_times[n]), out)
+            entry = entries.get(positions[n])
+            if entry is not None:
+                self._wait(*entry, out)
+        return out.result()
+
+    def _wait(self, key, rows, r, out):
+        i = rows.ids[r]
         join = self._of(key)
-        rows = Rows(block, scores)
-        for r, i in enumerate(rows.ids):
-            if i is not None and i not in join.served:
-                join.served[i] = (rows, r)
-            else:
-                rows.waiting -= 1
-        return self._release(key, join)
+        if i is None or i in join.served:  # (no id: served only, it cannot be joined)
+            rows.waiting -= 1
+            return
+        seq = self._next()
+        join.served[i] = (rows, r, seq)
+        self.counts["waiting"] += 1
+        if self.wait is not None:
+            heapq.heappush(join.expiring, (rows.time(r) + self.wait, seq, i))
+        self._release(key, join, out)
+        if self.wait is not None:  # (the labels' clock may be past it already)
+            self._expire_due(key, join, out)
 
-    def labels(self, key, block):
-        """A labels block of model ``key``, in label order -> (joined, dead letters): joined
-        ``[(block, scores)]`` to learn in that order, each block's examples with the scores
-        they were served with: a label whose features wait is learned with them, unless labels
-        before it still wait for theirs; the others wait (``pending``)."""
+    def labels(self, block):
+        """A labels block of the group's model keys -> what its labels let the models learn
+        (``Released.result``): a label whose features wait is learned with them, unless labels
+        of its model before it still wait for theirs; the others wait (``pending``)."""
         ids = block.ids.to_pylist()
         block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL)
                                     for r in range(len(block))
                                     if ids[r] is None or np.isnan(block.labels[r])])
-        join = self._of(key)
+        out = Released()
+        out.dead += dead
         rows = Rows(block)
-        join.pending.extend((rows, q) for q in range(len(block)))
-        joined, lost = self._release(key, join)
-        return joined, dead + lost
+        for q in np.argsort(block.positions, kind="stable").tolist():
+            key = rows.keys[q]
+            join = self._of(key)
+            if self.wait is not None:
+                self._advance(key, join, LABELS, block.source, rows.time(q), out)
+            join.pending.append((rows, q))
+            join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
+            self._release(key, join, out)
+        return out.result()
 
     def end(self, key):
-        """The end of the input: model ``key``'s labels still waiting -> (joined blocks,
-        dead letters): a label whose features never came is a dead letter, and the labels
-        behind it are learned, in order."""
-        join = self.models.get(key)
-        if join is None:
-            return [], []
-        joined, dead = [], []
-        while join.pending:
-            more, lost = self._release(key, join)
-            joined += more
-            dead += lost
-            if join.pending:
-                rows, q = join.pending.popleft()
-                dead.append(rows.dead(q, NEVER_SERVED))
-        self.models.pop(key)
-        return joined, dead
+        """The end of the input: model ``key``'s labels still waiting for features are dead
+        letters (those behind them learned), and then its examples still waiting expire (no
+        label can come); returns what that lets it learn (``Released.result``)."""
+        out = Released()
+        join = self.models.pop(key, None)
+        if join is not None:
+            self._release(key, join, out, ended=True)  # (each label joins, or never can)
+            for i, (rows, r, seq) in sorted(join.served.items(),
+                                            key=lambda e: (e[1][0].time(e[1][1]), e[1][2])):
+                self._expire(key, join, i, rows.time(r) + (self.wait or math.inf))
+            self._release(key, join, out, ended=True)
+        return out.result()
 
-    def _release(self, key, join):
-        """(joined blocks, dead letters) from the head of ``join.pending`` while its labels'
-        features wait: a label for an id learned already is a dead letter."""
-        pairs, dead = [], []
-        while join.pending:
-            label, q = join.pending[0]
-            i = label.ids[q]
-            if i in join.learned:
-                dead.append(label.dead(q, SECOND_LABEL))
+    def _advance(self, key, join, side, source, time, out):
+        """A record of model ``key`` from ``source`` on input ``side`` at ``time``: the model's
+        clock of that input moves to the oldest newest time of the sources it has seen there
+        (a source's records are taken to come in time order), or to ``SOURCE_LAG`` before the
+        newest when a source lags further (its later records may then find their partners
+        expired); what the model waits for on the other input past ``wait`` behind it
+        expires: its examples (labels: its head, ``_release``)."""
+        newest = join.newest[side]
+        if time <= newest.get(source, -math.inf):
+            return
+        newest[source] = time
+        times = newest.values()
+        clock = max(join.clocks[side], min(times),
+                    max(times) - max(self.wait, self.SOURCE_LAG))
+        if clock <= join.clocks[side]:
+            return
+        join.clocks[side] = clock
+        self._expire_due(key, join, out)
+        forget, kept = min(join.clocks), []
+        while join.closing and join.closing[0][0] < forget:
+            item = heapq.heappop(join.closing)
+            if join.closed.get(item[2], (None, None))[1] == item[1]:
+                if item[2] in join.labeled:  # (a label of it waits: it says which it is)
+                    kept.append(item)
+                else:
+                    del join.closed[item[2]]
+        for item in kept:
+            heapq.heappush(join.closing, item)
+
+    def _expire_due(self, key, join, out):
+        """The model's examples no label can reach any more (the labels' clock is past their
+        time + wait) expire, but those with a label within the wait that waits behind others
+        (it joins them, ``_release``); then its head moves on."""
+        heap, kept = join.expiring, []
+        while heap and heap[0][0] < join.clocks[LABELS]:
+            item = heapq.heappop(heap)
+            entry = join.served.get(item[2])
+            if entry is not None and entry[2] == item[1]:
+                if any(abs(t - item[0] + self.wait) <= self.wait
+                       for t in join.labeled.get(item[2], ())):
+                    kept.append(item)
+                else:
+                    self._expire(key, join, item[2], item[0])
+        self._release(key, join, out)
+        for item in kept:
+            if item[2] in join.served:
+                heapq.heappush(heap, item)
+
+    def _close(self, join, i, expired, time):
+        seq = self._next()
+        join.closed[i] = (expired, seq)
+        if self.wait is not None and math.isfinite(time):
+            heapq.heappush(join.closing, (time + 2 * self.wait, seq, i))
+
+    def _expire(self, key, join, i, at):
+        """Model ``key``'s example ``i`` expires at ``at`` (record time): dropped, or learned
+        with the expired label among its model's labels by time (before the first waiting label
+        later than ``at``)."""
+        entry = join.served.pop(i)
+        self._left(join, entry[0])
+        self.counts["waiting"] -= 1
+        self.counts["expired"] += 1
+        self._close(join, i, True, entry[0].time(entry[1]))
+        if self.expired_label is not None:
+            place = len(join.pending)
+            while place and _time(join.pending[place - 1]) > at:
+                place -= 1
+            join.pending.insert(place, (None, entry, at, self.expired_label))
+
+    def _release(self, key, join, out, ended=False):
+        """Learn from the head of ``join.pending`` while its labels' features wait: a label for
+        an id learned or expired already is a dead letter, as is one whose features did not come
+        within the wait (or by the end of the input)."""
+        pending = join.pending
+        while pending:
+            head = pending[0]
+            if head[0] is None:  # an expired example, learned with the expired label
+                out.add(key, head[1], head)
+                self.counts["expired_learned"] += 1
+                pending.popleft()
+                continue
+            label, q = head
+            i, t = label.ids[q], label.time(q)
+            if i in join.closed:
+                out.dead.append(label.dead(q, LATE_LABEL if join.closed[i][0] else SECOND_LABEL))
             elif i in join.served:
-                served = join.served.pop(i)
-                pairs.append((served, (label, q)))
-                join.learned.add(i)
-                self._left(join, served[0])
+                rows, r, _ = join.served[i]
+                came = rows.time(r)
+                if self.wait is not None and t > came + self.wait:
+                    self._expire(key, join, i, came + self.wait)  # (goes before this label)
+                    continue
+                if self.wait is not None and came > t + self.wait:
+                    out.dead.append(label.dead(q, NEVER_SERVED))
+                else:
+                    del join.served[i]
+                    out.add(key, (rows, r), head)
+                    self.counts["waiting"] -= 1
+                    self._close(join, i, False, came)
+                    self._left(join, rows)
+            elif ended or (self.wait is not None and t + self.wait < join.clocks[FEATURES]):
+                out.dead.append(label.dead(q, NEVER_SERVED))
             else:
                 break
-            join.pending.popleft()
-        if not join.served and not join.pending and not join.learned:
+            pending.popleft()
+            times = join.labeled[i]
+            times.remove(t)
+            if not times:
+                del join.labeled[i]
+        if join.empty() and not ended and self.wait is None:  # (with a wait: its clocks)
             self.models.pop(key, None)
-        return [joined(same) for same in _by_source(pairs)], dead
 
     def _left(self, join, rows):
         """One of ``rows``' examples no longer waits: the block is cut down to those that do
@@ -150,16 +337,22 @@ class LabelJoin:
         rows.waiting -= 1
         n = len(rows.block)
         if rows.waiting and n >= 64 and rows.waiting * self.COMPACT_BELOW < n:
-            live = [r for r, i in enumerate(rows.ids) if join.served.get(i) == (rows, r)]
-            kept = Rows(rows.block.take(live), rows.scores[live])
-            for k, r in enumerate(live):
-                join.served[rows.ids[r]] = (kept, k)
+            live = [(r, e[2]) for r, i in enumerate(rows.ids)
+                    for e in (join.served.get(i),) if e is not None and e[0] is rows and e[1] == r]
+            kept = Rows(rows.block.take([r for r, _ in live]), rows.scores[[r for r, _ in live]])
+            for k, (r, seq) in enumerate(live):
+                join.served[rows.ids[r]] = (kept, k, seq)
 
     @property
     def nbytes(self):
         """Bytes of the blocks whose examples and labels wait (their columns)."""
-        blocks = {id(rows): rows for j in self.models.values()
-                  for rows, _ in [*j.served.values(), *j.pending]}
+        blocks = {}
+        for j in self.models.values():
+            for rows, *_ in j.served.values():
+                blocks[id(rows)] = rows
+            for entry in j.pending:
+                rows = entry[0] if entry[0] is not None else entry[1][0]
+                blocks[id(rows)] = rows
         return sum(r.block.nbytes + (r.scores.nbytes if r.scores is not None else 0)
                    for r in blocks.values())
 
@@ -169,12 +362,20 @@ class LabelJoin:
         return join is not None and bool(join.served or join.pending)
 
 
-def _by_source(pairs):
-    """[(served entry, label entry)] -> runs of consecutive pairs whose labels share a
-    source."""
+def _time(entry):
+    """A pending entry's record time: a label's, or an expired example's expiry."""
+    return entry[2] if entry[0] is None else entry[0].time(entry[1])
+
+
+def _runs(pairs):
+    """[(served entry, pending entry)] -> runs of consecutive pairs whose pending entries share
+    a labels source, or are all expired examples."""
+    def kind(pair):
+        label = pair[1]
+        return None if label[0] is None else label[0].block.source
     runs = []
     for pair in pairs:
-        if runs and runs[-1][-1][1][0].block.source == pair[1][0].block.source:
+        if runs and kind(runs[-1][-1]) == kind(pair):
             runs[-1].append(pair)
         else:
             runs.append([pair])
@@ -182,26 +383,36 @@ def _by_source(pairs):
 
 
 def joined(pairs):
-    """[(served entry, label entry)] of one labels source -> (block, scores): each served
+    """[(served entry, pending entry)] of one labels source -> (block, scores): each served
     example's features with its label, weighted as its features record was, at its label's
     place in the labels input (source, position, record time), as a plain run over the joined
-    records would learn it; and the scores it was served with, [n, K]."""
-    features = [(rows.block, r) for (rows, r), _ in pairs]
-    labels = [(rows.block, q) for _, (rows, q) in pairs]
-    entries = [(rows, q) for _, (rows, q) in pairs]
+    records would learn it; and the scores it was served with, [n, K]. Expired examples
+    (pending entries ``(None, entry, at, label)``) keep their features record's source and position,
+    with the expired label and their expiry time."""
+    features = [(rows.block, r) for (rows, r, *_), _ in pairs]
+    if pairs[0][1][0] is None:
+        labels = np.array([value for _, (_, _, _, value) in pairs], dtype=np.float64)
+        source = features[0][0].source
+        positions = [b.positions[r] for b, r in features]
+        times = [at for _, (_, _, at, _) in pairs]
+    else:
+        labels_at = [(rows.block, q) for _, (rows, q) in pairs]
+        labels = np.array([b.labels[q] for b, q in labels_at], dtype=np.float64)
+        source = labels_at[0][0].source
+        positions = [b.positions[q] for b, q in labels_at]
+        times = [None if b.event_times is None else b.event_times[q] for b, q in labels_at]
+    entries = [(rows, r) for (rows, r, *_), _ in pairs]
     indices = [b.indices[b.indptr[r]:b.indptr[r + 1]] for b, r in features]
     indptr = np.zeros(len(pairs) + 1, dtype=np.int64)
     np.cumsum([len(i) for i in indices], out=indptr[1:])
-    times = [b.event_times for b, _ in labels]
     block = ExampleBlock(
-        labels[0][0].source, np.array([b.positions[q] for b, q in labels], dtype=np.int64),
-        pa.array([rows.ids[q] for rows, q in entries], pa.string()),
-        pa.array([rows.keys[q] for rows, q in entries], pa.string()),
-        np.array([b.labels[q] for b, q in labels], dtype=np.float64),
-        np.array([b.weights[r] for b, r in features], dtype=np.float64), indptr,
+        source, np.array(positions, dtype=np.int64),
+        pa.array([rows.ids[r] for rows, r in entries], pa.string()),
+        pa.array([rows.keys[r] for rows, r in entries], pa.string()),
+        labels, np.array([b.weights[r] for b, r in features], dtype=np.float64), indptr,
         np.concatenate(indices),
         np.concatenate([b.values[b.indptr[r]:b.indptr[r + 1]] for b, r in features]),
         merged_names({id(b): b.names for b, _ in features}.values()), None,
-        None if any(t is None for t in times)
-        else np.array([b.event_times[q] for b, q in labels], dtype=np.float64))
-    return block, np.stack([rows.scores[r] for (rows, r), _ in pairs])
+        None if any(t is None or not math.isfinite(t) for t in times)
+        else np.array(times, dtype=np.float64))
+    return block, np.stack([rows.scores[r] for (rows, r, *_), _ in pairs])

@@ -182,7 +182,7 @@ class KeyedModel:
             done = -1
         return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
 
-    def learn_block(self, block, served=None, served_scores=None):
+    def learn_block(self, block, served=None, served_scores=None, tracked=True):
         """Learn the block's new examples in order: (predictions table, dead letters, skipped);
         with a list ``served``, append to it (the examples served, their scores [n, K]); with
         ``served_scores`` (the block's examples were served before, with those scores [n, K]:
@@ -191,10 +191,12 @@ class KeyedModel:
         Examples at or before the position already learned from their source are skipped (a
         replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
         letters and never touch the model; examples without a label are served in their place
-        in the order, not learned. A block without a source is learned whole.
+        in the order, not learned. A block without a source, or not ``tracked`` (served
+        examples learned with ``--expired-label``, whose positions were passed when they were
+        served), is learned whole.
         """
         skipped = 0
-        if block.source is not None:
+        if block.source is not None and tracked:
             done = self.positions.get(block.source, -1)
             fresh = np.flatnonzero(block.positions > done)
             skipped = len(block) - len(fresh)
