@@ -133,12 +133,18 @@ def produce_timed(bootstrap, topic, records, start):
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
     """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
-    backlog, which the reader's clock would expire at once): each model's final state equals a
-    plain run over its joined records in label order and its expired examples learned with
-    --expired-label at their expiry time; the dead letters are exactly the labels too late,
-    too early, second or of unknown ids, and the repeated features records."""
-    bootstrap = broker.bootstrap_servers
-    features_topic, labels_topic = f"timed-features-{runner}", f"timed-labels-{runner}"
+    backlog, which the reader's clock would expire at once): see ``check_timed_join``."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, runner,
+                     prism_args() if runner == "prism" else [])
+
+
+def check_timed_join(bootstrap, tmp_path, name, runner_args):
+    """``timed_join``'s records on two topics, read to their ends by a run on ``runner_args``:
+    each model's final state equals a plain run over its joined records in label order and its
+    expired examples learned with --expired-label at their expiry time; the dead letters are
+    exactly the labels too late, too early, second or of unknown ids, and the repeated
+    features records."""
+    features_topic, labels_topic = f"timed-features-{name}", f"timed-labels-{name}"
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, reference, expiries, bad = timed_join(500, seed=5)
     start = time.time() - 3600
@@ -152,8 +158,7 @@ def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path,
                  "--expired-label", "-1", "--format", "jsonl", "--id-column",
                  "id", "--model-key-column", "key", "--chunk-size", "64", "--model-groups", "2",
                  "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-                 "--dead-letter", str(out / "d"),
-                 *(prism_args() if runner == "prism" else [])]) == 0
+                 "--dead-letter", str(out / "d"), *runner_args]) == 0
     got, want = final_models(str(out / "models")), final_models(str(train(
         tmp_path, "plain", [plain], "--format", "jsonl") / "models"))
     for key in KEYS:
