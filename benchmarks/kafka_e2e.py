@@ -250,7 +250,7 @@ class PredictionWatcher(threading.Thread):
         from unitless.connectors.kafka_clients import open_reader
         self.reader = open_reader(KafkaTopic.parse(f"kafka://{bootstrap}/{topic}"), 0, 50_000)
         self.reader.seek(0)
-        self.rows, self.stop = [], False
+        self.rows, self.served, self.stop = [], [], False
 
     def run(self):
         import pyarrow as pa
@@ -262,6 +262,7 @@ class PredictionWatcher(threading.Thread):
             table = pj.read_json(pa.BufferReader(b"\n".join(records.values)))
             self.rows.extend(zip(records.timestamps, table.column("event_time").to_pylist(),
                                  table.column("id").to_pylist()))
+            self.served.extend(table.column("served").to_pylist())
         self.reader.close()
 
     def duplicates(self):
@@ -336,7 +337,7 @@ def streaming_pipeline(bootstrap, topic, work, log_name, *extra, runner_args=PRI
         *extra)), stdout=log, stderr=subprocess.STDOUT)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
-    watcher.log = log.name
+    watcher.log, watcher.pid = log.name, process.pid
     try:
         yield watcher
     finally:

@@ -184,7 +184,8 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
     (expired examples at their expiry time) as many as it has learned; the rest waits, for a
     label or for the labels' clock to pass its wait, as on a stream it should."""
     bootstrap = broker.bootstrap_servers
-    create_topics(bootstrap, "live-features", "live-labels")
+    create_topics(bootstrap, "live-features", "live-labels", "live-features-pred",
+                  "live-features-dead")
     features, labels, reference, _, _ = timed_join(300, seed=7)
     start = time.time() - 3600
     models = tmp_path / "models"

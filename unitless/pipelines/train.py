@@ -262,6 +262,7 @@ class LearnBlocks:
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.started = self.last_log = time.time()
         self.seen = 0
+        self.last_join = None  # (``--labels``: its waiting state is logged)
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
         cfg = self.cfg
         self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
@@ -471,6 +472,7 @@ class LearnBlocks:
         for key, rows, scores, expired in joined:
             yield from self._learn_parts(self._of(group, key), rows, served_scores=scores,
                                          tracked=not expired)
+        self.last_join = group.join
         counts = group.join.take_counts()
         if any(counts.values()):
             self.waiting.inc(counts["waiting"])
@@ -576,6 +578,9 @@ class LearnBlocks:
         if now - self.last_log >= self.cfg.log_every_seconds:
             log.info("%d examples, %.0f examples/s; model %r progressive loss %.6f", self.seen,
                      self.seen / (now - self.started), model.key, model.progressive_loss())
+            if self.last_join is not None:
+                log.info("waiting for labels in the group last joined: %d examples, %.1f MiB",
+                         self.last_join.waiting_examples, self.last_join.nbytes / (1 << 20))
             self.last_log = now
 
 

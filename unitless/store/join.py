@@ -344,6 +344,10 @@ class LabelJoin:
                 join.served[rows.ids[r]] = (kept, k, seq)
 
     @property
+    def waiting_examples(self):
+        return sum(len(j.served) for j in self.models.values())
+
+    @property
     def nbytes(self):
         """Bytes of the blocks whose examples and labels wait (their columns)."""
         blocks = {}

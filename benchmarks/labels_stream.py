@@ -1,0 +1,147 @@
+"""Delayed outcomes on a stream (issue #36): examples without labels on one topic and their labels
+on another, each ``--rate`` per second, every label ``--lag`` seconds behind its example;
+``unitless train --streaming --labels ... --label-wait 30s`` on Prism, against the same examples
+served without a labels topic, alternately (``--pairs`` times).
+
+A single-node Apache Kafka (deploy/kafka/local_kafka.py) on this machine; topics of one
+partition; one model key; the artificial stream (21 features), NAG, logistic loss. Reported per
+run: serving latency (an example's produce time to its served prediction's append time)
+p50/p99, the joined examples learned per second while the load lasts (their predictions'
+append times), how long after its label an example was learned (p50/p99), the most examples
+and MiB waiting for labels (the pipeline's log), and the peak RSS of the pipeline's processes
+(the command, Prism and its SDK workers).
+
+Target (issue #36): 10,000/s each, labels 1 s behind: serving p99 no worse than without labels.
+
+    .venv/bin/python benchmarks/labels_stream.py            # 10,000/s, 20 s, 2 pairs
+    .venv/bin/python benchmarks/labels_stream.py --quick    # 2,000/s, 5 s, 1 pair
+
+Writes benchmarks/results/labels_stream{.md,.json} (``--quick``: in results/tmp/).
+"""
+import json
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import (TreeWatch, artificial_stream, header, parse_args, progress,  # noqa: E402
+                     result_name, table, write_results)
+from kafka_e2e import create_topics, paced_produce, produce, streaming_pipeline  # noqa: E402
+from serving import percentiles  # noqa: E402
+from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+
+WARM = 2_000
+
+
+def records(first, n):
+    """(examples without labels, their labels) of ids first..first+n-1, as JSON messages."""
+    X, y, _ = artificial_stream(n, first + 1)
+    names = [f"x{j + 1}" for j in range(X.shape[1])]
+    examples = [json.dumps({"id": str(first + i), **dict(zip(names, X[i].tolist()))}).encode()
+                for i in range(n)]
+    labels = [json.dumps({"id": str(first + i), "label": int(y[i])}).encode() for i in range(n)]
+    return examples, labels
+
+
+def run(bootstrap, work, name, rate, seconds, lag, with_labels):
+    topic = f"{name}-f"
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", f"{name}-l",
+                  append_time=(f"{topic}-pred",))
+    extra = (["--labels", f"kafka://{bootstrap}/{name}-l", "--label-wait", "30s"]
+             if with_labels else [])
+    count = int(rate * seconds)
+    examples, labels = records(WARM, count)
+    with streaming_pipeline(bootstrap, topic, work, f"{name}.log", "--log-every", "2",
+                            *extra) as watcher, TreeWatch({"pipeline": watcher.pid}) as watch:
+        warm_examples, warm_labels = records(0, WARM)
+        produce(bootstrap, topic, warm_examples)
+        if with_labels:
+            produce(bootstrap, f"{name}-l", warm_labels)
+        if not watcher.wait_for(WARM * (2 if with_labels else 1), 240):
+            raise RuntimeError(f"no predictions after 240 s; log {watcher.log}")
+        threads = [threading.Thread(target=paced_produce, args=(bootstrap, topic, examples,
+                                                                 rate))]
+        if with_labels:
+            threads.append(threading.Thread(target=lambda: (time.sleep(lag), paced_produce(
+                bootstrap, f"{name}-l", labels, rate))))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        complete = watcher.wait_for((WARM + count) * (2 if with_labels else 1), 300)
+    rows = [(row, served) for row, served in zip(watcher.rows, watcher.served)
+            if int(row[2]) >= WARM]
+    served = np.array([a - e * 1000.0 for (a, e, _), s in rows if s])
+    learned = [(a, e) for (a, e, _), s in rows if not s]
+    out = {"with_labels": with_labels, "offered_per_s": rate, "examples": count,
+           "served": int(len(served)), "learned": len(learned), "complete": complete,
+           "served_latency_ms": percentiles(served), **watch.result()["pipeline"]}
+    if learned:
+        appended = np.array([a for a, _ in learned]) / 1000.0
+        out["learned_per_s"] = len(learned) / max(appended.max() - appended.min(), 1e-9)
+        out["label_to_learned_ms"] = percentiles(np.array([a - e * 1000.0 for a, e in learned]))
+    waiting = [(int(n), float(m)) for n, m in re.findall(
+        r"waiting for labels in the group last joined: (\d+) examples, ([0-9.]+) MiB",
+        Path(watcher.log).read_text())]
+    if waiting:
+        out["waiting_examples_max"] = max(n for n, _ in waiting)
+        out["waiting_mib_max"] = max(m for _, m in waiting)
+    return out
+
+
+def render(runs, lag):
+    rows = []
+    for r in runs:
+        lat, learned = r["served_latency_ms"], r.get("label_to_learned_ms") or {}
+        rows.append(["labels" if r["with_labels"] else "served only", f"{r['offered_per_s']:,}",
+                     f"{r['served']:,} of {r['examples']:,}", f"{lat['p50']:.0f}",
+                     f"{lat['p99']:.0f}",
+                     f"{r['learned']:,}" if r["with_labels"] else "—",
+                     f"{r['learned_per_s']:,.0f}" if r.get("learned_per_s") else "—",
+                     f"{learned['p50']:.0f} / {learned['p99']:.0f}" if learned else "—",
+                     f"{r.get('waiting_examples_max', 0):,} / {r.get('waiting_mib_max', 0):.1f}"
+                     if r["with_labels"] else "—", f"{r['max_rss_mib']:,.0f}"])
+    return (table(["run", "offered /s", "served", "serving p50 ms", "serving p99 ms",
+                   "joined learned", "learned /s", "label → learned p50 / p99 ms",
+                   "most waiting (examples / MiB)", "peak RSS MiB"], rows)
+            + f"\n\nRuns alternate, each a fresh pipeline; labels {lag:g} s behind their "
+            "examples. Producers, broker, pipeline and this script share the machine's 2 "
+            "cores. \"learned /s\": joined examples' predictions over the span of their append "
+            "times; \"most waiting\": the largest the pipeline logged (every 2 s).\n")
+
+
+def main():
+    args = parse_args(__doc__, rate=(int, None, "examples/s and labels/s (default 10,000)"),
+                      seconds=(int, None, "length of the load (default 20)"),
+                      lag=(float, 1.0, "seconds a label comes after its example"),
+                      pairs=(int, None, "alternated pairs of runs (default 2)"))
+    rate = args.rate or (2_000 if args.quick else 10_000)
+    seconds = args.seconds or (5 if args.quick else 20)
+    pairs = args.pairs or (1 if args.quick else 2)
+    h = header()
+    work = Path(tempfile.mkdtemp(prefix="unitless-labels-stream-"))
+    runs = []
+    try:
+        with LocalKafka(work / "broker", startup_timeout=120) as kafka:
+            for p in range(pairs):
+                for with_labels in (False, True):
+                    runs.append(run(kafka.bootstrap_servers, work,
+                                    f"{'labels' if with_labels else 'plain'}-{p}", rate,
+                                    seconds, args.lag, with_labels))
+                    progress(json.dumps(runs[-1]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_results(result_name("labels_stream", args.quick),
+                  "Delayed outcomes on a stream: serving and learning with a labels topic (Prism)",
+                  h, render(runs, args.lag), {"runs": runs})
+
+
+if __name__ == "__main__":
+    main()
