@@ -73,7 +73,8 @@ def join_alone(n, chunk=1000, seed=0):
     join = LabelJoin()
     t = time.perf_counter()
     for b in served:
-        join.features(b, [("k", b, np.zeros((len(b), 1)))])
+        join.features(b.source, b.positions, b.keys.to_pylist(), None,
+                      [("k", b, np.zeros((len(b), 1)))])
     waited, nbytes = time.perf_counter() - t, join.nbytes
     t = time.perf_counter()
     learned = sum(len(j) for b in labels for _, j, _, _ in join.labels(b)[0])

@@ -146,6 +146,15 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
     assert len(never) == 30 and all(r["label"] == -1 for r in expired)
 
 
+def test_a_join_rebuilt_from_its_log_over_and_over_joins_alike(tmp_path):
+    """A worker that keeps one model decoded: each of the two groups' join is rebuilt from
+    what it logged in Beam state whenever the other group's block came between."""
+    features, labels, reference, bad = write_join(tmp_path, "features.csv", seed=2)
+    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
+                   "--models-in-memory", "1")
+    assert_joined(joined, train(tmp_path, "plain", [reference]), {str(labels)}, bad)
+
+
 def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
     features, labels, _, _ = write_join(tmp_path, "features.csv")
     for more, said in ((["--resume"], "--labels cannot be used with --resume yet"),
@@ -189,6 +198,13 @@ def rows(source, *records, first=1):
     return parsed
 
 
+def serve(join, block, served, scores):
+    """``join.features`` of a features block whose examples ``served`` model "" served with
+    ``scores``."""
+    return join.features(block.source, block.positions, block.keys.to_pylist(),
+                         block.event_times, [("", served, np.asarray(scores))])
+
+
 def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     """``LabelJoin`` alone: label order is kept whatever order features come in; a second
     label, a second features record and a label never served are dead letters."""
@@ -206,9 +222,9 @@ def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     kept, dead = join.screen("", served)
     assert kept.ids.to_pylist() == ["a"] and [d.reason for d in dead] == [
         label_join.SECOND_FEATURES]
-    assert join.features(served, [("", kept, np.array([[0.5]]))]) == ([], [])  # (behind b)
+    assert serve(join, served, kept, [[0.5]]) == ([], [])  # (behind b)
     more = rows("features", '{"id": "b", "x": 3.0}', first=4)
-    joined, dead = join.features(more, [("", more, np.array([[-2.0]]))])
+    joined, dead = serve(join, more, more, [[-2.0]])
     (key, block, scores, expired), = joined
     assert key == "" and not expired
     assert block.ids.to_pylist() == ["b", "a"] and block.labels.tolist() == [1.0, -1.0]
@@ -233,16 +249,44 @@ def timed(source, first, *records):
     return block
 
 
-def test_what_waits_longer_than_the_label_wait_expires_on_record_time():
+class Persisted:
+    """A join as the learning step keeps it: after every call its log is persisted (a list for
+    Beam's bag) and, with ``reread``, the join is rebuilt from it, as a worker that lost it
+    from memory does."""
+
+    def __init__(self, join, reread, snapshot_after=None):
+        self.join, self.reread, self.bag = join, reread, []
+        if snapshot_after is not None:
+            join.SNAPSHOT_AFTER = snapshot_after
+
+    def __getattr__(self, call):
+        def persisted(*args):
+            out = getattr(self.join, call)(*args)
+            clear, entries = self.join.log_entries()
+            if clear:
+                self.bag.clear()
+            self.bag += entries
+            if self.reread:
+                counts = self.join.counts
+                self.join = label_join.LabelJoin.rebuild(list(reversed(self.bag)))
+                self.join.counts = counts
+            return out
+        return persisted
+
+
+@pytest.mark.parametrize("reread,snapshot_after", [(False, None), (True, None), (True, -1 << 30)])
+def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, snapshot_after):
     """``LabelJoin`` with a wait of 10 s: an example and its label join when their times are at
     most 10 s apart, whichever comes first; an example whose label has not come once the
     labels' clock is 10 s past it expires (here learned with the expired label, at its expiry
     time's place among its model's labels), and a label whose example has not come once the
-    features' clock is 10 s past it is a dead letter."""
-    join = label_join.LabelJoin(wait=10.0, expired_label=-1.0)
+    features' clock is 10 s past it is a dead letter. The same when the join is rebuilt from
+    what it persisted after every call (its calls replayed, or its snapshots)."""
+    join = Persisted(label_join.LabelJoin(wait=10.0, expired_label=-1.0), reread,
+                     snapshot_after)
 
     def features(block):
-        return join.features(block, [("", block, np.zeros((len(block), 1)))])
+        return serve(join, block, block, np.zeros((len(block), 1)))
 
     def learned(joined):
         return [(block.ids.to_pylist(), block.labels.tolist(), expired)

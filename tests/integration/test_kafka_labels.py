@@ -130,12 +130,14 @@ def produce_timed(bootstrap, topic, records, start):
     producer.close()
 
 
-@pytest.mark.parametrize("runner", ["fnapi", "prism"])
+@pytest.mark.parametrize("runner", ["fnapi", "prism", "evicting"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
     """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
-    backlog, which the reader's clock would expire at once): see ``check_timed_join``."""
-    check_timed_join(broker.bootstrap_servers, tmp_path, runner,
-                     prism_args() if runner == "prism" else [])
+    backlog, which the reader's clock would expire at once): see ``check_timed_join``.
+    "evicting": a worker that keeps one model decoded, so that each group's join is rebuilt
+    from its log in Beam state over and over."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, runner, {
+        "prism": prism_args(), "evicting": ["--models-in-memory", "1"]}.get(runner, []))
 
 
 def check_timed_join(bootstrap, tmp_path, name, runner_args):
@@ -182,7 +184,9 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
     """--streaming on Prism, the records produced while it runs: once it has gone quiet, each
     model's checkpoint equals a plain run over the first of its joined records in label order
     (expired examples at their expiry time) as many as it has learned; the rest waits, for a
-    label or for the labels' clock to pass its wait, as on a stream it should."""
+    label or for the labels' clock to pass its wait, as on a stream it should. The worker keeps
+    one model decoded: the two groups' blocks alternate, and each group's join is rebuilt from
+    its log in Beam state whenever the other's came between."""
     bootstrap = broker.bootstrap_servers
     create_topics(bootstrap, "live-features", "live-labels", "live-features-pred",
                   "live-features-dead")
@@ -192,7 +196,7 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
     run = streaming(bootstrap, "live-features", models, "--labels",
                     f"kafka://{bootstrap}/live-labels", "--label-wait", f"{WAIT:g}s",
                     "--expired-label", "-1", "--format", "jsonl", "--model-key-column", "key",
-                    "--model-groups", "2")
+                    "--model-groups", "2", "--models-in-memory", "1")
     try:
         produce_timed(bootstrap, "live-features", features, start)
         produce_timed(bootstrap, "live-labels", labels, start)

@@ -94,6 +94,25 @@ def learning_order(ready):
 
 
 
+class Stored:
+    """A key's handler state in Beam state: its encoded state (``read``, ``write``, ``clear``)
+    and ``log``, a bag of bytes beside it that the handler may append to instead of rewriting
+    (cleared with it)."""
+
+    def __init__(self, state, log):
+        self.state, self.log = state, log
+
+    def read(self):
+        return self.state.read()
+
+    def write(self, data):
+        self.state.write(data)
+
+    def clear(self):
+        self.state.clear()
+        self.log.clear()
+
+
 class InOrder(beam.DoFn):
     """(key, ExampleBlock) -> what its ``handler`` makes of each key's blocks, handed to it in
     input order; the key's state is the handler's (a model group, a model's rounds).
@@ -119,9 +138,9 @@ class InOrder(beam.DoFn):
 
     The handler: ``learns_on_arrival`` (whether a block that continues the key's state may skip
     the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from
-    and to Beam state), ``continues(state, pieces)`` (if it learns on arrival: the block, split
-    by model key, holds the state's next examples), ``enter_source(key, block, stored,
-    pieces)`` (what to do with a Kafka partition's block as it arrives, before it waits),
+    and to Beam state, ``stored`` a ``Stored``), ``continues(state, pieces)`` (if it learns on
+    arrival: the block, split by model key, holds the state's next examples),
+    ``enter_source(key, block, stored, pieces)`` (what to do with a Kafka partition's block as it arrives, before it waits),
     ``learn(state, block, pieces=None, at=None)`` (a block handed on at ``at``, µs on the
     watermark's clock, None at the end of the input; yields outputs),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
@@ -151,6 +170,8 @@ class InOrder(beam.DoFn):
     IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
     EXPIRE_AT = ReadModifyWriteStateSpec("expire_at", PickleCoder())  # the EXPIRE timer's time
+    # the handler's log beside its state (``Stored.log``: --labels' waiting examples)
+    LOG = BagStateSpec("log", BytesCoder())
 
     def __init__(self, handler):
         self.handler = handler
@@ -185,8 +206,9 @@ class InOrder(beam.DoFn):
                 earliest=beam.DoFn.StateParam(EARLIEST),
                 release=beam.DoFn.TimerParam(RELEASE), end=beam.DoFn.TimerParam(END),
                 idle=beam.DoFn.TimerParam(IDLE), expire_at=beam.DoFn.StateParam(EXPIRE_AT),
-                expire=beam.DoFn.TimerParam(EXPIRE)):
+                expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         key, block = element
+        stored = Stored(stored, log)
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
@@ -235,9 +257,10 @@ class InOrder(beam.DoFn):
                         release=beam.DoFn.TimerParam(RELEASE),
                         idle=beam.DoFn.TimerParam(IDLE),
                         expire_at=beam.DoFn.StateParam(EXPIRE_AT),
-                        expire=beam.DoFn.TimerParam(EXPIRE)):
+                        expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
+        stored = Stored(stored, log)
         state, sourced = yield from self._release(key, fired.micros, stored, waiting, earliest,
                                                   release)
         if state is not None:
@@ -258,8 +281,10 @@ class InOrder(beam.DoFn):
             idle.set(min(timestamp + Duration(seconds), GlobalWindow().max_timestamp()))
 
     @on_timer(IDLE)
-    def went_idle(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL)):
+    def went_idle(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
+                  log=beam.DoFn.StateParam(LOG)):
         self.keys.hold(key)
+        stored = Stored(stored, log)
         if stored.read() is None:  # (its input ended and it left state)
             return
         state = self.handler.state(key, stored)
@@ -275,10 +300,11 @@ class InOrder(beam.DoFn):
     def expire_idle(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
                     stored=beam.DoFn.StateParam(MODEL), waiting=beam.DoFn.StateParam(WAITING),
                     expire_at=beam.DoFn.StateParam(EXPIRE_AT),
-                    expire=beam.DoFn.TimerParam(EXPIRE)):
+                    expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         """The watermark passed the time the key's least recently seen model would have been
         idle for ``ttl_seconds``: the handler's ``expire`` (see the class docstring)."""
         self.keys.hold(key)
+        stored = Stored(stored, log)
         expire_at.clear()
         if stored.read() is None:  # (its input ended and it left state)
             return
@@ -300,8 +326,9 @@ class InOrder(beam.DoFn):
     def end_of_input(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
                      waiting=beam.DoFn.StateParam(WAITING),
                      earliest=beam.DoFn.StateParam(EARLIEST),
-                     release=beam.DoFn.TimerParam(RELEASE)):
+                     release=beam.DoFn.TimerParam(RELEASE), log=beam.DoFn.StateParam(LOG)):
         self.keys.hold(key)
+        stored = Stored(stored, log)
         state = None
         if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
             state, _ = yield from self._release(key, None, stored, waiting, earliest, release)

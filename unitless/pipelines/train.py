@@ -293,6 +293,9 @@ class LearnBlocks:
         else:
             group = ModelGroup.from_bytes(data)
             self.decoded.inc(len(group.models))
+            if self.cfg.labels:
+                group.join = LabelJoin.rebuild(stored.log.read())
+                log.debug("the label join of %r rebuilt from its log", key)
         self.models.keep(key, group, group.nbytes, len(group.models))
         return group
 
@@ -327,6 +330,12 @@ class LearnBlocks:
 
     def store(self, key, group, stored):
         stored.write(group.to_bytes())
+        if group.join is not None:
+            clear, entries = group.join.log_entries()
+            if clear:
+                stored.log.clear()
+            for entry in entries:
+                stored.log.add(entry)
         self.models.keep(key, group, group.nbytes, len(group.models))
 
     def continues(self, group, pieces):
@@ -460,7 +469,8 @@ class LearnBlocks:
                 if len(piece):
                     yield from self._learn_parts(model, piece, rows)
                 served += [(k, b, scores) for b, scores in rows]
-            joined, lost = join.features(block, served)
+            joined, lost = join.features(block.source, block.positions,
+                                         block.keys.to_pylist(), block.event_times, served)
             dead += lost
         yield from self._dead(dead)
         yield from self._learn_joined(group, joined)

@@ -16,6 +16,7 @@ model's labels. See docs/delayed-outcomes.md.
 """
 import heapq
 import math
+import pickle
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -107,14 +108,70 @@ class LabelJoin:
     # waits for ever
     SOURCE_LAG = 3600.0
 
+    SNAPSHOT_AFTER = 4 << 20  # bytes logged (beyond twice the last snapshot's) before the next
+
     def __init__(self, wait=None, expired_label=None):
         self.wait, self.expired_label = wait, expired_label
         self.models = {}
         self.seq = 0
         self.counts = dict(waiting=0, expired=0, expired_learned=0)
+        # what persists it (``log_entries``): the calls that changed it since the last
+        # snapshot, numbered; the bytes of that snapshot (None: none yet) and of the calls
+        self.log, self.logged, self.snapshot_bytes, self.log_bytes = [], 0, None, 0
+        self.replaying = False
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "log"}
+
+    def _record(self, call, *args):
+        """Log a call that changes the join (replayed by ``rebuild``)."""
+        if not self.replaying:
+            data = pickle.dumps((call, args), protocol=pickle.HIGHEST_PROTOCOL)
+            self.logged += 1
+            self.log.append(self.logged.to_bytes(8, "little") + data)
+            self.log_bytes += len(data)
+
+    def log_entries(self):
+        """(whether to clear the persisted log first, entries to add to it): the calls logged
+        since the last call, or, once they outgrow the last snapshot (a served example is
+        logged once, not written again with every change), a snapshot of the whole join."""
+        if self.snapshot_bytes is None or (self.log_bytes
+                                           > self.SNAPSHOT_AFTER + 2 * self.snapshot_bytes):
+            data = pickle.dumps(("snapshot", self), protocol=pickle.HIGHEST_PROTOCOL)
+            self.log, self.snapshot_bytes, self.log_bytes = [], len(data), 0
+            return True, [self.logged.to_bytes(8, "little") + data]
+        entries, self.log = self.log, []
+        return False, entries
+
+    @staticmethod
+    def rebuild(entries):
+        """The join that ``log_entries`` persisted as ``entries`` (in any order): its last
+        snapshot, then the calls logged since, replayed (their outputs were learned when they
+        were made); None for none."""
+        join, logged = None, 0
+        for _, data in sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries):
+            call, args = pickle.loads(data)
+            if call == "snapshot":
+                join, logged = args, 0
+                join.replaying = True
+            else:
+                getattr(join, call)(*args)
+                logged += len(data)
+        if join is not None:
+            join.log, join.log_bytes, join.replaying = [], logged, False
+            join.counts = dict.fromkeys(join.counts, 0)
+        return join
+
+    @property
+    def state_bytes(self):
+        """Bytes of its persisted log: about what it holds, without walking it (``nbytes``)."""
+        return (self.snapshot_bytes or 0) + self.log_bytes
 
     def _of(self, key):
-        return self.models.setdefault(key, ModelJoin())
+        join = self.models.get(key)
+        if join is None:
+            join = self.models[key] = ModelJoin()
+        return join
 
     def _next(self):
         self.seq += 1
@@ -143,29 +200,35 @@ class LabelJoin:
         for one of them later is a dead letter (learned once)."""
         rows = np.flatnonzero(~block.served)
         ids = block.ids.to_pylist()
-        for r in rows:
-            if ids[r] is not None:
-                self._close(self._of(key), ids[r], False,
-                            float(block.event_times[r]) if block.event_times is not None
-                            else math.inf)
+        done = [(ids[r], float(block.event_times[r]) if block.event_times is not None
+                 else math.inf) for r in rows if ids[r] is not None]
+        if done:
+            self._learned(key, done)
 
-    def features(self, block, served):
-        """A features block (its rows' positions and times move the features clock, in
-        position order) and what the group's models served of it, ``served`` [(model key,
-        block, scores [n, K])]: each served example with an id waits for its label."""
+    def _learned(self, key, done):
+        self._record("_learned", key, done)
+        join = self._of(key)
+        for i, time in done:
+            self._close(join, i, False, time)
+
+    def features(self, source, positions, keys, times, served):
+        """A features block of ``source`` (its rows' ``positions``, model ``keys`` and record
+        ``times``, which move the features clock, in position order) and what the group's
+        models served of it, ``served`` [(model key, block, scores [n, K])]: each served
+        example with an id waits for its label."""
+        self._record("features", source, positions, keys, times, served)
         out = Released()
         entries = {}
         for key, rows_block, scores in served:
             rows = Rows(rows_block, scores)
             for r, p in enumerate(rows_block.positions.tolist()):
                 entries[p] = (key, rows, r)
-        positions, keys = block.positions.tolist(), block.keys.to_pylist()
-        for n in np.argsort(block.positions, kind="stable").tolist():
+        at = positions.tolist()
+        for n in np.argsort(positions, kind="stable").tolist():
             if self.wait is not None:
                 key = keys[n]
-                self._advance(key, self._of(key), FEATURES, block.source,
-                              float(block.event_times[n]), out)
-            entry = entries.get(positions[n])
+                self._advance(key, self._of(key), FEATURES, source, float(times[n]), out)
+            entry = entries.get(at[n])
             if entry is not None:
                 self._wait(*entry, out)
         return out.result()
@@ -189,6 +252,7 @@ class LabelJoin:
         """A labels block of the group's model keys -> what its labels let the models learn
         (``Released.result``): a label whose features wait is learned with them, unless labels
         of its model before it still wait for theirs; the others wait (``pending``)."""
+        self._record("labels", block)
         ids = block.ids.to_pylist()
         block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL)
                                     for r in range(len(block))
@@ -237,7 +301,10 @@ class LabelJoin:
         if clock <= join.clocks[side]:
             return
         join.clocks[side] = clock
-        self._expire_due(key, join, out)
+        if side == LABELS:
+            self._expire_due(key, join, out)
+        elif join.pending:  # (its head may be a label no features can reach any more)
+            self._release(key, join, out)
         forget, kept = min(join.clocks), []
         while join.closing and join.closing[0][0] < forget:
             item = heapq.heappop(join.closing)
@@ -253,7 +320,7 @@ class LabelJoin:
         """The model's examples no label can reach any more (the labels' clock is past their
         time + wait) expire, but those with a label within the wait that waits behind others
         (it joins them, ``_release``); then its head moves on."""
-        heap, kept = join.expiring, []
+        heap, kept, expired = join.expiring, [], False
         while heap and heap[0][0] < join.clocks[LABELS]:
             item = heapq.heappop(heap)
             entry = join.served.get(item[2])
@@ -263,7 +330,9 @@ class LabelJoin:
                     kept.append(item)
                 else:
                     self._expire(key, join, item[2], item[0])
-        self._release(key, join, out)
+                    expired = True
+        if expired:
+            self._release(key, join, out)
         for item in kept:
             if item[2] in join.served:
                 heapq.heappush(heap, item)

@@ -278,7 +278,9 @@ class ModelGroup:
     def __init__(self, models=None, evicted=None, join=None):
         self.models = models if models is not None else {}  # model key -> KeyedModel
         self.evicted = evicted if evicted is not None else {}  # model key -> (examples, served)
-        self.join = join  # the served examples waiting for labels (``--labels``: ``LabelJoin``)
+        # the served examples waiting for labels (``--labels``: ``LabelJoin``), kept in its own
+        # log beside the group's state (``LabelJoin.log_entries``), not in ``to_bytes``
+        self.join = join
         self.token = None
 
     def model(self, key, new):
@@ -333,7 +335,7 @@ class ModelGroup:
     def nbytes(self):
         """Bytes of its models' learner state, and of the examples waiting for labels."""
         return (sum(model.state.nbytes for model in self.models.values())
-                + (self.join.nbytes if self.join is not None else 0))
+                + (self.join.state_bytes if self.join is not None else 0))
 
     def to_bytes(self):
         """The form kept in Beam state: a new token (32 ASCII bytes), then the models (and the
@@ -342,7 +344,7 @@ class ModelGroup:
         Pickled, a model over 50 examples' features encodes in a fifth and decodes in a tenth
         of the Arrow file's time, which 10,000 keys pay per element."""
         self.token = unique_token()
-        return self.token.encode() + pickle.dumps((self.models, self.evicted, self.join),
+        return self.token.encode() + pickle.dumps((self.models, self.evicted, None),
                                                   protocol=pickle.HIGHEST_PROTOCOL)
 
     def holds(self, data):
