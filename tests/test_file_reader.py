@@ -142,6 +142,24 @@ def test_json_lines_parsed_whole_equal_the_per_line_parser():
         assert row(whole) == row(careful)
 
 
+def test_json_lines_none_of_which_has_a_label_parsed_whole_when_they_may_be_served():
+    """Examples to serve (a features topic whose labels come on another): no label column in
+    the batch at all, read by Arrow as a whole, alike the per-line parser; where every record
+    needs a label, each is refused."""
+    spec = RecordSpec(label="label", id="id", bits=18, require_label=False)
+    lines = ['{"id": "1", "f1": 2.5, "f2": 3}', '{"id": "2", "f2": null, "f3": true}']
+    items = list(enumerate(lines, 1))
+    whole, dead = parse_jsonl(spec, "s", items)
+    assert dead == [] and numeric_table(spec, _json_table(lines)) is not None  # Arrow took it
+    careful, dead = parse_jsonl(spec, "s", items + [(3, "{broken")])
+    assert np.isnan(whole.labels).all() and np.isnan(careful.labels).all()
+    assert whole.ids.to_pylist() == careful.ids.to_pylist() == ["1", "2"]
+    assert (whole.indptr.tolist(), whole.indices.tolist(), whole.values.tolist()) == (
+        careful.indptr.tolist(), careful.indices.tolist(), careful.values.tolist())
+    _, dead = parse_jsonl(RecordSpec(label="label", id="id", bits=18), "s", items)
+    assert [d.reason for d in dead] == ["missing label field 'label'"] * 2
+
+
 @pytest.mark.parametrize("text, kept_once", [
     ("label,a,b\n1,0.5,3\n-1,2,7e3\n1,1e-4,0.25\n", True),  # every row the same features
     ("label,a,b\n1,0.5,3\n-1,,7e3\n1,1e-4,0.25\n", False),  # a missing value

@@ -827,9 +827,11 @@ def numeric_table(spec, table):
     numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
                   or pa.types.is_null(t) for name, t in zip(table.column_names, table.schema.types)
                   if name not in (spec.id, spec.model_key))
-    if not numeric or spec.categorical or spec.label not in table.column_names:
+    # (no label column: examples to serve, where records may come without one)
+    labeled = spec.label in table.column_names
+    if not numeric or spec.categorical or (not labeled and spec.require_label):
         return None
-    if not _labels_fit(spec, table.column(spec.label)) or (spec.weight and (
+    if (labeled and not _labels_fit(spec, table.column(spec.label))) or (spec.weight and (
             spec.weight not in table.column_names or table.column(spec.weight).null_count)):
         return None
     if any(not (pa.types.is_string(table.schema.field(c).type)
