@@ -1,5 +1,6 @@
 """Delayed outcomes on a stream (issue #36): examples without labels on one topic and their labels
-on another, each ``--rate`` per second, every label ``--lag`` seconds behind its example;
+on another, each at a rate per second (``--rates``), every label ``--lag`` seconds behind its
+example;
 ``unitless train --streaming --labels ... --label-wait 30s`` on Prism, against the same examples
 served without a labels topic, alternately (``--pairs`` times).
 
@@ -13,7 +14,7 @@ and MiB waiting for labels (the pipeline's log), and the peak RSS of the pipelin
 
 Target (issue #36): 10,000/s each, labels 1 s behind: serving p99 no worse than without labels.
 
-    .venv/bin/python benchmarks/labels_stream.py            # 10,000/s, 20 s, 2 pairs
+    .venv/bin/python benchmarks/labels_stream.py            # 5,000 and 10,000/s, 20 s, 2 pairs
     .venv/bin/python benchmarks/labels_stream.py --quick    # 2,000/s, 5 s, 1 pair
 
 Writes benchmarks/results/labels_stream{.md,.json} (``--quick``: in results/tmp/).
@@ -118,11 +119,13 @@ def render(runs, lag):
 
 
 def main():
-    args = parse_args(__doc__, rate=(int, None, "examples/s and labels/s (default 10,000)"),
+    args = parse_args(__doc__, rates=(str, None, "examples/s and labels/s, comma-separated "
+                                      "(default 5000,10000)"),
                       seconds=(int, None, "length of the load (default 20)"),
                       lag=(float, 1.0, "seconds a label comes after its example"),
                       pairs=(int, None, "alternated pairs of runs (default 2)"))
-    rate = args.rate or (2_000 if args.quick else 10_000)
+    rates = ([int(r) for r in args.rates.split(",")] if args.rates
+             else [2_000] if args.quick else [5_000, 10_000])
     seconds = args.seconds or (5 if args.quick else 20)
     pairs = args.pairs or (1 if args.quick else 2)
     h = header()
@@ -130,12 +133,13 @@ def main():
     runs = []
     try:
         with LocalKafka(work / "broker", startup_timeout=120) as kafka:
-            for p in range(pairs):
-                for with_labels in (False, True):
-                    runs.append(run(kafka.bootstrap_servers, work,
-                                    f"{'labels' if with_labels else 'plain'}-{p}", rate,
-                                    seconds, args.lag, with_labels))
-                    progress(json.dumps(runs[-1]))
+            for rate in rates:
+                for p in range(pairs):
+                    for with_labels in (False, True):
+                        runs.append(run(kafka.bootstrap_servers, work,
+                                        f"{'labels' if with_labels else 'plain'}-{rate}-{p}",
+                                        rate, seconds, args.lag, with_labels))
+                        progress(json.dumps(runs[-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_results(result_name("labels_stream", args.quick),
