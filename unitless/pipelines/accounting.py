@@ -5,12 +5,12 @@ learned), refused or replayed (skipped as learned before a resume, which only a 
 do), and the models grew by the examples learned. Delayed outcomes (``--labels``) add their
 terms: a labels record is read and its example learned; an example whose label never came is
 learned with ``--expired-label`` without a record read for it (``expired_learned``); and every
-served example that waited for its label has stopped waiting once the input has ended. The counts are taken from the steps' outputs themselves
-(the blocks going in, the prediction and dead-letter tables coming out, and each model's
-examples at the end of its input), so a retried or split bundle counts once, as its committed
-outputs do; Beam metrics may count a retry twice or, on some runners, not at all. Once a
-bounded input has ended, a run whose counts do not add up fails with one line
-(``AccountingError``).
+served example that waited for its label has stopped waiting once the input has ended. The
+counts are taken from the steps' outputs themselves (the blocks going in, the prediction and
+dead-letter tables coming out, and each model's examples at the end of its input), so a retried
+or split bundle counts once, as its committed outputs do; Beam metrics may count a retry twice
+or, on some runners, not at all. Once a bounded input has ended, a run whose counts do not add
+up fails with one line (``AccountingError``).
 
 Counts alone can be fooled: a model whose state is lost in the middle of a run and started
 again learns the rest of its examples from nothing, and reports them as it leaves, as the

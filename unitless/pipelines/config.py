@@ -330,7 +330,8 @@ def joined_labels(labels, cfg, given_format):
     return files
 
 
-MAX_LABEL_WAIT = 7 * 86400  # seconds: what waits is held in worker memory (docs/delayed-outcomes.md)
+# seconds: what waits is held in worker memory and logged in Beam state (docs/delayed-outcomes.md)
+MAX_LABEL_WAIT = 7 * 86400
 
 
 def label_expiry(o, cfg):

@@ -140,9 +140,10 @@ class InOrder(beam.DoFn):
     the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from
     and to Beam state, ``stored`` a ``Stored``), ``continues(state, pieces)`` (if it learns on
     arrival: the block, split by model key, holds the state's next examples),
-    ``enter_source(key, block, stored, pieces)`` (what to do with a Kafka partition's block as it arrives, before it waits),
-    ``learn(state, block, pieces=None, at=None)`` (a block handed on at ``at``, µs on the
-    watermark's clock, None at the end of the input; yields outputs),
+    ``enter_source(key, block, stored, pieces)`` (what to do with a Kafka partition's block as
+    it arrives, before it waits), ``learn(state, block, pieces=None, at=None)`` (a block
+    handed on at ``at``, µs on the watermark's clock, None at the end of the input; yields
+    outputs),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
     ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and

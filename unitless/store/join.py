@@ -10,7 +10,7 @@ so that the result does not depend on how the two inputs interleave.
 With ``wait`` (``--label-wait``, seconds of the records' own time) an example and its label
 join only when the label's time is at most ``wait`` after the example's, or the example's at
 most ``wait`` after the label's; and what waits longer expires, on each input's clock: the
-time its records have reached in this group (``_advance``), not the reader's. An expired
+time the model key's records have reached there (``_advance``), not the reader's. An expired
 example is dropped, or learned with ``expired_label`` at its expiry time's place among its
 model's labels. See docs/delayed-outcomes.md.
 """
@@ -153,7 +153,7 @@ class LabelJoin:
             call, args = pickle.loads(data)
             if call == "snapshot":
                 join, logged = args, 0
-                join.replaying = True
+                join.replaying, join.snapshot_bytes = True, len(data)
             else:
                 getattr(join, call)(*args)
                 logged += len(data)
