@@ -149,7 +149,7 @@ class LabelJoin:
         snapshot, then the calls logged since, replayed (their outputs were learned when they
         were made); None for none."""
         join, logged = None, 0
-        for _, data in sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries):
+        for number, data in sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries):
             call, args = pickle.loads(data)
             if call == "snapshot":
                 join, logged = args, 0
@@ -157,6 +157,7 @@ class LabelJoin:
             else:
                 getattr(join, call)(*args)
                 logged += len(data)
+            join.logged = number  # (the calls it logs next are numbered after these)
         if join is not None:
             join.log, join.log_bytes, join.replaying = [], logged, False
             join.counts = dict.fromkeys(join.counts, 0)
