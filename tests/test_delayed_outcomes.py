@@ -146,15 +146,6 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
     assert len(never) == 30 and all(r["label"] == -1 for r in expired)
 
 
-def test_a_join_rebuilt_from_its_log_over_and_over_joins_alike(tmp_path):
-    """A worker that keeps one model decoded: each of the two groups' join is rebuilt from
-    what it logged in Beam state whenever the other group's block came between."""
-    features, labels, reference, bad = write_join(tmp_path, "features.csv", seed=2)
-    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
-                   "--models-in-memory", "1")
-    assert_joined(joined, train(tmp_path, "plain", [reference]), {str(labels)}, bad)
-
-
 def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
     features, labels, _, _ = write_join(tmp_path, "features.csv")
     for more, said in ((["--resume"], "--labels cannot be used with --resume yet"),

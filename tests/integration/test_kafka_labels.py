@@ -130,14 +130,12 @@ def produce_timed(bootstrap, topic, records, start):
     producer.close()
 
 
-@pytest.mark.parametrize("runner", ["fnapi", "prism", "evicting"])
+@pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
     """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
-    backlog, which the reader's clock would expire at once): see ``check_timed_join``.
-    "evicting": a worker that keeps one model decoded, so that each group's join is rebuilt
-    from its log in Beam state over and over."""
-    check_timed_join(broker.bootstrap_servers, tmp_path, runner, {
-        "prism": prism_args(), "evicting": ["--models-in-memory", "1"]}.get(runner, []))
+    backlog, which the reader's clock would expire at once): see ``check_timed_join``."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, runner,
+                     prism_args() if runner == "prism" else [])
 
 
 def check_timed_join(bootstrap, tmp_path, name, runner_args):
