@@ -70,6 +70,7 @@ class ModelJoin:
     closed: dict = field(default_factory=dict)
     pending: deque = field(default_factory=deque)
     labeled: dict = field(default_factory=dict)  # id -> the times of its labels in ``pending``
+    parked: dict = field(default_factory=dict)  # id -> its ``closing`` entry, while labeled
     clocks: list = field(default_factory=lambda: [-math.inf, -math.inf])
     newest: tuple = field(default_factory=lambda: ({}, {}))
     expiring: list = field(default_factory=list)
@@ -306,37 +307,35 @@ class LabelJoin:
             self._expire_due(key, join, out)
         elif join.pending:  # (its head may be a label no features can reach any more)
             self._release(key, join, out)
-        forget, kept = min(join.clocks), []
+        # (by the features' clock alone while no label has come: ids of examples that carried
+        # their own label must not pile up in a model that gets none)
+        clocks = [c for c in join.clocks if c > -math.inf]
+        forget = min(clocks) if clocks else -math.inf
         while join.closing and join.closing[0][0] < forget:
             item = heapq.heappop(join.closing)
             if join.closed.get(item[2], (None, None))[1] == item[1]:
                 if item[2] in join.labeled:  # (a label of it waits: it says which it is)
-                    kept.append(item)
+                    join.parked[item[2]] = item  # (forgotten once that label has gone)
                 else:
                     del join.closed[item[2]]
-        for item in kept:
-            heapq.heappush(join.closing, item)
 
     def _expire_due(self, key, join, out):
         """The model's examples no label can reach any more (the labels' clock is past their
         time + wait) expire, but those with a label within the wait that waits behind others
         (it joins them, ``_release``); then its head moves on."""
-        heap, kept, expired = join.expiring, [], False
+        heap, expired = join.expiring, False
         while heap and heap[0][0] < join.clocks[LABELS]:
             item = heapq.heappop(heap)
             entry = join.served.get(item[2])
-            if entry is not None and entry[2] == item[1]:
-                if any(abs(t - item[0] + self.wait) <= self.wait
-                       for t in join.labeled.get(item[2], ())):
-                    kept.append(item)
-                else:
-                    self._expire(key, join, item[2], item[0])
-                    expired = True
+            # (one with a label within the wait waiting behind others is not looked at again:
+            # that label joins it when it reaches the head, or at the end of the input)
+            if entry is not None and entry[2] == item[1] and not any(
+                    abs(t - item[0] + self.wait) <= self.wait
+                    for t in join.labeled.get(item[2], ())):
+                self._expire(key, join, item[2], item[0])
+                expired = True
         if expired:
             self._release(key, join, out)
-        for item in kept:
-            if item[2] in join.served:
-                heapq.heappush(heap, item)
 
     def _close(self, join, i, expired, time):
         seq = self._next()
@@ -398,6 +397,8 @@ class LabelJoin:
             times.remove(t)
             if not times:
                 del join.labeled[i]
+                if i in join.parked:
+                    heapq.heappush(join.closing, join.parked.pop(i))
         if join.empty() and not ended and self.wait is None:  # (with a wait: its clocks)
             self.models.pop(key, None)
 
