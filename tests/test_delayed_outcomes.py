@@ -148,8 +148,7 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
 
 def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
     features, labels, _, _ = write_join(tmp_path, "features.csv")
-    for more, said in ((["--resume"], "--labels cannot be used with --resume yet"),
-                       (["--model-ttl", "1h"], "--labels cannot be used with --model-ttl yet"),
+    for more, said in ((["--model-ttl", "1h"], "--labels cannot be used with --model-ttl yet"),
                        (["--labels", str(features)], "a file given to --labels is an input too")):
         code = main(["train", "--input", str(features), "--id-column", "id", "--labels",
                      str(labels), *more, "--model-dir", str(tmp_path / "m")])
@@ -225,7 +224,7 @@ def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     assert [d.reason for d in dead] == [label_join.SECOND_LABEL]
     assert join.holds("")  # (z's label waits, and c's behind it)
     assert join.nbytes > 0
-    assert join.take_counts() == dict(waiting=0, expired=0, expired_learned=0)
+    assert join.take_counts() == dict(waiting=0, expired=0, expired_learned=0, replayed=0)
     joined, dead = join.end("")
     assert joined == [] and [(d.position, d.reason) for d in dead] == [
         (4, label_join.NEVER_SERVED), (7, label_join.SECOND_LABEL)]
@@ -303,7 +302,25 @@ def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, sn
     # passed 51, and d's label came after d had expired
     assert [(d.position, d.reason) for d in dead] == [(6, label_join.NEVER_SERVED),
                                                       (7, label_join.LATE_LABEL)]
-    assert join.take_counts() == dict(waiting=1, expired=3, expired_learned=3)
+    assert join.take_counts() == dict(waiting=1, expired=3, expired_learned=3, replayed=0)
     joined, dead = join.end("")
     assert learned(joined) == [(["h"], [-1.0], True)] and dead == []
-    assert join.take_counts() == dict(waiting=-1, expired=1, expired_learned=1)
+    assert join.take_counts() == dict(waiting=-1, expired=1, expired_learned=1, replayed=0)
+
+
+def test_a_join_resumed_after_its_end_learns_and_refuses_nothing_again(tmp_path):
+    """--resume over the same files once a joined run has ended: every record is replayed (its
+    models' checkpoints keep what they learned, judged and served), nothing is learned, served
+    or refused again, and the models are unchanged."""
+    features, labels, _, _ = write_join(tmp_path, "features.csv")
+    more = ("--labels", str(labels), "--checkpoint-every", "50")
+    joined = train(tmp_path, "joined", [features], *more)
+    before = final_models(str(joined / "models"))
+    predictions = read_output(str(joined / "p")).num_rows
+    dead = read_output(str(joined / "d")).num_rows
+    train(tmp_path, "joined", [features], *more, "--resume")
+    after = final_models(str(joined / "models"))
+    for key in KEYS:
+        assert after[key][0].equals(before[key][0]) and after[key][1:] == before[key][1:]
+    assert read_output(str(joined / "p")).num_rows == predictions
+    assert read_output(str(joined / "d")).num_rows == dead

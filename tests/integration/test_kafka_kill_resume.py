@@ -2,6 +2,7 @@
 campaigns (tests/killing.py) lose no prediction, learn every example exactly once, and end with
 the models of an uninterrupted run, bit for bit."""
 import json
+import re
 import subprocess
 import sys
 import time
@@ -91,3 +92,27 @@ def test_thirty_kills_on_kafka_lose_no_prediction_and_learn_every_example_once(b
 
     campaigns(lambda n: command(bootstrap, topic, runs[n]), lambda n: runs[n] / "models",
               check, KILLS, duration)
+
+
+def test_a_resume_past_what_retention_kept_fails_in_one_line(broker, tmp_path, capsys):
+    """Records a resumed run must read again, deleted by the broker's retention: the run fails
+    before it starts, instead of losing them."""
+    from kafka import TopicPartition
+
+    from unitless.cli import main
+    bootstrap, topic = broker.bootstrap_servers, "retention-input"
+    create_topics(bootstrap, [topic, "run-pred", "run-dead"], partitions=1)
+    produce(bootstrap, topic, 90)
+    out = tmp_path / "run"
+    assert main(command(bootstrap, topic, out, resume=False)[3:]) == 0
+    produce(bootstrap, topic, 90, seed=4)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.delete_records({TopicPartition(topic, 0): 120})
+    admin.close()
+    assert main(command(bootstrap, topic, out)[3:]) == 2
+    said = re.fullmatch(
+        f"unitless: error: --resume: {topic}/0 must be read again from offset (\\d+), but its "
+        "log starts at 120: (\\d+) records were deleted \\(retention\\) and would be lost; "
+        "keep the topic's records longer than the time between checkpoints \\(and "
+        "--label-wait\\)", capsys.readouterr().err.strip().splitlines()[-1])
+    assert said and 0 < int(said[1]) <= 90 and int(said[2]) == 120 - int(said[1])

@@ -60,11 +60,22 @@ def is_kafka(url):
 def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
     """[(partition, start, stop)] for the topic; stop = end offset now if bounded.
 
-    start_offsets: {partition: offset} to resume from (others start at the beginning). A broker
-    that cannot be reached raises ConnectionError within about timeout_s.
+    start_offsets: {partition: offset} to resume from (others start at the beginning); one
+    below the partition's log start (the broker's retention deleted records a resumed run needs)
+    raises ValueError rather than lose them. A broker that cannot be reached raises
+    ConnectionError within about timeout_s.
     """
-    return [(p, max(first, start_offsets.get(p, 0)), end if bounded else UNBOUNDED)
-            for p, (first, end) in sorted(partition_offsets(topic, timeout_s).items())]
+    ranges = []
+    for p, (first, end) in sorted(partition_offsets(topic, timeout_s).items()):
+        start = start_offsets.get(p, first)
+        if start < first:
+            raise ValueError(
+                f"--resume: {topic.topic}/{p} must be read again from offset {start}, but its "
+                f"log starts at {first}: {first - start:,} records were deleted (retention) and "
+                "would be lost; keep the topic's records longer than the time between "
+                "checkpoints (and --label-wait)")
+        ranges.append((p, start, end if bounded else UNBOUNDED))
+    return ranges
 
 
 @dataclass

@@ -293,8 +293,7 @@ def joined_labels(labels, cfg, given_format):
     sets ``cfg.label_sources``."""
     if isinstance(labels, str):
         labels = [labels]
-    for option, on in (("--shards", cfg.shards), ("--resume", cfg.resume),
-                       ("--model-ttl", cfg.model_ttl)):
+    for option, on in (("--shards", cfg.shards), ("--model-ttl", cfg.model_ttl)):
         if on:
             raise ValueError(f"--labels cannot be used with {option} yet")
     if cfg.spec.id is None:

@@ -155,6 +155,11 @@ def key_by_model(size, **options):
 def new_keyed_model(cfg, key, checkpoints):
     """The key's model: resumed from its latest checkpoint when asked (its group's, read by
     ``checkpoints``, a GroupWriter; else the per-key layout's), else a fresh learner."""
+    return saved_keyed_model(cfg, key, checkpoints) or KeyedModel(key, new_learner(cfg))
+
+
+def saved_keyed_model(cfg, key, checkpoints):
+    """The key's model as its latest checkpoint holds it, with --resume; else None."""
     if cfg.resume:
         found = (checkpoints.group(group_key(key, cfg.model_groups)).load(key)
                  or per_key.load_latest_learner(cfg.model_dir, key))
@@ -167,7 +172,7 @@ def new_keyed_model(cfg, key, checkpoints):
             if cfg.allow_hyperparameter_change:
                 model.state.hyperparameters = new_learner(cfg).hyperparameters
             return model
-    return KeyedModel(key, new_learner(cfg))
+    return None
 
 
 class DecodedModels:
@@ -241,6 +246,10 @@ class LearnBlocks:
 
     def __init__(self, cfg, streaming=False):
         self.cfg = cfg
+        # (--labels, resumed: the records read again move the join's clocks, so every block
+        # waits to be handed on in order; one that continues where the models had learned
+        # would come before those read again, which a model that learned on arrival skips)
+        self.learns_on_arrival = not (cfg.labels and cfg.resume)
         # a stream that goes quiet still gets its --checkpoint-seconds checkpoint (``idle``);
         # a bounded input's end takes the last one
         self.idle_seconds = cfg.checkpoint_seconds if streaming else None
@@ -263,6 +272,7 @@ class LearnBlocks:
         self.started = self.last_log = time.time()
         self.seen = 0
         self.last_join = None  # (``--labels``: its waiting state is logged)
+        self.unsaved = set()  # (--resume, --labels: model keys without a checkpoint)
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
         cfg = self.cfg
         self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
@@ -299,9 +309,32 @@ class LearnBlocks:
         self.models.keep(key, group, group.nbytes, len(group.models))
         return group
 
-    def _of(self, group, model_key):
-        """The group's model of ``model_key`` (a new one if it has none: ``new_keyed_model``)."""
-        return group.model(model_key, self._new_model)
+    def _of(self, group, model_key, saved=None):
+        """The group's model of ``model_key`` (if it has none: ``saved``, or a new one,
+        ``new_keyed_model``; one resumed from a checkpoint that kept its join's state gives it
+        back to the join)."""
+        fresh = model_key not in group.models
+        model = group.model(model_key, self._new_model if saved is None else lambda *_: saved)
+        if fresh and model.saved_join is not None:
+            self._join_of(group).restore(model_key, model.saved_join, model.positions)
+            model.saved_join = None
+        return model
+
+    def _join_of(self, group):
+        if group.join is None:
+            group.join = LabelJoin(self.cfg.label_wait, self.cfg.expired_label)
+        return group.join
+
+    def _resume_labeled(self, group, pieces):
+        """--resume: the models with checkpoints of a labels block's model keys, read before
+        their labels reach the join (which must know the labels they learned)."""
+        for k, _ in pieces:
+            if k not in group.models and k not in self.unsaved:
+                model = saved_keyed_model(self.cfg, k, self.group_files)
+                if model is None:
+                    self.unsaved.add(k)
+                else:
+                    self._of(group, k, model)
 
     def _new_model(self, model_key, evicted=None):
         if evicted is None:
@@ -351,7 +384,7 @@ class LearnBlocks:
             for k, piece in pieces:
                 model = self._of(group, k)
                 if model.enter_source(piece):
-                    self._checkpoint(model)
+                    self._checkpoint(model, group)
                     entered = True
             if entered:
                 self.store(key, group, stored)
@@ -378,7 +411,7 @@ class LearnBlocks:
         if idle:
             for model in idle:
                 if model.checkpoint_behind():
-                    self._checkpoint(model)
+                    self._checkpoint(model, group)
             written = self._write_checkpoints()
             # only those whose state the group's newest checkpoint holds (a failed bundle's
             # may hold more: this state learns up to it again, and leaves later): as the write
@@ -405,7 +438,7 @@ class LearnBlocks:
         taken = False
         for model in group.every_model():
             if model.checkpoint_behind():
-                self._checkpoint(model)
+                self._checkpoint(model, group)
                 taken = True
         return taken
 
@@ -455,25 +488,36 @@ class LearnBlocks:
         with, in label order, as their features come (``LabelJoin``); a features block's
         examples served, then waiting for their labels (those that carry one learned, as in
         any run)."""
-        join = group.join = group.join or LabelJoin(self.cfg.label_wait, self.cfg.expired_label)
+        join = self._join_of(group)
         if self.cfg.is_labels(block.source):
+            if self.cfg.resume:
+                self._resume_labeled(group, pieces)
             joined, dead = join.labels(block)
         else:
             served, dead = [], []
             for k, piece in pieces:
                 model = self._of(group, k)
-                piece, again = join.screen(k, piece)
+                piece, again = join.screen(k, join.replayed(k, piece))
                 dead += again
                 join.labeled(k, piece)
+                piece, before = join.served_before(k, piece)
                 rows = []
                 if len(piece):
                     yield from self._learn_parts(model, piece, rows)
+                if before is not None:  # (what they were served with is gone)
+                    rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
                 served += [(k, b, scores) for b, scores in rows]
             joined, lost = join.features(block.source, block.positions,
                                          block.keys.to_pylist(), block.event_times, served)
             dead += lost
         yield from self._dead(dead)
         yield from self._learn_joined(group, joined)
+        due = [m for m in group.every_model()
+               if m.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)]
+        for model in due:
+            self._checkpoint(model, group)
+        if due:
+            self._write_checkpoints()
 
     def _learn_joined(self, group, joined):
         """Learn the join's ``[(model key, block, the scores its examples were served with,
@@ -487,6 +531,7 @@ class LearnBlocks:
         if any(counts.values()):
             self.waiting.inc(counts["waiting"])
             self.expired.inc(counts["expired"])
+            self.replayed.inc(counts["replayed"])
             yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(**counts))
 
     def _labels_ended(self, group):
@@ -533,7 +578,10 @@ class LearnBlocks:
             predictions_sink.write(predictions)
             self._log(model, predictions.num_rows)
             yield predictions
-        if model.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds):
+        # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
+        # join's state with the model's, and they agree only then)
+        if not self.cfg.labels and model.checkpoint_due(self.cfg.checkpoint_every,
+                                                        self.cfg.checkpoint_seconds):
             self._checkpoint(model)
             self._write_checkpoints()  # due now: not when the bundle ends, however long it is
         elif predictions_sink.rows >= self.FLUSH_ROWS:
@@ -543,13 +591,17 @@ class LearnBlocks:
         for sink in self.sinks:
             sink.flush()
 
-    def _checkpoint(self, model):
-        """Take the model's checkpoint now; it is written with the others of the bundle before
-        the bundle ends (``_write_checkpoints``), or sooner when they grow large or the caller
-        writes them."""
+    def _checkpoint(self, model, group=None):
+        """Take the model's checkpoint now (of ``group``'s, whose join's state it keeps with
+        --labels); it is written with the others of the bundle before the bundle ends
+        (``_write_checkpoints``), or sooner when they grow large or the caller writes them."""
         passed = model.passed_partitions - (model.checkpoint_passed or set())  # (news only)
         model.mark_checkpoint()
+        if self.cfg.labels:
+            model.saved_join = self._join_of(group).resume_state(model.key, {
+                s: p for s, p in model.positions.items() if not self.cfg.is_labels(s)})
         table = model.to_table()
+        model.saved_join = None
         self.pending.append((model.key, table, model.state.examples_seen,
                              model.progressive_loss(), sorted(passed)))
         self.pending_bytes += table.nbytes

@@ -56,16 +56,30 @@ class Rows:
 
 
 @dataclass
+class Resumed:
+    """What a resumed run's model key did before (its checkpoint, ``LabelJoin.restore``):
+    ``positions``, per source, the last label it learned or judged there (a dead letter), or
+    the last example it served; ``rejoin``, per features source, the position before its oldest
+    example there still waiting; ``waiting``, per features source, the positions of those
+    waiting that have not come again yet (until they do, its checkpoints keep them); and
+    ``labeled``, whether it had labels."""
+    positions: dict
+    rejoin: dict
+    waiting: dict
+    labeled: bool  # whether it had labels
+
+
+@dataclass
 class ModelJoin:
     """One model key's waiting: its served examples by id (entries ``(Rows, row, seq)``), the
-    ids it learned or let expire (id -> (expired, seq); kept for twice ``wait`` past the
-    example's time, for ever without one: a label or features record later than that is told
-    apart by its time alone), and its labels in label order, waiting for features
+    ids it learned or let expire (id -> (expired, seq, the example's time); kept for twice
+    ``wait`` past that time, for ever without one: a label or features record later than that
+    is told apart by its time alone), and its labels in label order, waiting for features
     (``(Rows, row)``), among them the expired examples to learn with the expired label
     (``(None, entry, expiry time, label)``). With a wait: the two inputs' clocks (record time,
     s: ``LabelJoin._advance``), each input's sources' newest times, and heaps of (deadline,
     seq, id): of served examples, expiring once the labels' clock passes it, and of ids
-    closed, forgotten once both clocks do."""
+    closed, forgotten once both clocks do. ``resumed``: what it did before a resume."""
     served: dict = field(default_factory=dict)
     closed: dict = field(default_factory=dict)
     pending: deque = field(default_factory=deque)
@@ -75,9 +89,8 @@ class ModelJoin:
     newest: tuple = field(default_factory=lambda: ({}, {}))
     expiring: list = field(default_factory=list)
     closing: list = field(default_factory=list)
-
-    def empty(self):
-        return not (self.served or self.closed or self.pending)
+    judged: dict = field(default_factory=dict)  # labels source -> the last position it took
+    resumed: Resumed = None
 
 
 class Released:
@@ -115,7 +128,7 @@ class LabelJoin:
         self.wait, self.expired_label = wait, expired_label
         self.models = {}
         self.seq = 0
-        self.counts = dict(waiting=0, expired=0, expired_learned=0)
+        self.counts = dict(waiting=0, expired=0, expired_learned=0, replayed=0)
         # what persists it (``log_entries``): the calls that changed it since the last
         # snapshot, numbered; the bytes of that snapshot (None: none yet) and of the calls
         self.log, self.logged, self.snapshot_bytes, self.log_bytes = [], 0, None, 0
@@ -181,7 +194,8 @@ class LabelJoin:
 
     def take_counts(self):
         """The accounting's terms since the last call (``accounting.Tally``): examples that
-        started waiting less those that stopped, expired, and expired and learned."""
+        started waiting less those that stopped, expired, expired and learned, and records a
+        resumed run read again (``replayed``, ``labels``)."""
         counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
         return counts
 
@@ -223,8 +237,12 @@ class LabelJoin:
         entries = {}
         for key, rows_block, scores in served:
             rows = Rows(rows_block, scores)
+            owed = self.models[key].resumed if key in self.models else None
+            owed = owed.waiting.get(source) if owed is not None else None
             for r, p in enumerate(rows_block.positions.tolist()):
                 entries[p] = (key, rows, r)
+                if owed:  # (come again: it waits as it did)
+                    owed.discard(p)
         at = positions.tolist()
         for n in np.argsort(positions, kind="stable").tolist():
             if self.wait is not None:
@@ -255,29 +273,120 @@ class LabelJoin:
         (``Released.result``): a label whose features wait is learned with them, unless labels
         of its model before it still wait for theirs; the others wait (``pending``)."""
         self._record("labels", block)
-        ids = block.ids.to_pylist()
+        ids, again = block.ids.to_pylist(), self._judged(block)
         block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL)
-                                    for r in range(len(block))
-                                    if ids[r] is None or np.isnan(block.labels[r])])
+                                    for r in range(len(block)) if not again[r]
+                                    and (ids[r] is None or np.isnan(block.labels[r]))])
         out = Released()
         out.dead += dead
-        rows = Rows(block)
+        rows, again = Rows(block), self._judged(block)  # (of the rows kept)
         for q in np.argsort(block.positions, kind="stable").tolist():
             key = rows.keys[q]
             join = self._of(key)
             if self.wait is not None:
                 self._advance(key, join, LABELS, block.source, rows.time(q), out)
+            position = int(block.positions[q])
+            if again[q]:
+                self.counts["replayed"] += 1
+                continue
+            join.judged[block.source] = max(position, join.judged.get(block.source, -1))
             join.pending.append((rows, q))
             join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
             self._release(key, join, out)
         return out.result()
+
+    def _judged(self, block):
+        """Which records of a labels block their models learned or judged before a resume."""
+        source, keys = block.source, block.keys.to_pylist()
+        done = {key: join.resumed.positions.get(source, -1) for key in set(keys)
+                for join in (self.models.get(key),) if join is not None and join.resumed}
+        return [p <= done.get(k, -1) for k, p in zip(keys, block.positions.tolist())]
+
+    def resume_state(self, key, served):
+        """What model ``key``'s checkpoint keeps of its join, for a resumed run (``restore``),
+        JSON: given ``served`` ({features source: the last position it served there}), per
+        features source the position before its oldest example still waiting (``rejoin``: a
+        resumed run reads the source again from there) and the positions of those waiting
+        (``waiting``: only they wait again), per labels source the position through which its
+        labels were learned or judged (``labels``: only those after come again); and with a
+        wait, the ids it joined or let expire that it still knows (``closed``: [id, expired,
+        time or None]; without a wait the ids read again are closed again, ``replayed``)."""
+        rejoin, join = dict(served), self.models.get(key)
+        if join is None:
+            return {"rejoin": rejoin, "waiting": {}, "labels": {}, "closed": []}
+        labels, waiting = dict(join.judged), {}
+        for source, owed in (join.resumed.waiting.items() if join.resumed else ()):
+            if owed:  # (read again, not yet come)
+                waiting[source] = list(owed)
+                rejoin[source] = min(rejoin.get(source, math.inf), min(owed) - 1)
+        for entry in join.pending:
+            if entry[0] is not None:
+                source = entry[0].block.source
+                labels[source] = min(labels[source], int(entry[0].block.positions[entry[1]]) - 1)
+        held = set()
+        for rows, r in ([e[:2] for e in join.served.values()]
+                        + [e[1][:2] for e in join.pending if e[0] is None]):
+            held.add(rows.ids[r])
+            source, position = rows.block.source, int(rows.block.positions[r])
+            waiting.setdefault(source, []).append(position)
+            rejoin[source] = min(rejoin.get(source, position), position - 1)
+        closed = [] if self.wait is None else [
+            [i, expired, time if math.isfinite(time) else None]
+            for i, (expired, _, time) in join.closed.items() if i not in held]
+        return {"rejoin": rejoin, "waiting": {s: sorted(p) for s, p in waiting.items()},
+                "labels": labels, "closed": closed}
+
+    def restore(self, key, saved, positions):
+        """A resumed run's model ``key``, whose checkpoint kept ``saved`` of its join
+        (``resume_state``) and ``positions`` ({source: the last label it learned or example it
+        served there}): what it joined or let expire is known again, and the records of its
+        sources read again are told apart (``replayed``, ``served_before``, ``labels``)."""
+        self._record("restore", key, saved, positions)
+        join = self._of(key)
+        for i, expired, time in saved["closed"]:
+            self._close(join, i, expired, math.inf if time is None else time)
+        join.resumed = Resumed({**positions, **saved["labels"]}, dict(saved["rejoin"]),
+                               {s: set(p) for s, p in saved["waiting"].items()},
+                               bool(saved["labels"]))
+        join.judged.update(saved["labels"])
+
+    def replayed(self, key, block):
+        """A features block of model ``key`` -> the block without the examples a resumed run
+        read again that no longer waited at its checkpoint (counted ``replayed``; without a
+        wait their ids are closed again, as the whole input's are)."""
+        resumed = self.models[key].resumed if key in self.models else None
+        if resumed is None or block.source not in resumed.rejoin:
+            return block
+        source, positions = block.source, block.positions.tolist()
+        through, waiting = resumed.positions[source], resumed.waiting.get(source, ())
+        done = [r for r, p in enumerate(positions) if p <= through and p not in waiting]
+        if not done:
+            return block
+        self.counts["replayed"] += len(done)
+        ids = block.ids.to_pylist()
+        if self.wait is None:
+            self._learned(key, [(ids[r], math.inf) for r in done if ids[r] is not None])
+        return block.take(np.setdiff1d(np.arange(len(block)), done))
+
+    def served_before(self, key, block):
+        """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
+        to learn or serve, those it served before a resume, which wait for their labels again
+        without being served again: counted ``replayed``; None if none)."""
+        resumed = self.models[key].resumed if key in self.models else None
+        if resumed is None or block.source not in resumed.rejoin:
+            return block, None
+        again = block.positions <= resumed.positions[block.source]
+        if not again.any():
+            return block, None
+        self.counts["replayed"] += int(again.sum())
+        return block.take(np.flatnonzero(~again)), block.take(np.flatnonzero(again))
 
     def end(self, key):
         """The end of the input: model ``key``'s labels still waiting for features are dead
         letters (those behind them learned), and then its examples still waiting expire (no
         label can come); returns what that lets it learn (``Released.result``)."""
         out = Released()
-        join = self.models.pop(key, None)
+        join = self.models.get(key)  # (kept: a checkpoint at the end keeps what it judged)
         if join is not None:
             self._release(key, join, out, ended=True)  # (each label joins, or never can)
             for i, (rows, r, seq) in sorted(join.served.items(),
@@ -308,8 +417,10 @@ class LabelJoin:
         elif join.pending:  # (its head may be a label no features can reach any more)
             self._release(key, join, out)
         # (by the features' clock alone while no label has come: ids of examples that carried
-        # their own label must not pile up in a model that gets none)
-        clocks = [c for c in join.clocks if c > -math.inf]
+        # their own label must not pile up in a model that gets none; but not in a resumed
+        # model that had labels, whose labels' clock starts again with those read again)
+        clocks = [c for c in join.clocks if c > -math.inf
+                  or (join.resumed is not None and join.resumed.labeled)]
         forget = min(clocks) if clocks else -math.inf
         while join.closing and join.closing[0][0] < forget:
             item = heapq.heappop(join.closing)
@@ -339,7 +450,7 @@ class LabelJoin:
 
     def _close(self, join, i, expired, time):
         seq = self._next()
-        join.closed[i] = (expired, seq)
+        join.closed[i] = (expired, seq, time)
         if self.wait is not None and math.isfinite(time):
             heapq.heappush(join.closing, (time + 2 * self.wait, seq, i))
 
@@ -399,8 +510,6 @@ class LabelJoin:
                 del join.labeled[i]
                 if i in join.parked:
                     heapq.heappush(join.closing, join.parked.pop(i))
-        if join.empty() and not ended and self.wait is None:  # (with a wait: its clocks)
-            self.models.pop(key, None)
 
     def _left(self, join, rows):
         """One of ``rows``' examples no longer waits: the block is cut down to those that do

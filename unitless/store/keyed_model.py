@@ -67,7 +67,9 @@ def prediction_table(key, state, ids, labels, result, start, sources, positions,
         pa.array(positions), pa.repeat(pa.scalar(checkpoint_id, pa.string()), n),
         pa.array(event_times, pa.float64()) if event_times is not None
         else pa.nulls(n, pa.float64()), pa.array(served),
-        pa.array(served_losses, pa.float64()) if served_losses is not None
+        # (NaN: served before a resume, with a prediction no longer known)
+        pa.array(served_losses, pa.float64(), mask=np.isnan(served_losses))
+        if served_losses is not None
         else pa.nulls(n, pa.float64()),
     ], schema=PREDICTION_SCHEMA)
 
@@ -103,6 +105,9 @@ class KeyedModel:
     # when it last learned (µs on the input's clock, the watermark's: a source's block's stamp,
     # or when the watermark released it); None: not since it was made or read back
     last_seen: int = None
+    # --labels: what its checkpoint keeps of its group's join (``LabelJoin.resume_state``), as
+    # it is written or as read back until the join has it again (``LabelJoin.restore``)
+    saved_join: dict = None
 
     def learned_range(self):
         """(key, examples_seen when this run made or read it, examples_seen now)."""
@@ -116,8 +121,15 @@ class KeyedModel:
             "examples_served": self.served,
             "time": time.time(), "errors": self.errors,
             "unlearned_sources": self.unlearned, "learned_through": self.through,
-            "restart_positions": self.restart,
-            "watermark_passed": sorted(self.passed_partitions)})
+            "restart_positions": self._restart(),
+            "watermark_passed": sorted(self.passed_partitions),
+            **({"label_join": self.saved_join} if self.saved_join is not None else {})})
+
+    def _restart(self):
+        """Where a resumed run may restart each partition: --labels, no later than before the
+        oldest example still waiting for its label there (read again, to wait again)."""
+        rejoin = (self.saved_join or {}).get("rejoin", {})
+        return {s: min(p, rejoin.get(s, p)) for s, p in self.restart.items()}
 
     @classmethod
     def from_table(cls, table, state=None):
@@ -134,7 +146,8 @@ class KeyedModel:
                    {k: int(v) for k, v in (meta.get("learned_through") or {}).items()},
                    {k: int(v) for k, v in restart.items()}, passed_partitions=passed,
                    checkpoint_passed=set(passed), served=int(meta.get("examples_served", 0)),
-                   checkpoint_served=int(meta.get("examples_served", 0)))
+                   checkpoint_served=int(meta.get("examples_served", 0)),
+                   saved_join=meta.get("label_join"))
 
     def enter_source(self, block):
         """True when the block tells where this model starts in a source, which the caller
