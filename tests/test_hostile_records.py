@@ -3,6 +3,7 @@ read, where it was, a short reason) and never stops the reader; and a fuzz run o
 pipeline over 10,000 hostile records per format learns exactly what a run over the good records
 alone learns."""
 import base64
+import datetime
 import json
 import logging
 import subprocess
@@ -282,6 +283,60 @@ def test_parquet_rows_with_wrong_types_or_null_labels(tmp_path):
         assert_dead(dead, position, json.dumps(rows[position]), reason)
     # a NaN feature parses: the learner's checks refuse it
     assert sum((b.ids.to_pylist() for b, _ in out), []) == ["0", "6"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_times_from_a_time_column_and_the_records_without_one(tmp_path, fmt):
+    """--time-column: numbers of --time-unit since the epoch or ISO 8601 text (UTC without an
+    offset; Parquet timestamps) become the block's record times, read alike by the fast path
+    (a chunk of numbers) and record by record; a record without a readable time is a dead
+    letter and the others of its chunk are read."""
+    spec = RecordSpec(label="label", id="id", time="ts", time_unit=1e3)
+    times = {"0": 1_700_000_000_500, "1": "2026-11-28T14:00:00.25+01:00", "2": None,
+             "3": "2026-11-28 14:00:00", "4": "soon", "5": float("inf"), "6": True}
+    want = {"0": 1_700_000_000.5, "1": 1_795_870_800.25, "3": 1_795_874_400.0}
+    if fmt == "parquet":  # (a column has one type: timestamps, naive ones UTC)
+        when = {"0": datetime.datetime(2023, 11, 14, 22, 13, 20, 500000), "2": None,
+                "3": datetime.datetime(2026, 11, 28, 14)}
+        want.pop("1")
+        pq.write_table(pa.Table.from_pylist([{"id": i, "label": 1, "f1": 0.5, "ts": t}
+                                             for i, t in when.items()]), tmp_path / "t.parquet")
+        out = list(read_file(str(tmp_path / "t.parquet"), "parquet", spec))
+        pq.write_table(pa.table({"id": ["7"], "label": [1], "f1": [0.5],
+                                 "ts": [1_700_000_000_500]}), tmp_path / "numbers.parquet")
+        (block, dead), = read_file(str(tmp_path / "numbers.parquet"), "parquet", spec)
+        assert dead == [] and block.event_times.tolist() == [1_700_000_000.5]  # (fast path)
+    else:
+        def line(i, t):
+            if fmt == "jsonl":
+                return json.dumps({"id": i, "label": 1, "f1": 0.5, **(
+                    {} if t is None else {"ts": t if not isinstance(t, float) else 1e400})}
+                                  ).encode()
+            return f"{i},1,0.5,{'' if t is None else 'inf' if isinstance(t, float) else t}"\
+                .encode()
+        path = tmp_path / f"rows.{fmt}"
+        path.write_bytes(b"\n".join([b"id,label,f1,ts"] * (fmt == "csv")
+                                    + [line(i, t) for i, t in times.items()]) + b"\n")
+        out = list(read_file(str(path), fmt, spec))
+    got = {i: t for b, _ in out for i, t in zip(b.ids.to_pylist(), b.event_times.tolist())}
+    assert got == pytest.approx(want, abs=1e-6) and set(got) == set(want)
+    reasons = sorted(d.reason for _, ds in out for d in ds)
+    assert len(reasons) == (1 if fmt == "parquet" else 4), reasons
+    assert any("missing time field 'ts'" in r for r in reasons)
+    if fmt != "parquet":
+        assert any("time 'soon' is neither a number nor ISO 8601 text" in r for r in reasons)
+
+
+def test_a_time_column_is_refused_where_it_cannot_be_read(tmp_path, capsys):
+    data = tmp_path / "data.vw"
+    data.write_text("1 'e0| f1:0.5\n")
+    for more, said in ((["--input", str(data), "--time-column", "ts"],
+                        "--time-column names a field, and vw records have none"),
+                       (["--input", str(data), "--format", "jsonl", "--id-column", "ts",
+                         "--time-column", "ts"], "--id-column and --time-column both name "
+                        "column 'ts'")):
+        assert main(["train", *more, "--model-dir", str(tmp_path / "m")]) == 2
+        assert said in capsys.readouterr().err
 
 
 def test_kafka_values_as_bytes_null_and_invalid(tmp_path):

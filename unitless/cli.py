@@ -21,7 +21,7 @@ from .connectors.kafka import is_kafka  # noqa: E402
 from .connectors.storage import is_dir, where  # noqa: E402
 from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
 from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
-                               READ_OPTIONS, REFRESH_SECONDS, configure)
+                               READ_OPTIONS, REFRESH_SECONDS, TIME_UNITS, configure)
 
 def bundled_example():
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
@@ -37,6 +37,12 @@ def _input_args(p):
     p.add_argument("--id-column")
     p.add_argument("--model-key-column", help="one independent model per value of this column")
     p.add_argument("--weight-column", help="importance weight column")
+    p.add_argument("--time-column",
+                   help="the records' own time (for --label-wait): a number of --time-unit "
+                        "since the epoch, or ISO 8601 text (UTC without an offset); a record "
+                        "without one is refused (default: Kafka record timestamps)")
+    p.add_argument("--time-unit", choices=TIME_UNITS, default=READ_OPTIONS["time_unit"],
+                   help="the unit of numeric --time-column values (default s)")
     p.add_argument("--categorical-columns", default="",
                    help="comma-separated columns whose values are categories (one-hot)")
     p.add_argument("--delimiter", default=READ_OPTIONS["delimiter"],
@@ -124,10 +130,11 @@ def parser():
                             "and is learned with its label in the labels' order (delayed "
                             "outcomes)")
     train.add_argument("--label-wait", metavar="DURATION", default=LEARN_OPTIONS["label_wait"],
-                       help="with --labels on Kafka topics: an example waits for its label, and "
-                            "a label for its example, at most this long (90s, 15m, 2h, up to "
-                            "7d) on the records' own timestamps; then it expires (default: "
-                            "until the input ends; a topic that does not end needs it)")
+                       help="with --labels on Kafka topics (or with --time-column): an "
+                            "example waits for its label, and a label for its example, at most "
+                            "this long (90s, 15m, 2h, up to 7d) on the records' own time; then "
+                            "it expires (default: until the input ends; a topic that does not "
+                            "end needs it)")
     train.add_argument("--expired-label", metavar="VALUE", default=LEARN_OPTIONS["expired_label"],
                        help="with --labels: an example whose label did not come (within "
                             "--label-wait, or by the end of the input) is learned with this "

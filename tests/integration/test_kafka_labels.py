@@ -119,13 +119,13 @@ def timed_join(n, seed):
     return features, labels, reference, expiries, dead
 
 
-def produce_timed(bootstrap, topic, records, start):
+def produce_timed(bootstrap, topic, records, start, stamp=None):
     """Records [(key, t, record)] as JSON messages keyed by model key, timestamped ``start`` +
-    t seconds."""
+    t seconds (or all ``stamp``, s)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for key, t, record in records:
         producer.send(topic, key=key.encode(), value=json.dumps(record).encode(),
-                      timestamp_ms=int(1000 * (start + t)))
+                      timestamp_ms=int(1000 * (start + t if stamp is None else stamp)))
     producer.flush()
     producer.close()
 
@@ -138,27 +138,51 @@ def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path,
                      prism_args() if runner == "prism" else [])
 
 
-def check_timed_join(bootstrap, tmp_path, name, runner_args):
+def test_the_records_own_time_column_is_the_clock(broker, tmp_path):
+    """--time-column: the same records carrying their times in a field, on two topics whose
+    timestamps are all one moment (which as the clock would expire nothing): see
+    ``check_timed_join``."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, "column", [], "column")
+
+
+def test_with_a_time_column_files_expire_on_record_time_too(tmp_path):
+    """--time-column gives files record time: --label-wait then applies to them as to topics
+    (see ``check_timed_join``; files by name, each in line order)."""
+    check_timed_join(None, tmp_path, "files", [], "files")
+
+
+def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
     """``timed_join``'s records on two topics, read to their ends by a run on ``runner_args``:
     each model's final state equals a plain run over its joined records in label order and its
     expired examples learned with --expired-label at their expiry time; the dead letters are
     exactly the labels too late, too early, second or of unknown ids, and the repeated
-    features records."""
-    features_topic, labels_topic = f"timed-features-{name}", f"timed-labels-{name}"
-    create_topics(bootstrap, features_topic, labels_topic)
+    features records. The records' times are their Kafka timestamps (``times`` "kafka"), or
+    a ``ts`` field read by --time-column on topics ("column") or in files ("files")."""
     features, labels, reference, expiries, bad = timed_join(500, seed=5)
     start = time.time() - 3600
-    produce_timed(bootstrap, features_topic, features, start)
-    produce_timed(bootstrap, labels_topic, labels, start)
+    if times != "kafka":
+        features, labels = [[(k, t, {**r, "ts": start + t}) for k, t, r in records]
+                            for records in (features, labels)]
+    if times == "files":
+        inputs = [tmp_path / "features.jsonl", tmp_path / "labels.jsonl"]
+        for path, records in zip(inputs, (features, labels)):
+            path.write_text("".join(json.dumps(r) + "\n" for _, _, r in records))
+        inputs = [str(p) for p in inputs]
+    else:
+        inputs = [f"kafka://{bootstrap}/timed-{part}-{name}" for part in ("features", "labels")]
+        create_topics(bootstrap, *(i.rsplit("/", 1)[1] for i in inputs))
+        for url, records in zip(inputs, (features, labels)):
+            produce_timed(bootstrap, url.rsplit("/", 1)[1], records, start,
+                          stamp=time.time() if times == "column" else None)
     plain = tmp_path / "reference.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for _, r in reference))
     out = tmp_path / "joined"
-    assert main(["train", "--input", f"kafka://{bootstrap}/{features_topic}", "--labels",
-                 f"kafka://{bootstrap}/{labels_topic}", "--label-wait", f"{WAIT:g}s",
-                 "--expired-label", "-1", "--format", "jsonl", "--id-column",
+    assert main(["train", "--input", inputs[0], "--labels", inputs[1], "--label-wait",
+                 f"{WAIT:g}s", "--expired-label", "-1", "--format", "jsonl", "--id-column",
                  "id", "--model-key-column", "key", "--chunk-size", "64", "--model-groups", "2",
                  "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-                 "--dead-letter", str(out / "d"), *runner_args]) == 0
+                 "--dead-letter", str(out / "d"),
+                 *(["--time-column", "ts"] if times != "kafka" else []), *runner_args]) == 0
     got, want = final_models(str(out / "models")), final_models(str(train(
         tmp_path, "plain", [plain], "--format", "jsonl") / "models"))
     for key in KEYS:
@@ -171,8 +195,9 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args):
     assert sorted(r["id"] for r in rows if r["served"]) == sorted(f"e-{i}" for i in range(500))
     # the expired examples: learned with the expired label, at their features record's place
     # in its topic and their expiry time
+    features_source = inputs[0] if times == "files" else inputs[0].rsplit("/", 1)[1] + "/"
     expired = {r["id"]: r for r in rows if not r["served"]
-               and r["source"].startswith(features_topic + "/")}
+               and r["source"].startswith(features_source)}
     assert sorted(expired) == sorted(i for i, _ in expiries)
     assert all(r["label"] == -1 and r["event_time"] == pytest.approx(start + at, abs=2e-3)
                for r in expired.values() for at in [dict(expiries)[r["id"]]])

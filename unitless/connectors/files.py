@@ -189,10 +189,11 @@ def _csv_header(f, path, spec):
     if missing:
         raise ValueError(f"{path}: --ignore-columns {','.join(missing)} not in {where} "
                          f"{spec.columns}")
-    dropped = [c for c in (spec.label, spec.id, spec.model_key, spec.weight) if c in spec.ignore]
+    dropped = [c for c in (spec.label, spec.id, spec.model_key, spec.weight, spec.time)
+               if c and c in spec.ignore]
     if dropped:
         raise ValueError(f"--ignore-columns drops {', '.join(dropped)}, which is the label, id, "
-                         "model key or weight column")
+                         "model key, weight or time column")
     return spec, rest, number
 
 

@@ -11,7 +11,9 @@ Chunks are parsed whole by Arrow where they can be (the fast path); a chunk Arro
 that is not plainly one record per line, goes through the format's careful per-record parser.
 """
 import csv
+import datetime
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -160,6 +162,10 @@ class RecordSpec:
     id: str = None
     model_key: str = None
     weight: str = None
+    # the record's own time (--time-column): a number of ``time_unit``s since the epoch, or
+    # ISO 8601 text (UTC without an offset); a Kafka record's timestamp otherwise
+    time: str = None
+    time_unit: float = 1.0  # units a second: 1 (s), 1000 (ms), 1e6 (µs)
     bits: int = 18
     bias: bool = True
     categorical: tuple = ()
@@ -190,7 +196,8 @@ class RecordSpec:
     @property
     def special(self):
         """Fields that are not features."""
-        return {c for c in (self.label, self.id, self.model_key, self.weight, *self.ignore) if c}
+        return {c for c in (self.label, self.id, self.model_key, self.weight, self.time,
+                            *self.ignore) if c}
 
 
 class BadRecord(ValueError):
@@ -248,6 +255,7 @@ class _Builder:
     def __init__(self, spec, source):
         self.spec, self.source = spec, source
         self.positions, self.ids, self.keys, self.labels, self.weights = [], [], [], [], []
+        self.times = []
         self.indptr, self.indices, self.values, self.raw = [0], [], [], []
         self.names, self._index = {}, {}
         self.dead = []
@@ -263,8 +271,11 @@ class _Builder:
             self._index[name] = i
         return i
 
-    def add(self, position, raw, label, features, weight=1.0, id=None, key=DEFAULT_KEY):
+    def add(self, position, raw, label, features, weight=1.0, id=None, key=DEFAULT_KEY,
+            time=None):
         """Add one parsed record, whole or (raising BadRecord) not at all."""
+        if self.spec.time and time is None:
+            raise BadRecord(f"missing time field {quoted(self.spec.time)}")
         key = DEFAULT_KEY if key is None else _text(key, "model key")
         id = None if id is None else _text(id, "id")
         merged, named = {}, []
@@ -291,6 +302,7 @@ class _Builder:
         self.keys.append(key)
         self.labels.append(label)
         self.weights.append(weight)
+        self.times.append(time)
         self.raw.append(raw)
 
     def reject(self, position, raw, reason):
@@ -304,7 +316,8 @@ class _Builder:
             string_array(self.keys),
             np.asarray(self.labels, dtype=np.float64), np.asarray(self.weights, dtype=np.float64),
             np.asarray(self.indptr, dtype=np.int64), np.asarray(self.indices, dtype=np.int64),
-            np.asarray(self.values, dtype=np.float64), FeatureNames.of(self.names), self.raw)
+            np.asarray(self.values, dtype=np.float64), FeatureNames.of(self.names), self.raw,
+            np.asarray(self.times, dtype=np.float64) if self.spec.time else None)
 
 
 def empty_block(spec, source):
@@ -333,6 +346,32 @@ def _text(value, what):
     except UnicodeEncodeError:
         raise BadRecord(f"{what} {quoted(text)} is not valid Unicode") from None
     return text
+
+
+def record_time(value, spec):
+    """A --time-column value -> seconds since the epoch: a number of ``spec.time_unit``s (or
+    its text), or ISO 8601 text (a date and time; UTC when it has no offset)."""
+    if isinstance(value, datetime.datetime):  # (a Parquet timestamp)
+        seconds = (value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+                   ).timestamp()
+    elif isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        seconds = float(value) / spec.time_unit
+    elif isinstance(value, str):
+        try:
+            seconds = float(value) / spec.time_unit
+        except ValueError:
+            try:
+                when = datetime.datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise BadRecord(f"time {quoted(value)} is neither a number nor ISO 8601 "
+                                "text") from None
+            seconds = (when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+                       ).timestamp()
+    else:
+        raise BadRecord(f"time {quoted(value)} is neither a number nor ISO 8601 text")
+    if not math.isfinite(seconds):
+        raise BadRecord(f"time {quoted(value)} is not finite")
+    return seconds
 
 
 def _mapping_record(b, spec, row, strings_are_numbers):
@@ -368,7 +407,10 @@ def _mapping_record(b, spec, row, strings_are_numbers):
             raise BadRecord(f"feature {quoted(name)} has unsupported value {quoted(value)}")
     key = row.get(spec.model_key) if spec.model_key else DEFAULT_KEY
     id_ = row.get(spec.id) if spec.id else None
-    return label, features, weight, id_, key
+    time = None
+    if spec.time and row.get(spec.time) not in (None, ""):
+        time = record_time(row[spec.time], spec)
+    return label, features, weight, id_, key, time
 
 
 def _one_line(text):
@@ -748,6 +790,8 @@ def _read_csv(spec, data):
         return None
     if spec.weight and table.column(spec.weight).null_count:
         return None
+    if spec.time and not _times_fit(spec, table):
+        return None
     return spec.mapped_label_column(table)
 
 
@@ -758,6 +802,18 @@ def _labels_fit(spec, column):
     if column.null_count and spec.require_label:
         return False
     return not (pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py())
+
+
+def _times_fit(spec, table):
+    """True when a fast path may take the --time-column as it is: a finite number in each row
+    (text times, nulls and the rest go record by record, which explains the bad ones)."""
+    if spec.time not in table.column_names:
+        return False
+    column = table.column(spec.time)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)) or column.null_count:
+        return False
+    return pc.all(pc.is_finite(pc.cast(column, pa.float64()))).as_py() is not False
 
 
 def block_from_table(spec, source, table, positions, raw):
@@ -807,8 +863,10 @@ def block_from_table(spec, source, table, positions, raw):
     keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY)
             if spec.model_key in present else pa.repeat(pa.scalar(DEFAULT_KEY), n))
     ids = _strings(table.column(spec.id)) if spec.id in present else pa.nulls(n, pa.string())
+    times = (table.column(spec.time).to_numpy(zero_copy_only=False).astype(np.float64)
+             / spec.time_unit if spec.time else None)
     return ExampleBlock(source, positions, ids, keys, labels, weights, indptr, indices, values,
-                        feature_names, raw)
+                        feature_names, raw, times)
 
 
 def _strings(column):
@@ -833,6 +891,8 @@ def numeric_table(spec, table):
         return None
     if (labeled and not _labels_fit(spec, table.column(spec.label))) or (spec.weight and (
             spec.weight not in table.column_names or table.column(spec.weight).null_count)):
+        return None
+    if spec.time and not _times_fit(spec, table):
         return None
     if any(not (pa.types.is_string(table.schema.field(c).type)
                 or pa.types.is_integer(table.schema.field(c).type))

@@ -103,7 +103,8 @@ def parse_messages(cfg, partition, records):
 
     The parser takes each message value as it came (bytes, or None for a null value): a dead
     letter carries it byte for byte. Without a model key column the message key is the model
-    key; event times are the messages' timestamps."""
+    key; event times are the messages' timestamps, unless the records carry their own
+    (``RecordSpec.time``, --time-column)."""
     source = f"{cfg.topic.topic}/{partition}"
     items = list(zip(records.offsets, records.values))
     block, dead = FORMATS[cfg.value_format].parse(cfg.spec, source, items)
@@ -113,7 +114,8 @@ def parse_messages(cfg, partition, records):
         if not cfg.spec.model_key:
             block.keys = string_array([(records.keys[r] or b"").decode("utf-8", "replace")
                                        for r in rows.tolist()])
-        block.event_times = np.asarray(records.timestamps, dtype=np.float64)[rows] / 1000.0
+        if not cfg.spec.time:  # (else the parser read them from the records)
+            block.event_times = np.asarray(records.timestamps, dtype=np.float64)[rows] / 1000.0
     block, refused = block.screen(cfg.check(block))
     block.raw = None
     return block, dead + refused

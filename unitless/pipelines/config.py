@@ -25,6 +25,7 @@ READ_OPTIONS = {
     "weight_column": None, "categorical_columns": (), "delimiter": ",", "no_header": False,
     "columns": None, "ignore_columns": (), "bits": 18, "no_bias": False, "classes": 1,
     "positive_label": None, "chunk_size": 8192, "kafka_config": None, "kafka_client": "auto",
+    "time_column": None, "time_unit": "s",
 }
 # Where outputs go: a directory, a kafka://host:port/topic URL, or None (not written).
 OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
@@ -118,6 +119,7 @@ def classes(value):
 
 
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}  # --time-unit: units a second
 
 
 def duration(value, option):
@@ -161,7 +163,8 @@ def record_spec(options, scoring=False):
         check_column_names(columns, "--columns", "give each column a name of its own")
     roles = [(flag, o[name]) for flag, name in (
         ("--label-column", "label_column"), ("--id-column", "id_column"),
-        ("--model-key-column", "model_key_column"), ("--weight-column", "weight_column"))
+        ("--model-key-column", "model_key_column"), ("--weight-column", "weight_column"),
+        ("--time-column", "time_column"))
         if o[name] is not None]
     for i, (flag, column) in enumerate(roles):
         if not str(column).strip():
@@ -172,9 +175,14 @@ def record_spec(options, scoring=False):
                                  "has one role")
     if not 1 <= int(o["bits"]) <= 32:
         raise ValueError(f"--bits wants 1..32, got {o['bits']}")
+    if o["time_unit"] not in TIME_UNITS:
+        raise ValueError(f"--time-unit wants one of {', '.join(TIME_UNITS)}, got "
+                         f"{o['time_unit']!r}")
     positive = o["positive_label"]
     return RecordSpec(label=o["label_column"], id=o["id_column"], model_key=o["model_key_column"],
-                      weight=o["weight_column"], bits=int(o["bits"]), bias=not o["no_bias"],
+                      weight=o["weight_column"], time=o["time_column"],
+                      time_unit=TIME_UNITS[o["time_unit"]], bits=int(o["bits"]),
+                      bias=not o["no_bias"],
                       categorical=names(o["categorical_columns"]), delimiter=delimiter,
                       require_label=not scoring and int(o.get("shards") or 0) > 0,
                       header_needs_label=not scoring and not o.get("labels"), columns=columns,
@@ -233,6 +241,9 @@ def configure(inputs=None, scoring=False, **options):
     fmt = o["format"]
     if inputs is not None:
         inputs, fmt = resolve_inputs(inputs, fmt)
+    if spec.time and fmt in ("vw", "libsvm"):
+        raise ValueError(f"--time-column names a field, and {fmt} records have none: use "
+                         "jsonl, csv or parquet (or Kafka record timestamps)")
     if o["algorithm"] not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {o['algorithm']!r}; choose one of: "
                          f"{', '.join(sorted(ALGORITHMS))}")
@@ -342,9 +353,10 @@ def label_expiry(o, cfg):
         if not 0 < wait <= MAX_LABEL_WAIT:
             raise ValueError(f"--label-wait wants a duration above 0 and at most 7d, got "
                              f"{o['label_wait']!r}")
-        if not is_kafka(str(cfg.labels[0])):
+        if not (is_kafka(str(cfg.labels[0])) or cfg.spec.time):
             raise ValueError("--label-wait measures the records' own time, which Kafka "
-                             "records carry and files do not: files are joined whole")
+                             "records carry and files do not: pass --time-column, or files "
+                             "are joined whole")
     label = o["expired_label"]
     if label is not None:
         try:
