@@ -21,15 +21,21 @@ from tests.test_order import KEYS
 @pytest.mark.parametrize("runner,kills", [
     ("fnapi", 30), ("prism", int(os.environ.get("UNITLESS_PRISM_KILLS", "4")))])
 def test_killed_and_resumed_the_join_learns_every_label_once(broker, tmp_path, runner, kills):
-    """``timed_join``'s two topics (a wait, an expired label) read to their ends by runs
-    SIGKILLed at random moments and right after checkpoints, each resumed with --resume until
-    one completes: its models equal an uninterrupted run's bit for bit (nothing lost, nothing
-    learned twice: a label learned before the last checkpoint is not learned again, an example
-    still waiting is read again and waits again without being served again); every example is
-    served, every learned prediction is the uninterrupted run's, the dead letters are its dead
-    letters (at least once). 30 kills on the FnApiRunner; on Prism, whose runs start slowly,
-    4 here (``UNITLESS_PRISM_KILLS=30`` by hand)."""
-    bootstrap, n = broker.bootstrap_servers, 1500
+    """30 kills on the FnApiRunner; on Prism, whose runs start slowly, 4 here
+    (``UNITLESS_PRISM_KILLS=30`` by hand); see ``kill_campaigns``."""
+    kill_campaigns(broker.bootstrap_servers, tmp_path, runner,
+                   prism_args() if runner == "prism" else [], kills)
+
+
+def kill_campaigns(bootstrap, tmp_path, runner, runner_args, kills):
+    """``timed_join``'s two topics (a wait, an expired label) read to their ends by runs on
+    ``runner_args`` SIGKILLed at random moments and right after checkpoints, each resumed with
+    --resume until one completes: its models equal an uninterrupted run's bit for bit (nothing
+    lost, nothing learned twice: a label learned before the last checkpoint is not learned
+    again, an example still waiting is read again and waits again without being served again);
+    every example is served, every learned prediction is the uninterrupted run's, the dead
+    letters are its dead letters (at least once)."""
+    n = 1500
     features_topic, labels_topic = f"kill-features-{runner}", f"kill-labels-{runner}"
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, _, _, _ = timed_join(n, seed=11)
@@ -44,8 +50,7 @@ def test_killed_and_resumed_the_join_learns_every_label_once(broker, tmp_path, r
                 "--expired-label", "-1", "--format", "jsonl", "--id-column", "id",
                 "--model-key-column", "key", "--chunk-size", "16", "--checkpoint-every", "40",
                 "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-                "--dead-letter", str(out / "d"), *(prism_args() if runner == "prism" else []),
-                *(["--resume"] if resume else [])]
+                "--dead-letter", str(out / "d"), *runner_args, *(["--resume"] if resume else [])]
     began = time.time()
     subprocess.run(command(tmp_path / "whole", resume=False), check=True, capture_output=True)
     duration = time.time() - began

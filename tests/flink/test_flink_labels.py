@@ -1,12 +1,15 @@
 """Delayed outcomes (``--labels``) on Apache Flink (2 parallel subtasks): the file join in Flink's
 batch mode, whose groupBy may hand a key's blocks over in any order, and two timestamped topics
 with --label-wait and --expired-label; each model equals the plain run over its joined records in
-label order, bit for bit, as on the FnApiRunner and Prism."""
+label order, bit for bit, as on the FnApiRunner and Prism; and the kill campaign over those topics
+(a bounded topic is Flink's batch mode)."""
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.integration.test_kafka_labels import check_timed_join  # noqa: E402
+from tests.test_kill_labels import kill_campaigns  # noqa: E402
 from tests.test_delayed_outcomes import assert_joined, train, write_join  # noqa: E402
 
 
@@ -18,3 +21,12 @@ def test_labels_files_joined_on_flink(flink_args, tmp_path):
 
 def test_labels_topic_with_a_wait_on_flink(broker, flink_args, tmp_path):
     check_timed_join(broker.bootstrap_servers, tmp_path, "flink", flink_args)
+
+
+def test_killed_and_resumed_on_flink_the_join_learns_every_label_once(broker, flink_args,
+                                                                      tmp_path):
+    """``kill_campaigns`` on Flink: a killed client's job fails with its SDK worker (nothing of
+    it writes any more) while the resumed run's job starts. 4 kills here (each run starts a
+    Flink job); ``UNITLESS_FLINK_KILLS=30`` by hand."""
+    kill_campaigns(broker.bootstrap_servers, tmp_path, "flink", flink_args,
+                   int(os.environ.get("UNITLESS_FLINK_KILLS", "4")))

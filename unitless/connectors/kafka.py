@@ -89,12 +89,21 @@ class KafkaSourceConfig:
     idle_resume_s: float = 0.2
     # streaming: a reader hands its blocks downstream only when its bundle ends, so it ends
     # each bundle after this long even while records keep coming, and no poll of it waits
-    # past that (bounds the latency)
+    # past that (bounds the latency). Per topic read (``bundle_seconds``)
     max_bundle_s: float = 0.1
     # where refused messages go (a directory or kafka:// URL; settings as for the topic), and,
     # per source, the position through which a resumed run already wrote them
     dead_letter: str = None
     logged_through: dict = None
+
+
+def bundle_seconds(topics):
+    """A reader's bundle time when ``topics`` topics feed one learning step: each reader bundle
+    hands a model group one element, and Prism gives a stateful step's key about one element a
+    bundle, some ten bundles a second, whatever the elements hold; so with a labels topic beside
+    the examples' each reader's bundles last longer, and the step gets as many elements a second
+    as from one topic (more, and they queue before it: benchmarks/results/labels_stream.md)."""
+    return KafkaSourceConfig.max_bundle_s * topics
 
 
 def parse_messages(cfg, partition, records):

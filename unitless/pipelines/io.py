@@ -24,7 +24,7 @@ from ..connectors.feedback import decode as decode_feedback
 from ..connectors.files import read_file
 from ..connectors.formats import parse_records
 from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, KafkaTopic,
-                                is_kafka, parse_messages, partition_ranges)
+                                bundle_seconds, is_kafka, parse_messages, partition_ranges)
 from ..connectors.kafka_clients import Records, open_reader
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
@@ -402,6 +402,7 @@ def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kaf
         for n, url in enumerate(inputs):  # (a topic's partitions; the first's steps unnumbered)
             topic = KafkaTopic.parse(url, kafka_settings)
             source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size,
+                                       max_bundle_s=bundle_seconds(len(inputs)),
                                        dead_letter=dead_letter, logged_through=furthest)
             ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
                                       bounded=not streaming)
