@@ -597,11 +597,9 @@ class LearnBlocks:
         (``_write_checkpoints``), or sooner when they grow large or the caller writes them."""
         passed = model.passed_partitions - (model.checkpoint_passed or set())  # (news only)
         model.mark_checkpoint()
-        if self.cfg.labels:
-            model.saved_join = self._join_of(group).resume_state(model.key, {
-                s: p for s, p in model.positions.items() if not self.cfg.is_labels(s)})
-        table = model.to_table()
-        model.saved_join = None
+        table = model.to_table(self._join_of(group).resume_state(model.key, {
+            s: p for s, p in model.positions.items() if not self.cfg.is_labels(s)})
+            if self.cfg.labels else None)
         self.pending.append((model.key, table, model.state.examples_seen,
                              model.progressive_loss(), sorted(passed)))
         self.pending_bytes += table.nbytes

@@ -188,6 +188,11 @@ class LabelJoin:
             join = self.models[key] = ModelJoin()
         return join
 
+    def _resumed(self, key):
+        """What model ``key`` did before a resume (``Resumed``), None if it was not resumed."""
+        join = self.models.get(key)
+        return join.resumed if join is not None else None
+
     def _next(self):
         self.seq += 1
         return self.seq
@@ -237,7 +242,7 @@ class LabelJoin:
         entries = {}
         for key, rows_block, scores in served:
             rows = Rows(rows_block, scores)
-            owed = self.models[key].resumed if key in self.models else None
+            owed = self._resumed(key)
             owed = owed.waiting.get(source) if owed is not None else None
             for r, p in enumerate(rows_block.positions.tolist()):
                 entries[p] = (key, rows, r)
@@ -274,12 +279,14 @@ class LabelJoin:
         of its model before it still wait for theirs; the others wait (``pending``)."""
         self._record("labels", block)
         ids, again = block.ids.to_pylist(), self._judged(block)
-        block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL)
-                                    for r in range(len(block)) if not again[r]
-                                    and (ids[r] is None or np.isnan(block.labels[r]))])
+        refused = [r for r in range(len(block))
+                   if not again[r] and (ids[r] is None or np.isnan(block.labels[r]))]
+        block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL) for r in refused])
+        if refused:  # (of the rows kept)
+            again = np.delete(np.asarray(again, dtype=bool), refused).tolist()
         out = Released()
         out.dead += dead
-        rows, again = Rows(block), self._judged(block)  # (of the rows kept)
+        rows = Rows(block)
         for q in np.argsort(block.positions, kind="stable").tolist():
             key = rows.keys[q]
             join = self._of(key)
@@ -298,8 +305,8 @@ class LabelJoin:
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
         source, keys = block.source, block.keys.to_pylist()
-        done = {key: join.resumed.positions.get(source, -1) for key in set(keys)
-                for join in (self.models.get(key),) if join is not None and join.resumed}
+        done = {key: resumed.positions.get(source, -1) for key in set(keys)
+                for resumed in (self._resumed(key),) if resumed is not None}
         return [p <= done.get(k, -1) for k, p in zip(keys, block.positions.tolist())]
 
     def resume_state(self, key, served):
@@ -354,7 +361,7 @@ class LabelJoin:
         """A features block of model ``key`` -> the block without the examples a resumed run
         read again that no longer waited at its checkpoint (counted ``replayed``; without a
         wait their ids are closed again, as the whole input's are)."""
-        resumed = self.models[key].resumed if key in self.models else None
+        resumed = self._resumed(key)
         if resumed is None or block.source not in resumed.rejoin:
             return block
         source, positions = block.source, block.positions.tolist()
@@ -372,7 +379,7 @@ class LabelJoin:
         """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
         to learn or serve, those it served before a resume, which wait for their labels again
         without being served again: counted ``replayed``; None if none)."""
-        resumed = self.models[key].resumed if key in self.models else None
+        resumed = self._resumed(key)
         if resumed is None or block.source not in resumed.rejoin:
             return block, None
         again = block.positions <= resumed.positions[block.source]

@@ -105,30 +105,31 @@ class KeyedModel:
     # when it last learned (µs on the input's clock, the watermark's: a source's block's stamp,
     # or when the watermark released it); None: not since it was made or read back
     last_seen: int = None
-    # --labels: what its checkpoint keeps of its group's join (``LabelJoin.resume_state``), as
-    # it is written or as read back until the join has it again (``LabelJoin.restore``)
+    # --labels: what its checkpoint kept of its group's join (``LabelJoin.resume_state``), as
+    # read back, until the join has it again (``LabelJoin.restore``)
     saved_join: dict = None
 
     def learned_range(self):
         """(key, examples_seen when this run made or read it, examples_seen now)."""
         return self.key, self.run_start, self.state.examples_seen
 
-    def to_table(self):
-        """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
+    def to_table(self, label_join=None):
+        """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping; with
+        --labels, ``label_join``: what it keeps of its group's join)."""
         return to_arrow(self.state, {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "examples_served": self.served,
             "time": time.time(), "errors": self.errors,
             "unlearned_sources": self.unlearned, "learned_through": self.through,
-            "restart_positions": self._restart(),
+            "restart_positions": self._restart(label_join),
             "watermark_passed": sorted(self.passed_partitions),
-            **({"label_join": self.saved_join} if self.saved_join is not None else {})})
+            **({"label_join": label_join} if label_join is not None else {})})
 
-    def _restart(self):
+    def _restart(self, label_join):
         """Where a resumed run may restart each partition: --labels, no later than before the
         oldest example still waiting for its label there (read again, to wait again)."""
-        rejoin = (self.saved_join or {}).get("rejoin", {})
+        rejoin = (label_join or {}).get("rejoin", {})
         return {s: min(p, rejoin.get(s, p)) for s, p in self.restart.items()}
 
     @classmethod
