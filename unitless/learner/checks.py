@@ -20,6 +20,7 @@ import numpy as np
 from .examples import dense_batch, make_batch
 from .kernel import run_batch
 from .losses import LOSS_CODES
+from .many import ManyStates
 from .online import InvalidExampleError, learn, learn_or_refuse, learner_labels
 from .registry import get_algorithm
 from .state import from_arrow, new_state, to_arrow
@@ -356,6 +357,81 @@ def check_non_finite_outcome_refused(algorithm):
     assert np.isfinite(state.V).all() and np.isfinite(state.S).all(), "the state is not finite"
 
 
+def check_many_keys_equal_each_alone(algorithm):
+    """Many models learned together (``many.ManyStates``: a block of many keys' examples in one
+    call) equal each model learning its own examples alone (``learn_or_refuse``, one call per
+    block), bit for bit: predictions, losses, refusals, counts and state. 1, 3 and 40 keys
+    (round-robin, skewed, one dominant), blocks of 1, 7 and all the examples, binary and 3
+    one-against-all classes; with examples served, invalid, overflowing (squared loss, labels
+    of 1e90, a value of 1e99: the models they reach learn the per-model way), features that
+    appear over time and keys that first come in a later block."""
+    rng = np.random.default_rng(11)
+    dim, n = 64, 160
+    for n_keys, skew in ((1, None), (3, None), (40, 1.2), (40, 6.0)):
+        for n_classes, loss in ((1, "logistic"), (3, "logistic"), (1, "squared")):
+            if n_keys == 1 and n_classes == 3:
+                continue
+            for block in (1, 7, n):
+                _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block)
+
+
+def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
+    what = f"{n_keys} keys (skew {skew}), {n_classes} classes, {loss}, blocks of {block}"
+    if skew is None:
+        keys = np.arange(n) % n_keys
+    else:
+        p = 1.0 / np.arange(1, n_keys + 1) ** skew
+        keys = rng.choice(n_keys, size=n, p=p / p.sum())
+    lens = rng.integers(1, 7, n)
+    rows = [rng.choice(min(dim, 6 + i // 4), size=k, replace=False) for i, k in enumerate(lens)]
+    indices = np.concatenate(rows)
+    values = rng.normal(size=len(indices)) * 10.0 ** rng.integers(-3, 4, len(indices))
+    if n_classes > 1:
+        labels = rng.integers(1, n_classes + 1, n).astype(float)
+    else:
+        labels = rng.choice([-1.0, 1.0], n) if loss == "logistic" else rng.normal(size=n)
+    if loss == "squared":
+        labels[[9, 10, 100]] = [1e90, -1e90, 1e95]
+        values[len(rows[0]) + len(rows[1])] = 1e99  # example 2
+    values[sum(len(r) for r in rows[:50])] = np.nan  # example 50 is refused
+    batch = make_batch(np.concatenate([[0], np.cumsum(lens)]), indices, values, labels)
+    served = rng.random(n) < 0.2
+    template = new_state(algorithm, dim, loss, n_classes=n_classes)
+    many = ManyStates(template.copy(), rows=2, capacity=4)  # (grows as it goes)
+    alone = {}
+    for a in range(0, n, block):
+        learned = 0
+        part, part_served = batch.slice(a, min(a + block, n)), served[a:a + block]
+        part_keys = keys[a:a + block]
+        with np.errstate(all="ignore"):
+            kept, result, refused, seen = many.learn(many.rows([f"key {k}" for k in part_keys]),
+                                                     part, part_served)
+        expected_refused = []
+        for k in np.unique(part_keys):
+            mine = np.flatnonzero(part_keys == k)
+            state = alone.setdefault(k, template.copy())
+            start = state.examples_seen
+            with np.errstate(all="ignore"):
+                got, own, dropped = learn_or_refuse(state, part.take(mine), part_served[mine])
+            expected_refused += [(int(mine[p]), reason) for p, reason in dropped]
+            assert np.isin(mine[got], kept).all(), f"{what}: key {k}: examples kept"
+            at = np.searchsorted(kept, mine[got])
+            learned += len(got)
+            _same_bits(result.scores[at], own.scores, f"{what}: key {k}: predictions")
+            _same_bits(result.losses[at], own.losses, f"{what}: key {k}: losses")
+            _same_bits(seen[at], start + np.cumsum(~part_served[mine[got]]),
+                       f"{what}: key {k}: examples seen after each")
+        assert refused == sorted(expected_refused), f"{what}: refused {refused}"
+        assert len(kept) == learned, f"{what}: examples kept that no key kept alone"
+    for k, state in alone.items():
+        mine = many.state_of(many.row(f"key {k}"))
+        _same_state(mine, state, f"{what}: key {k}")
+        assert (mine.examples_seen, mine.cumulative_loss) == (
+            state.examples_seen, state.cumulative_loss), f"{what}: key {k}: counters"
+        assert to_arrow(mine).equals(to_arrow(state), check_metadata=True), \
+            f"{what}: key {k}: Arrow form"
+
+
 # --- which checks apply ----------------------------------------------------------------------
 
 INVARIANCE_CHECKS = {
@@ -368,6 +444,7 @@ GENERIC_CHECKS = (
     check_slots_equal_dense_layout, check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
     check_arrow_round_trip, check_arrow_rows, check_bad_examples_refused, check_explicit_zeros,
     check_saturated_gradient, check_non_finite_outcome_refused,
+    check_many_keys_equal_each_alone,
 )
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 import warnings
 
+import numpy as np
 from numba import literal_unroll, njit
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaExperimentalFeatureWarning
@@ -119,6 +120,56 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
                 M[...] = M0
             else:
                 V[:, :, idx] = V0
+
+
+@njit(cache=True)
+def run_many(code, V, M, S, hp, loss, tau, rows, indptr, indices, values, labels, weights,
+             served, scores, losses, seen_after, examples_seen, cumulative_loss, unsafe):
+    """``run_batch`` over examples of many models sharing one arena of slots (``many.py``):
+    example n is learned by the model of row rows[n], whose scalars are S[rows[n]] and whose
+    features are at the slots ``indices`` give. Each model sees its own examples in the
+    batch's order and no other state, so it does the very operations learning them alone does.
+    A model's counters move as ``online.count_learned``'s do (``seen_after[n]``: its
+    examples_seen after example n). The first example whose prediction, loss or touched state
+    is not finite marks its model ``unsafe`` and the model learns nothing more in this call:
+    the caller puts it back and learns its examples the per-model way."""
+    K = S.shape[1]
+    for n in range(labels.shape[0]):
+        m = rows[n]
+        if unsafe[m]:
+            continue
+        a, b = indptr[n], indptr[n + 1]
+        idx, val = indices[a:b], values[a:b]
+        Sm = S[m]
+        if served[n]:
+            S0 = Sm.copy()
+            V0 = V[:, :, idx].copy()
+        total = 0.0
+        finite = True
+        for k in range(K):
+            y = learner_label(labels[n], k, K)
+            y_hat, ell = step(code, V, M, Sm, k, idx, val, y, weights[n], loss, tau, hp)
+            scores[n, k] = y_hat
+            total += ell
+            finite = finite and np.isfinite(y_hat)
+        if served[n]:
+            Sm[...] = S0
+            V[:, :, idx] = V0
+            losses[n] = np.nan
+        else:
+            losses[n] = total
+            finite = finite and np.isfinite(total) and np.isfinite(Sm).all()
+            for e in range(idx.shape[0]):
+                for v in range(V.shape[0]):
+                    for k in range(K):
+                        finite = finite and np.isfinite(V[v, k, idx[e]])
+        if not finite:
+            unsafe[m] = 1
+            continue
+        if not served[n]:
+            examples_seen[m] += 1
+            cumulative_loss[m] += total
+        seen_after[n] = examples_seen[m]
 
 
 @njit(cache=True)

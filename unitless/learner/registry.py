@@ -57,6 +57,12 @@ class Algorithm:
         return self.predict is not None
 
     @property
+    def shared(self):
+        """True when many models' state can share one arena of slots (``many.py``): the step
+        touches only the example's slots and the model's scalars."""
+        return not self.matrices and not self.scans_all
+
+    @property
     def code(self):
         """The learner's code for the compiled loop (``kernel.run_batch``): its position in
         ALGORITHMS."""

@@ -78,3 +78,103 @@ def new_table(capacity):
     """An empty table for ``capacity`` slots (a power of two): (table, shift)."""
     size = 2 * capacity
     return np.full(size, EMPTY, dtype=np.int64), 64 - (size.bit_length() - 1)
+
+
+
+# --- many models' slots in one arena (``many.py``) ---------------------------------------------
+# Each model row r has a table of its own, as above, laid in one shared array: entries
+# base[r] .. base[r] + 2^bits[r] - 1 (shift[r] = 64 - bits[r]; bits 0: no table yet). A row's
+# table and its slots stay together in memory, so an example's lookups touch a few cache lines
+# of its own model's, not one line of a big table per feature. A table that passes ¾ full moves
+# to a twice larger one at the array's end ``used`` (the old one is left ``dead``; the caller
+# compacts the array now and then, ``move_tables``).
+
+
+@njit(cache=True)
+def assign_rows(table, used, dead, base, shift, count, rows, indices, out, n_slots, capacity):
+    """out[j] = the slot of feature indices[j] of model row rows[j], giving each feature a row
+    does not have yet the next free slot. Stops at the first new feature when every slot is
+    taken, or when its row's table must move and the array has no room left at its end (the
+    caller grows one and goes on from there): returns (how many were mapped, n_slots, used,
+    dead)."""
+    for j in range(indices.shape[0]):
+        r, i = rows[j], indices[j]
+        size = np.int64(1) << (64 - shift[r]) if shift[r] else 0
+        if size:
+            h = _home(i, shift[r])
+            while True:
+                entry = table[base[r] + h]
+                if entry == EMPTY or (entry >> 32) & _SLOT == i:
+                    break
+                h = (h + 1) & (size - 1)
+            if entry != EMPTY:
+                out[j] = entry & _SLOT
+                continue
+        if n_slots == capacity:
+            return j, n_slots, used, dead
+        if 4 * (count[r] + 1) > 3 * size:  # (no table yet, or it would pass ¾ full)
+            grown = 2 * size
+            if not size:  # (room for the features of the row that follow, up to 48)
+                need = 1
+                while need < 48 and j + need < rows.shape[0] and rows[j + need] == r:
+                    need += 1
+                grown = 4
+                while 3 * grown < 4 * need:
+                    grown *= 2
+            if used + grown > table.shape[0]:
+                return j, n_slots, used, dead
+            new_shift = 64
+            while np.int64(1) << (64 - new_shift) < grown:
+                new_shift -= 1
+            for e in range(size):
+                entry = table[base[r] + e]
+                if entry != EMPTY:
+                    h = _home((entry >> 32) & _SLOT, new_shift)
+                    while table[used + h] != EMPTY:
+                        h = (h + 1) & (grown - 1)
+                    table[used + h] = entry
+                    table[base[r] + e] = EMPTY
+            dead += size
+            base[r], shift[r], size = used, new_shift, grown
+            used += grown
+            h = _home(i, shift[r])
+            while table[base[r] + h] != EMPTY:
+                h = (h + 1) & (size - 1)
+        table[base[r] + h] = (i << 32) | n_slots
+        out[j] = n_slots
+        count[r] += 1
+        n_slots += 1
+    return indices.shape[0], n_slots, used, dead
+
+
+@njit(cache=True)
+def find_rows(table, base, shift, rows, indices, out):
+    """out[j] = the slot of feature indices[j] of model row rows[j], or -1 when it has none."""
+    for j in range(indices.shape[0]):
+        r, i = rows[j], indices[j]
+        out[j] = EMPTY
+        if shift[r]:
+            size = np.int64(1) << (64 - shift[r])
+            h = _home(i, shift[r])
+            while table[base[r] + h] != EMPTY:
+                if (table[base[r] + h] >> 32) & _SLOT == i:
+                    out[j] = table[base[r] + h] & _SLOT
+                    break
+                h = (h + 1) & (size - 1)
+
+
+@njit(cache=True)
+def move_tables(table, base, shift, n_rows, size):
+    """The rows' tables packed one after the other from the start of a new array of ``size``
+    entries (their entries need no rehashing: positions are relative to a table's base):
+    (new table, entries used); ``base`` is updated."""
+    moved = np.empty(size, dtype=np.int64)
+    used = 0
+    for r in range(n_rows):
+        if shift[r]:
+            n = np.int64(1) << (64 - shift[r])
+            moved[used:used + n] = table[base[r]:base[r] + n]
+            base[r] = used
+            used += n
+    moved[used:] = EMPTY
+    return moved, used
