@@ -2,9 +2,9 @@
 
 The models of a run share algorithm, loss, dimension, classes and hyperparameters. ``ManyStates``
 holds many of them together: one arena of slots ``V [vectors, K, capacity]`` for every model's
-features, one table from (model row, feature) to slot (``slots.assign_pairs``), and per model
-row its scalars ``S [row, K, scalars]``, examples seen and cumulative loss. A model costs its
-features' slots and a few dozen bytes, not arrays and objects of its own.
+features, a feature → slot table per model row, all in one array (``slots.assign_rows``), and
+per model row its scalars ``S [row, K, scalars]``, examples seen and cumulative loss. A model
+costs its features' slots and a few dozen bytes, not arrays and objects of its own.
 
 ``learn`` takes a block of examples of many models and learns it in one ``kernel.run_many``
 call: each example by its own model, each model's examples in the block's order, with the very
@@ -180,13 +180,14 @@ class ManyStates:
         in_block = unique_first(rows, self._mark(len(self)))
         before = (self.V[:, :, touched], self.S[in_block], self.examples_seen[in_block],
                   self.cumulative_loss[in_block])
-        unsafe = np.zeros(len(self), dtype=np.uint8)
+        unsafe = self._mark(len(self))  # (zero: ``unique_first`` leaves it so; zeroed again)
         t = self.template
         run_many(self.spec.code, self.V, self.M, self.S, self.hp, LOSS_CODES[t.loss], self.tau,
                  rows, batch.indptr, at, batch.values,
                  learner_labels(t, np.where(served, 1.0, batch.labels)), batch.weights, served,
                  scores, losses, seen, self.examples_seen, self.cumulative_loss, unsafe)
-        alone = np.flatnonzero(unsafe)
+        alone = np.flatnonzero(unsafe[:len(self)])
+        unsafe[alone] = 0
         for r in alone:  # as it was before the call
             mine = np.flatnonzero(np.repeat(rows == r, np.diff(batch.indptr)))
             where = _positions_in(touched, at[mine])
@@ -239,12 +240,6 @@ class ManyStates:
         V[:, :, :self.n_slots] = self.V[:, :, :self.n_slots]
         V[:, :, self.n_slots:] = self.initial[:, None, None]
         self.V = V
-
-    def _grow_table(self, size):
-        live = self.pair_keys >= 0
-        keys, at = self.pair_keys[live], self.pair_slots[live]
-        self.pair_keys, self.pair_slots, self.shift = slot_table.new_pair_table(size)
-        slot_table.insert_pairs(self.pair_keys, self.pair_slots, self.shift, keys, at)
 
     def _grow_rows(self, rows):
         for name in ("S", "examples_seen", "cumulative_loss", "base", "shift", "n_features"):

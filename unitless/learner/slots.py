@@ -80,7 +80,6 @@ def new_table(capacity):
     return np.full(size, EMPTY, dtype=np.int64), 64 - (size.bit_length() - 1)
 
 
-
 # --- many models' slots in one arena (``many.py``) ---------------------------------------------
 # Each model row r has a table of its own, as above, laid in one shared array: entries
 # base[r] .. base[r] + 2^bits[r] - 1 (shift[r] = 64 - bits[r]; bits 0: no table yet). A row's
@@ -145,22 +144,6 @@ def assign_rows(table, used, dead, base, shift, count, rows, indices, out, n_slo
         count[r] += 1
         n_slots += 1
     return indices.shape[0], n_slots, used, dead
-
-
-@njit(cache=True)
-def find_rows(table, base, shift, rows, indices, out):
-    """out[j] = the slot of feature indices[j] of model row rows[j], or -1 when it has none."""
-    for j in range(indices.shape[0]):
-        r, i = rows[j], indices[j]
-        out[j] = EMPTY
-        if shift[r]:
-            size = np.int64(1) << (64 - shift[r])
-            h = _home(i, shift[r])
-            while table[base[r] + h] != EMPTY:
-                if (table[base[r] + h] >> 32) & _SLOT == i:
-                    out[j] = table[base[r] + h] & _SLOT
-                    break
-                h = (h + 1) & (size - 1)
 
 
 @njit(cache=True)
