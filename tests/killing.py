@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import subprocess
+import tempfile
 import time
 
 from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
@@ -32,24 +33,39 @@ def final_models(keys, models):
     return out
 
 
+def run_complete(cmd):
+    """Run ``cmd`` to its end; a non-zero exit fails with the end of its stderr."""
+    with tempfile.TemporaryFile() as err:
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{tail(err)}"
+
+
+def tail(file, size=6000):
+    """The last ``size`` bytes of an open file, as text."""
+    file.seek(0, os.SEEK_END)
+    file.seek(max(0, file.tell() - size))
+    return file.read().decode(errors="replace")
+
+
 def run_and_kill(cmd, models, after_checkpoint, at_seconds):
     """Start the run; SIGKILL it (and its process group) as soon as a new checkpoint appears,
     or after ``at_seconds``. Returns True if it completed first (exit 0 is asserted)."""
     before = checkpoint_names(models)
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    began = time.time()
-    while process.poll() is None:
-        if after_checkpoint and checkpoint_names(models) - before:
-            break
-        if not after_checkpoint and time.time() - began >= at_seconds:
-            break
-        time.sleep(0.002)
-    if process.poll() is not None:
-        assert process.returncode == 0, f"{cmd} exited {process.returncode}"
-        return True
-    kill_group(process)
-    return False
+    with tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                   start_new_session=True)
+        began = time.time()
+        while process.poll() is None:
+            if after_checkpoint and checkpoint_names(models) - before:
+                break
+            if not after_checkpoint and time.time() - began >= at_seconds:
+                break
+            time.sleep(0.002)
+        if process.poll() is not None:
+            assert process.returncode == 0, f"{cmd} exited {process.returncode}:\n{tail(err)}"
+            return True
+        kill_group(process)
+        return False
 
 
 def kill_group(process):

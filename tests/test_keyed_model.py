@@ -1,4 +1,6 @@
 """KeyedModel, the per-key learner of the pipeline, without Beam."""
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from unitless.connectors.formats import RecordSpec, parse_jsonl
@@ -92,3 +94,21 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert m.continues(after)
     after.span = (14, 14)  # offset 13 not read: what it held may come later
     assert not m.continues(after)
+
+
+def test_a_groups_beam_state_holds_no_compiled_code_and_pickles_from_threads_at_once():
+    """A group's models as Beam state (``to_bytes``) are arrays and settings only: a runner
+    with several SDK threads (Flink, parallelism 2) pickles groups at the same time, and numba
+    dispatchers do not pickle from two threads at once (nor need to be kept)."""
+    rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(6)]
+    groups = []
+    for _ in range(8):
+        m = model()
+        m.learn_block(block(rows))
+        groups.append(ModelGroup({"k": m}))
+    assert all(b"numba" not in g.to_bytes() for g in groups)
+    with ThreadPoolExecutor(8) as pool:
+        encoded = list(pool.map(lambda g: g.to_bytes(), groups * 4))
+    back = ModelGroup.from_bytes(encoded[0]).models["k"]
+    assert back.state.examples_seen == 6
+    assert to_arrow(back.state).equals(to_arrow(groups[0].models["k"].state))

@@ -3,7 +3,6 @@ SIGKILLed and resumed with --resume learn each label once and end with an uninte
 models (docs/delayed-outcomes.md, "Exactly once across crashes"). Once, with the default Kafka
 client: the join is under test here, not the clients (tests/integration runs them all)."""
 import os
-import subprocess
 import sys
 import time
 
@@ -13,7 +12,7 @@ from unitless.connectors.files import read_output
 
 from tests.integration.test_kafka_labels import WAIT, produce_timed, timed_join
 from tests.integration.test_kafka_pipeline import create_topics
-from tests.killing import campaigns, final_models
+from tests.killing import campaigns, final_models, run_complete
 from tests.runners import prism_args
 from tests.test_order import KEYS
 
@@ -52,7 +51,7 @@ def kill_campaigns(bootstrap, tmp_path, runner, runner_args, kills):
                 "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
                 "--dead-letter", str(out / "d"), *runner_args, *(["--resume"] if resume else [])]
     began = time.time()
-    subprocess.run(command(tmp_path / "whole", resume=False), check=True, capture_output=True)
+    run_complete(command(tmp_path / "whole", resume=False))
     duration = time.time() - began
     expected = final_models(KEYS, tmp_path / "whole" / "models")
     whole = read_output(str(tmp_path / "whole" / "p")).to_pylist()

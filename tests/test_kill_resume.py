@@ -2,7 +2,6 @@
 resumed each time, loses no prediction, learns every example exactly once, serves every example
 without a label with the same prediction and model version as the uninterrupted run, and ends
 with the models of an uninterrupted run, bit for bit."""
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.killing import campaigns, final_models  # noqa: E402
+from tests.killing import campaigns, final_models, run_complete  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 
 KEYS = ("a", "b", "c")
@@ -51,7 +50,7 @@ def test_thirty_kills_lose_no_prediction_and_learn_every_example_once(tmp_path):
     write_examples(data)
     whole = tmp_path / "whole"
     began = time.time()
-    subprocess.run(command(data, whole, resume=False), check=True, capture_output=True)
+    run_complete(command(data, whole, resume=False))
     duration = time.time() - began
     expected = final_models(KEYS, whole / "models")
     reference = {r["id"]: r for r in read_output(str(whole / "pred")).to_pylist()}

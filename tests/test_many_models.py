@@ -8,8 +8,10 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from unitless.connectors.files import read_file
+from unitless.cli import main
+from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
 from unitless.learner import learn, to_arrow
 from unitless.store.models import latest_checkpoint, read_checkpoint
@@ -271,3 +273,41 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
              | key_by_model(10, starts=root, model_groups=2))
     assert read_starts(root) == expected
     assert sum(len(files) for _, _, files in os.walk(root)) <= 2 * 3
+
+
+@pytest.mark.parametrize("algorithm", ["nag", "omd_pnorm"])  # (shares the arena; keeps its own)
+def test_models_learned_together_equal_a_keyed_step_each_bit_for_bit(tmp_path, algorithm):
+    # the same run with 40 model keys in 4 groups, each group's blocks learned in one call
+    # (``ModelGroup.learn``), and with a keyed step of its own per model key: every prediction
+    # and every model's checkpoint the same, bit for bit (omd_pnorm keeps a learner per model)
+    rng = np.random.default_rng(37)
+    n, keys = 1200, 40
+    X = rng.normal(size=(n, 4)) * 10.0 ** rng.integers(-3, 4, size=4)
+    X[rng.random(X.shape) < 0.3] = 0.0
+    y = np.where(X @ rng.normal(size=4) > 0, 1, -1)
+    path = tmp_path / "examples.csv"
+    with open(path, "w") as f:
+        f.write("id,key,label,a,b,c,d\n")
+        for i in range(n):
+            label = "" if i % 17 == 0 else y[i]  # (served, not learned)
+            values = ",".join("" if v == 0 else repr(float(v)) for v in X[i])
+            f.write(f"e{i},k{rng.integers(keys)},{label},{values}\n")
+    runs = {}
+    for groups in ("4", "0"):
+        out = tmp_path / groups
+        assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
+                     "key", "--algorithm", algorithm, "--model-groups", groups, "--chunk-size",
+                     "64", "--model-dir", str(out / "m"), "--predictions", str(out / "p"),
+                     "--dead-letter", str(out / "d")]) == 0
+        table = read_output(str(out / "p"))
+        runs[groups] = (table.sort_by("id"), out / "m")
+    grouped, alone = runs["4"][0], runs["0"][0]
+    assert grouped.num_rows == alone.num_rows == n
+    for column in ("id", "model_key", "prediction", "loss", "examples_seen", "served"):
+        assert grouped.column(column).equals(alone.column(column)), column
+    for k in range(keys):
+        a, b = (read_checkpoint(latest_checkpoint(str(runs[g][1]), f"k{k}")) for g in ("4", "0"))
+        meta_a, meta_b = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
+        for field in ("examples_seen", "cumulative_loss", "scalars", "examples_served", "errors"):
+            assert meta_a[field] == meta_b[field], (k, field)
+        assert a.drop_columns(["name"]).equals(b.drop_columns(["name"])), k

@@ -81,8 +81,10 @@ def test_a_model_with_examples_waiting_stays():
     with pytest.raises(RuntimeError):
         group.model("a", cannot_return)
     assert group.evicted == {"a": (0, 0)}  # (a retry must not start it afresh)
-    back = group.model("a", lambda k, evicted: (k, evicted))
-    assert back == ("a", (0, 0)) and group.evicted == {}
+    given = []
+    back = group.model("a", lambda k, evicted: given.append(evicted) or KeyedModel(
+        k, new_state("nag", 4)))
+    assert back.key == "a" and given == [(0, 0)] and group.evicted == {}
 
 
 def test_a_groups_state_written_before_models_could_leave_still_reads():

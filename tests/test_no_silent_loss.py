@@ -6,6 +6,7 @@ import re
 import time
 
 import apache_beam as beam
+import numpy as np
 import pytest
 
 from unitless.beam import Learn
@@ -126,8 +127,9 @@ def drop_model_key(monkeypatch, dropped):
     learn_all = train.LearnBlocks.learn
 
     def lossy(self, group, block, pieces=None, at=None):
-        pieces = block.split_by_key() if pieces is None else pieces
-        return learn_all(self, group, block, [(k, p) for k, p in pieces if k != dropped], at)
+        kept = block.take(np.flatnonzero(np.asarray(block.keys.to_pylist()) != dropped))
+        kept.span = block.span
+        return learn_all(self, group, kept, None, at)
     monkeypatch.setattr(train.LearnBlocks, "learn", lossy)
 
 
@@ -210,8 +212,9 @@ def test_predictions_that_are_not_the_models_steps_fail_the_run(tmp_path, monkey
     counts add up, the fingerprints do not."""
     table = keyed_model.prediction_table
 
-    def shifted(key, state, ids, labels, result, start, *args, **kwargs):
-        return table(key, state, ids, labels, result, start + (key == "k2"), *args, **kwargs)
+    def shifted(keys, state, ids, labels, result, seen, *args, **kwargs):
+        return table(keys, state, ids, labels, result,
+                     seen + (np.asarray(keys.to_pylist()) == "k2"), *args, **kwargs)
     monkeypatch.setattr(keyed_model, "prediction_table", shifted)
     learn = Learn(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None,
                   **OPTIONS)

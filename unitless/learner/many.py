@@ -50,8 +50,7 @@ class ManyStates:
         if template.examples_seen or template.n_slots:
             raise ValueError("ManyStates starts from a fresh learner's state")
         self.template = template
-        self.spec = template.spec
-        self.shared = self.spec.shared
+        self.shared = template.spec.shared
         self.initial = template.initial()
         self.hp = template.hp_array()
         self.tau = template.hyperparameters.get("quantile_tau", 0.5)
@@ -75,6 +74,10 @@ class ManyStates:
 
     def __len__(self):
         return len(self.keys)
+
+    @property
+    def spec(self):  # (not an attribute: it holds compiled functions, which do not pickle)
+        return self.template.spec
 
     @property
     def nbytes(self):
@@ -135,6 +138,41 @@ class ManyStates:
         self.S[r] = state.S
         self.examples_seen[r] = state.examples_seen
         self.cumulative_loss[r] = state.cumulative_loss
+
+    def adopt(self, key, state):
+        """Model ``key`` (a LearnerState of this learner's settings) joins, in its row (a
+        returning key's old one, cleared first): its ``RowState``."""
+        r = self.row(key)
+        self.clear_row(r)
+        self.put_state(r, state)
+        return RowState(self, r, state.feature_names)
+
+    def clear_row(self, r):
+        """Row r's model back to a fresh one's (its slots stay taken, at the initial values)."""
+        if not self.shared:
+            self.solo[r] = self.template.copy()
+            return
+        _, at = self.features_of(r)
+        self.V[:, :, at] = self.initial[:, None, None]
+        if self.shift[r]:
+            self.dead += 1 << (64 - int(self.shift[r]))
+            self.table[self.base[r]:self.base[r] + (1 << (64 - int(self.shift[r])))] = \
+                slot_table.EMPTY
+        self.shift[r] = self.n_features[r] = 0
+        self.S[r] = 0.0
+        self.examples_seen[r], self.cumulative_loss[r] = 0, 0.0
+
+    def same_settings(self, state):
+        """True when ``state`` is a learner of these models' settings."""
+        t = self.template
+        return ((state.algorithm, state.loss, state.dim, state.n_classes, state.bias_index,
+                 state.hyperparameters) == (t.algorithm, t.loss, t.dim, t.n_classes,
+                                            t.bias_index, t.hyperparameters))
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_marks"] = np.zeros(0, dtype=np.uint8)  # (scratch)
+        return state
 
     def counts(self, r):
         """(examples_seen, cumulative_loss) of row r."""
@@ -259,3 +297,49 @@ def _positions_in(values, wanted):
     """Where each of ``wanted`` is in ``values`` (all there, values distinct)."""
     order = np.argsort(values, kind="stable")
     return order[np.searchsorted(values[order], wanted)]
+
+
+class RowState:
+    """One model of a ``ManyStates``, where a LearnerState is expected: its counters and
+    settings, its feature names, and ``alone()``: a LearnerState of its own (a checkpoint's)."""
+
+    def __init__(self, many, row, feature_names):
+        self.many, self.row, self.feature_names = many, row, feature_names
+
+    @property
+    def examples_seen(self):
+        return self.many.counts(self.row)[0]
+
+    @property
+    def cumulative_loss(self):
+        return self.many.counts(self.row)[1]
+
+    def __getattr__(self, name):  # (the settings every model shares)
+        if name in ("algorithm", "loss", "dim", "n_classes", "bias_index", "hyperparameters",
+                    "spec"):
+            return getattr(self.many.template, name)
+        raise AttributeError(name)
+
+    @property
+    def nbytes(self):
+        """Bytes of its share of the arrays: its slots, table and row."""
+        many = self.many
+        if not many.shared:
+            return many.solo[self.row].nbytes
+        slots = int(many.n_features[self.row])
+        return (slots * (many.V.shape[0] * many.V.shape[1] + 2) * 8
+                + many.S[self.row].nbytes + 32)
+
+    def name_features(self, names):
+        """As ``LearnerState.name_features``."""
+        self.feature_names = self.feature_names.merged(names)
+
+    def alone(self):
+        state = self.many.state_of(self.row)
+        state.feature_names = self.feature_names
+        return state
+
+
+def learner_state(state):
+    """A LearnerState of its own for a model's ``state`` (a LearnerState, or a RowState)."""
+    return state.alone() if isinstance(state, RowState) else state

@@ -229,7 +229,10 @@ def initial_values(spec, hp):
 
 
 def to_arrow(state, extra_metadata=None):
-    """The state as an Arrow table (see module docstring)."""
+    """The state as an Arrow table (see module docstring); ``state`` a LearnerState, or one
+    model of many (``many.RowState``)."""
+    if not isinstance(state, LearnerState):
+        state = state.alone()
     spec = state.spec
     dim = state.dim
     order = np.argsort(state.slot_index[:state.n_slots], kind="stable")  # slots by index

@@ -62,7 +62,7 @@ from ..learner.examples import Batch
 from ..learner.names import FeatureNames, merged_names
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
-from ..store.keyed_model import prediction_table
+from ..store.keyed_model import prediction_table, seen_after
 from ..store.per_key import write_checkpoints
 from ..store.resume import Cut, sharded_cuts
 from ..store.shards import load_shard, shard_counts, shard_dir
@@ -496,8 +496,9 @@ class ShardDoFn(beam.DoFn):
             self.rounds_learned.inc()
             if s == 0:
                 m = r.meta
-                table = prediction_table(key, shard.state, m.ids, r.batch.labels, result, start,
-                                         m.sources, m.positions, None, m.event_times)
+                table = prediction_table(key, shard.state, m.ids, r.batch.labels, result,
+                                         seen_after(start, r.batch.labels), m.sources,
+                                         m.positions, None, m.event_times)
                 self.examples.inc(table.num_rows)
                 error = table.column("error")
                 if error.null_count == 0:

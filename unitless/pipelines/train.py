@@ -472,16 +472,17 @@ class LearnBlocks:
         if self.cfg.labels:
             yield from self._join(group, block, pieces)
         else:
-            for k, piece in pieces:
-                yield from self._learn_parts(self._of(group, k), piece)
+            yield from self._learn_parts(group, block)
         group.learned(block)
 
-    def _learn_parts(self, model, block, served=None, served_scores=None, tracked=True):
+    def _learn_parts(self, group, block, served=None, served_scores=None, tracked=True):
+        """The block's examples learned by their models (``ModelGroup.learn``), in parts of up
+        to ``chunk_size``."""
         at = 0
         for part in block.parts(self.cfg.chunk_size):
             scores = None if served_scores is None else served_scores[at:at + len(part)]
             at += len(part)
-            yield from self._learn(model, part, served, scores, tracked)
+            yield from self._learn(group, part, served, scores, tracked)
 
     def _join(self, group, block, pieces):
         """``--labels``: a labels block's examples learned with the features they were served
@@ -503,7 +504,7 @@ class LearnBlocks:
                 piece, before = join.served_before(k, piece)
                 rows = []
                 if len(piece):
-                    yield from self._learn_parts(model, piece, rows)
+                    yield from self._learn_parts(group, piece, rows)
                 if before is not None:  # (what they were served with is gone)
                     rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
                 served += [(k, b, scores) for b, scores in rows]
@@ -524,8 +525,7 @@ class LearnBlocks:
         expired)]``, in order (expired examples outside their source's positions: their
         features record's were served already); then count what the join did."""
         for key, rows, scores, expired in joined:
-            yield from self._learn_parts(self._of(group, key), rows, served_scores=scores,
-                                         tracked=not expired)
+            yield from self._learn_parts(group, rows, served_scores=scores, tracked=not expired)
         self.last_join = group.join
         counts = group.join.take_counts()
         if any(counts.values()):
@@ -564,8 +564,9 @@ class LearnBlocks:
             self.sinks[1].write(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)
 
-    def _learn(self, model, block, served=None, served_scores=None, tracked=True):
-        predictions, dead, skipped = model.learn_block(block, served, served_scores, tracked)
+    def _learn(self, group, block, served=None, served_scores=None, tracked=True):
+        predictions, dead, skipped, models = group.learn(block, lambda k: self._of(group, k),
+                                                         served, served_scores, tracked)
         predictions_sink = self.sinks[0]
         if skipped:
             self.replayed.inc(skipped)
@@ -576,13 +577,16 @@ class LearnBlocks:
             self.examples.inc(predictions.num_rows - served)
             self.served.inc(served)
             predictions_sink.write(predictions)
-            self._log(model, predictions.num_rows)
+            self._log(models[-1], predictions.num_rows)
             yield predictions
         # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
         # join's state with the model's, and they agree only then)
-        if not self.cfg.labels and model.checkpoint_due(self.cfg.checkpoint_every,
-                                                        self.cfg.checkpoint_seconds):
+        due = [] if self.cfg.labels else [
+            m for m in models if m.checkpoint_due(self.cfg.checkpoint_every,
+                                                  self.cfg.checkpoint_seconds)]
+        for model in due:
             self._checkpoint(model)
+        if due:
             self._write_checkpoints()  # due now: not when the bundle ends, however long it is
         elif predictions_sink.rows >= self.FLUSH_ROWS:
             self._flush()

@@ -1,7 +1,8 @@
 """One model key's learner plus its bookkeeping: input positions, checkpoints, outputs.
 
 Free of Beam: the stateful DoFn holds a ModelGroup per key of its step, a KeyedModel per model
-key in it, and calls ``learn_block``.
+key in it, their learners rows of the group's one ``ManyStates``, and learns a block of the
+group's examples with ``ModelGroup.learn``, in one call.
 """
 import pickle
 import time
@@ -12,8 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..connectors.storage import unique_token
-from ..learner import (example_losses, from_arrow, learn_or_refuse, mistakes, predicted_class,
+from ..learner import (example_losses, from_arrow, mistakes, new_state, predicted_class,
                        probability, read_metadata, to_arrow)
+from ..learner.many import ManyStates, RowState, learner_state
 from ..learner.losses import CLASSIFICATION_LOSSES
 
 PREDICTION_SCHEMA = pa.schema([
@@ -49,22 +51,24 @@ def outcome_columns(state, scores, labels):
     return prediction, prob, pa.array(error, mask=np.isnan(labels))
 
 
-def prediction_table(key, state, ids, labels, result, start, sources, positions,
-                     checkpoint_id=None, event_times=None, served_losses=None):
-    """The predictions (PREDICTION_SCHEMA) of examples predicted one after the other by the
-    model ``key`` (learner ``state``), which had learned ``start`` examples before the first:
-    ``result`` their BatchResult, ``sources`` a string array (one per example). An example
-    without a label (NaN) was served, not learned: its label, loss and error are null, and its
-    ``examples_seen`` is the model's count when it served it; a learned example's is the count
-    with it (so a served example and its labeled twin right after it share one)."""
+def prediction_table(keys, state, ids, labels, result, examples_seen, sources, positions,
+                     checkpoint_ids=None, event_times=None, served_losses=None):
+    """The predictions (PREDICTION_SCHEMA) of examples predicted by models of learner settings
+    ``state``: ``keys`` their model keys (a string array, or one key for all), ``result`` their
+    BatchResult, ``examples_seen`` each one's model's count after it (``seen_after``),
+    ``sources`` a string array, ``checkpoint_ids`` each one's model's last checkpoint (an
+    array, or one for all). An example without a label (NaN) was served, not learned: its
+    label, loss and error are null, and its ``examples_seen`` is the model's count when it
+    served it; a learned example's is the count with it (so a served example and its labeled
+    twin right after it share one)."""
     n = len(labels)
     served = np.isnan(labels)
     prediction, prob, error = outcome_columns(state, result.scores, labels)
     return pa.table([
-        ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob,
+        ids, _column(keys, n), prediction, prob,
         pa.array(labels, mask=served), pa.array(result.losses, mask=served), error,
-        pa.array(start + np.cumsum(~served, dtype=np.int64)), sources,
-        pa.array(positions), pa.repeat(pa.scalar(checkpoint_id, pa.string()), n),
+        pa.array(examples_seen, pa.int64()), sources,
+        pa.array(positions), _column(checkpoint_ids, n),
         pa.array(event_times, pa.float64()) if event_times is not None
         else pa.nulls(n, pa.float64()), pa.array(served),
         # (NaN: served before a resume, with a prediction no longer known)
@@ -72,6 +76,19 @@ def prediction_table(key, state, ids, labels, result, start, sources, positions,
         if served_losses is not None
         else pa.nulls(n, pa.float64()),
     ], schema=PREDICTION_SCHEMA)
+
+
+def seen_after(start, labels):
+    """Each example's model's examples_seen after it, for examples of one model that had
+    learned ``start`` before the first (one served, without a label, is not counted)."""
+    return start + np.cumsum(~np.isnan(labels), dtype=np.int64)
+
+
+def _column(value, n):
+    """A string column of n rows: ``value`` itself if it is an array, else n times it."""
+    if value is None or isinstance(value, str):
+        return pa.repeat(pa.scalar(value, pa.string()), n)
+    return value
 
 
 @dataclass
@@ -197,61 +214,18 @@ class KeyedModel:
         return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
 
     def learn_block(self, block, served=None, served_scores=None, tracked=True):
-        """Learn the block's new examples in order: (predictions table, dead letters, skipped);
-        with a list ``served``, append to it (the examples served, their scores [n, K]); with
-        ``served_scores`` (the block's examples were served before, with those scores [n, K]:
-        ``--labels``), report the loss of each at its label (``served_loss``).
+        """This model's block learned as ``ModelGroup.learn`` learns a group's:
+        (predictions, dead letters, skipped)."""
+        group = ModelGroup({self.key: self})
+        return group.learn(block, lambda _: self, served, served_scores, tracked)[:3]
 
-        Examples at or before the position already learned from their source are skipped (a
-        replay after a restart); examples the learner refuses (``learn_or_refuse``) become dead
-        letters and never touch the model; examples without a label are served in their place
-        in the order, not learned. A block without a source, or not ``tracked`` (served
-        examples learned with ``--expired-label``, whose positions were passed when they were
-        served), is learned whole.
-        """
-        skipped = 0
-        if block.source is not None and tracked:
-            done = self.positions.get(block.source, -1)
-            fresh = np.flatnonzero(block.positions > done)
-            skipped = len(block) - len(fresh)
-            if not len(fresh):
-                return None, [], skipped
-            span = block.span
-            if skipped:
-                block = block.take(fresh)
-                served_scores = None if served_scores is None else served_scores[fresh]
-            last = self.positions[block.source] = int(block.positions.max())
-            self.unlearned.pop(block.source, None)
-            # (learned in position order: nothing of its own before ``last`` is still to come)
-            self.through[block.source] = max(last, span[1] if span else last,
-                                             self.through.get(block.source, -1))
-        start = self.state.examples_seen
-        _, result, refused = learn_or_refuse(self.state, block.batch(), block.served)
-        # refused: what a resumed model's settings refuse beyond the source's checks, and
-        # examples whose prediction, loss or resulting state would not be finite
-        block, dead = block.screen(refused)
-        self.state.name_features(block.names)
-        if served is not None and block.served.any():
-            rows = np.flatnonzero(block.served)  # (the result holds the rows kept, in order)
-            served.append((block.take(rows), result.scores[rows]))
-        served_losses = None
-        if served_scores is not None:
-            kept = np.setdiff1d(np.arange(len(served_scores)), [r for r, _ in refused])
-            # (weighted, as the kernel's ``loss`` is)
-            served_losses = block.weights * example_losses(self.state, served_scores[kept],
-                                                           block.labels)
-        return self._predictions(block, result, start, served_losses), dead, skipped
-
-    def _predictions(self, block, result, start, served_losses=None):
-        n = len(block)
-        table = prediction_table(self.key, self.state, block.ids, block.labels, result, start,
-                                 pa.repeat(pa.scalar(block.source, pa.string()), n),
-                                 block.positions, self.checkpoint_id, block.event_times,
-                                 served_losses)
-        # (null where there is nothing to count: regression, and examples served)
-        self.errors += float(pc.sum(table.column("error")).as_py() or 0.0)
-        self.served += served_count(table)
-        return table
+    def learns_to(self, source, last, span):
+        """It learns its examples of ``source`` (a block's, of span ``span``) through position
+        ``last``, those after the position it had learned there (``ModelGroup.learn``): in
+        position order, so nothing of its own before ``last`` is still to come (``through``)."""
+        self.positions[source] = last
+        self.unlearned.pop(source, None)
+        self.through[source] = max(last, span[1] if span else last, self.through.get(source, -1))
 
     def progressive_loss(self):
         return self.state.cumulative_loss / max(self.state.examples_seen, 1)
@@ -290,19 +264,42 @@ class ModelGroup:
     (``evict``), each with the examples learned and served its newest checkpoint holds."""
 
     def __init__(self, models=None, evicted=None, join=None):
-        self.models = models if models is not None else {}  # model key -> KeyedModel
+        self.models = {}  # model key -> KeyedModel, whose learner is a row of ``many``
+        self.many = None  # ManyStates: the learners of them all, once there is one
+        for model in (models or {}).values():
+            self._adopt(model)
+            self.models[model.key] = model
         self.evicted = evicted if evicted is not None else {}  # model key -> (examples, served)
         # the served examples waiting for labels (``--labels``: ``LabelJoin``), kept in its own
         # log beside the group's state (``LabelJoin.log_entries``), not in ``to_bytes``
         self.join = join
         self.token = None
 
+    def _adopt(self, model):
+        """The model's learner becomes a row of the group's ``many`` (a LearnerState is moved
+        in; earlier versions kept one per model)."""
+        if isinstance(model.state, RowState) and model.state.many is (self.many or
+                                                                      model.state.many):
+            self.many = model.state.many
+            return
+        state = learner_state(model.state)
+        if self.many is None:
+            self.many = ManyStates(new_state(state.algorithm, state.dim, state.loss,
+                                             state.n_classes, state.bias_index,
+                                             **state.hyperparameters))
+        elif not self.many.same_settings(state):
+            raise ValueError(f"model {model.key!r}: a learner of other settings than its "
+                             "group's")
+        model.state = self.many.adopt(model.key, state)
+
     def model(self, key, new):
         """The model of ``key``: the group's, or ``new(key, evicted)`` if it holds none
         (``evicted``: what ``evict`` recorded of it, or None)."""
         model = self.models.get(key)
         if model is None:
-            model = self.models[key] = new(key, self.evicted.get(key))
+            model = new(key, self.evicted.get(key))
+            self._adopt(model)
+            self.models[key] = model
             self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
         return model
 
@@ -310,6 +307,74 @@ class ModelGroup:
         """The model leaves the group (its newest checkpoint, durable now, holds it)."""
         del self.models[model.key]
         self.evicted[model.key] = (model.state.examples_seen, model.served)
+        self.many.clear_row(model.state.row)
+
+    def learn(self, block, model_of, served=None, served_scores=None, tracked=True):
+        """Learn the block's new examples, each by its model key's model (``model_of(key)``),
+        in the block's order, all in one call (``ManyStates.learn``): (predictions table,
+        dead letters, skipped, the models of the block's keys). With a list ``served``, append
+        to it (the examples served, their scores [n, K]); with ``served_scores`` (the block's
+        examples were served before, with those scores [n, K]: ``--labels``), report the loss
+        of each at its label (``served_loss``).
+
+        Examples at or before the position their model already learned from their source are
+        skipped (a replay after a restart, ``KeyedModel.take_new``); examples the learner
+        refuses (``learn_or_refuse``) become dead letters and never touch the model; examples
+        without a label are served in their place in the order, not learned. A block without
+        a source, or not ``tracked`` (served examples learned with ``--expired-label``, whose
+        positions were passed when they were served), is learned whole."""
+        if not len(block):
+            return None, [], 0, []
+        encoded = block.keys.dictionary_encode()
+        models = [model_of(k) for k in encoded.dictionary.to_pylist()]
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        skipped = 0
+        if block.source is not None and tracked:
+            source, span = block.source, block.span
+            done = np.array([m.positions.get(source, -1) for m in models], dtype=np.int64)
+            fresh = block.positions > done[codes]
+            last = np.full(len(models), -1, dtype=np.int64)
+            np.maximum.at(last, codes[fresh], block.positions[fresh])
+            for c in np.flatnonzero(last > done):
+                models[c].learns_to(source, int(last[c]), span)
+            skipped = len(block) - int(fresh.sum())
+            if skipped:
+                if not skipped < len(block):
+                    return None, [], skipped, models
+                keep = np.flatnonzero(fresh)
+                block, codes = block.take(keep), codes[keep]
+                served_scores = None if served_scores is None else served_scores[keep]
+        rows = np.array([m.state.row for m in models], dtype=np.int64)[codes]
+        kept, result, refused, seen = self.many.learn(rows, block.batch(), block.served)
+        # refused: what a resumed model's settings refuse beyond the source's checks, and
+        # examples whose prediction, loss or resulting state would not be finite
+        block, dead = block.screen(refused)
+        codes = codes[kept]
+        for model in models:
+            model.state.name_features(block.names)
+        is_served = block.served
+        if served is not None and is_served.any():
+            at = np.flatnonzero(is_served)  # (the result holds the rows kept, in order)
+            served.append((block.take(at), result.scores[at]))
+        state = models[0].state
+        served_losses = None
+        if served_scores is not None:  # (weighted, as the kernel's ``loss`` is)
+            served_losses = block.weights * example_losses(state, served_scores[kept],
+                                                           block.labels)
+        n = len(block)
+        table = prediction_table(
+            pa.array([m.key for m in models], pa.string()).take(codes), state, block.ids,
+            block.labels, result, seen, pa.repeat(pa.scalar(block.source, pa.string()), n),
+            block.positions, pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
+            block.event_times, served_losses)
+        # (null where there is nothing to count: regression, and examples served)
+        error = table.column("error").to_numpy(zero_copy_only=False)
+        errors = np.bincount(codes, np.nan_to_num(error), minlength=len(models))
+        served_by = np.bincount(codes, is_served, minlength=len(models))
+        for c, model in enumerate(models):
+            model.errors += float(errors[c])
+            model.served += int(served_by[c])
+        return table, dead, skipped, models
 
     def idle_since(self, before, now, held):
         """The models last seen at or before ``before`` (µs), but those of the model keys
@@ -348,7 +413,7 @@ class ModelGroup:
     @property
     def nbytes(self):
         """Bytes of its models' learner state, and of the examples waiting for labels."""
-        return (sum(model.state.nbytes for model in self.models.values())
+        return ((self.many.nbytes if self.many is not None else 0)
                 + (self.join.state_bytes if self.join is not None else 0))
 
     def to_bytes(self):
