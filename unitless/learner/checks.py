@@ -16,11 +16,13 @@ once the kernel is compiled.
 import functools
 
 import numpy as np
+import pyarrow as pa
 
 from .examples import dense_batch, make_batch
 from .kernel import run_batch
 from .losses import LOSS_CODES
 from .many import ManyStates
+from .names import FeatureNames
 from .online import InvalidExampleError, learn, learn_or_refuse, learner_labels
 from .registry import get_algorithm
 from .state import from_arrow, new_state, to_arrow
@@ -430,6 +432,19 @@ def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
             state.examples_seen, state.cumulative_loss), f"{what}: key {k}: counters"
         assert to_arrow(mine).equals(to_arrow(state), check_metadata=True), \
             f"{what}: key {k}: Arrow form"
+    # the Arrow forms of every model, in any order, in one call, as each alone's (names are
+    # shared by some models: runs of them are looked up once)
+    order = [list(alone)[i] for i in rng.permutation(len(alone))]
+    some = FeatureNames.from_arrays(np.arange(0, dim, 2), pa.array([f"f{i}" for i in
+                                                                    range(0, dim, 2)]))
+    names = [some if i % 3 else FeatureNames() for i in range(len(order))]
+    extras = [{"model_key": f"key {k}"} if i % 2 else None for i, k in enumerate(order)]
+    tables = many.tables(many.rows([f"key {k}" for k in order]), names, extras)
+    for k, table, name, extra in zip(order, tables, names, extras):
+        state = alone[k].copy()
+        state.feature_names = name
+        assert table.equals(to_arrow(state, extra), check_metadata=True), \
+            f"{what}: key {k}: Arrow form among many"
 
 
 # --- which checks apply ----------------------------------------------------------------------

@@ -15,13 +15,17 @@ the per-model way, which refuses exactly what it would alone. Learners with matr
 step reads every feature's state (``Algorithm.shared`` false), keep a ``LearnerState`` per row
 and always learn that way.
 """
+import json
+
 import numpy as np
+import pyarrow as pa
 from numba import njit
 
 from . import slots as slot_table
 from .kernel import run_many
 from .losses import LOSS_CODES
 from .online import BatchResult, check_examples, learn_or_refuse, learner_labels
+from .state import METADATA_KEY, model_metadata, to_arrow
 
 _LOW = np.int64(0xFFFFFFFF)
 
@@ -125,6 +129,42 @@ class ManyStates:
         state.S[...] = self.S[r]
         state.examples_seen = int(self.examples_seen[r])
         state.cumulative_loss = float(self.cumulative_loss[r])
+        return state
+
+    def tables(self, rows, names, extras):
+        """The Arrow tables ``to_arrow`` makes of these rows' models alone, each with its
+        FeatureNames of ``names`` and its extra metadata of ``extras``: for models of the
+        arena, slices of one table built in one pass over them all."""
+        if not self.shared:
+            return [to_arrow(self._named(r, n), e) for r, n, e in zip(rows, names, extras)]
+        rows = np.asarray(rows, dtype=np.int64)
+        entries = slot_table.row_entries(self.table, self.base, self.shift, rows)
+        features, at = entries >> 32, entries & _LOW  # each row's by feature index
+        V = self.V[:, :, at]
+        changed = (V != self.initial[:, None, None]).any(axis=0)  # [K, entries]
+        cls, j = np.nonzero(changed)
+        owner = np.repeat(np.arange(len(rows)), self.n_features[rows])[j]
+        order = np.argsort(owner * changed.shape[0] + cls, kind="stable")  # by row, then class
+        cls, j, owner = cls[order], j[order], owner[order]
+        bounds = np.searchsorted(owner, np.arange(len(rows) + 1))
+        idx = features[j]
+        columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx),
+                   "name": _names(names, idx, bounds)}
+        for v, name in enumerate(self.spec.vectors):
+            columns[name] = pa.array(V[v][cls, j])
+        table = pa.table(columns)
+        out = []
+        for n, (r, extra) in enumerate(zip(rows, extras)):
+            meta = model_metadata(self.template, self.S[r], int(self.examples_seen[r]),
+                                  float(self.cumulative_loss[r]))
+            meta.update(extra or {})
+            out.append(table.slice(bounds[n], bounds[n + 1] - bounds[n]).replace_schema_metadata(
+                {METADATA_KEY: json.dumps(meta).encode()}))
+        return out
+
+    def _named(self, r, names):
+        state = self.state_of(r)
+        state.feature_names = names
         return state
 
     def put_state(self, r, state):
@@ -293,6 +333,17 @@ class ManyStates:
         return self._marks
 
 
+def _names(names, idx, bounds):
+    """The name column of rows whose model n holds idx[bounds[n]:bounds[n + 1]] and is named
+    by names[n] (one lookup per run of models sharing a FeatureNames, as merging lets many)."""
+    pieces, start = [], 0
+    for n in range(1, len(names) + 1):
+        if n == len(names) or names[n] is not names[start]:
+            pieces.append(names[start].lookup(idx[bounds[start]:bounds[n]]))
+            start = n
+    return pa.concat_arrays(pieces) if pieces else pa.array([], pa.string())
+
+
 def _positions_in(values, wanted):
     """Where each of ``wanted`` is in ``values`` (all there, values distinct)."""
     order = np.argsort(values, kind="stable")
@@ -335,9 +386,7 @@ class RowState:
         self.feature_names = self.feature_names.merged(names)
 
     def alone(self):
-        state = self.many.state_of(self.row)
-        state.feature_names = self.feature_names
-        return state
+        return self.many._named(self.row, self.feature_names)
 
 
 def learner_state(state):

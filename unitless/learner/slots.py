@@ -161,3 +161,24 @@ def move_tables(table, base, shift, n_rows, size):
             used += n
     moved[used:] = EMPTY
     return moved, used
+
+
+@njit(cache=True)
+def row_entries(table, base, shift, rows):
+    """The entries (feature index << 32 | slot) of each of ``rows``' tables, by feature index,
+    the rows' one after the other."""
+    total = 0
+    for r in rows:
+        if shift[r]:
+            total += np.int64(1) << (64 - shift[r])
+    out = np.empty(total, dtype=np.int64)
+    at = 0
+    for r in rows:
+        if shift[r]:
+            start = at
+            for entry in table[base[r]:base[r] + (np.int64(1) << (64 - shift[r]))]:
+                if entry != EMPTY:
+                    out[at] = entry
+                    at += 1
+            out[start:at].sort()
+    return out[:at]

@@ -169,19 +169,25 @@ class LearnerState:
                             self.slot_index.copy(), self.n_slots, self.table.copy(), self.shift)
 
     def metadata(self):
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "algorithm": self.algorithm,
-            "loss": self.loss,
-            "hyperparameters": self.hyperparameters,
-            "dim": self.dim,
-            "n_classes": self.n_classes,
-            "bias_index": self.bias_index,
-            "scalars": {name: self.S[:, j].tolist() for j, name in enumerate(self.spec.scalars)},
-            "examples_seen": self.examples_seen,
-            "cumulative_loss": self.cumulative_loss,
-            "progressive_loss": self.cumulative_loss / max(self.examples_seen, 1),
-        }
+        return model_metadata(self, self.S, self.examples_seen, self.cumulative_loss)
+
+
+def model_metadata(settings, S, examples_seen, cumulative_loss):
+    """The Arrow form's metadata of a model of ``settings`` (a LearnerState: its algorithm,
+    loss, ...) with scalars S [K, scalars] and these counters."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "algorithm": settings.algorithm,
+        "loss": settings.loss,
+        "hyperparameters": settings.hyperparameters,
+        "dim": settings.dim,
+        "n_classes": settings.n_classes,
+        "bias_index": settings.bias_index,
+        "scalars": {name: S[:, j].tolist() for j, name in enumerate(settings.spec.scalars)},
+        "examples_seen": examples_seen,
+        "cumulative_loss": cumulative_loss,
+        "progressive_loss": cumulative_loss / max(examples_seen, 1),
+    }
 
 
 # Slots a new learner has room for; the arrays double when they fill.
@@ -232,7 +238,7 @@ def to_arrow(state, extra_metadata=None):
     """The state as an Arrow table (see module docstring); ``state`` a LearnerState, or one
     model of many (``many.RowState``)."""
     if not isinstance(state, LearnerState):
-        state = state.alone()
+        return state.many.tables([state.row], [state.feature_names], [extra_metadata])[0]
     spec = state.spec
     dim = state.dim
     order = np.argsort(state.slot_index[:state.n_slots], kind="stable")  # slots by index

@@ -380,13 +380,11 @@ class LearnBlocks:
         models starts there, before learning."""
         if block.restarts_midway:
             group = self.state(key, stored)
-            entered = False
-            for k, piece in pieces:
-                model = self._of(group, k)
-                if model.enter_source(piece):
-                    self._checkpoint(model, group)
-                    entered = True
+            entered = [model for model, piece in ((self._of(group, k), piece)
+                                                  for k, piece in pieces)
+                       if model.enter_source(piece)]
             if entered:
+                self._checkpoint(entered, group)
                 self.store(key, group, stored)
 
     def idle(self, key, group):
@@ -409,9 +407,7 @@ class LearnBlocks:
         ttl = int(self.ttl_seconds * 1e6)
         idle = group.idle_since(now - ttl, now, held)
         if idle:
-            for model in idle:
-                if model.checkpoint_behind():
-                    self._checkpoint(model, group)
+            self._checkpoint([m for m in idle if m.checkpoint_behind()], group)
             written = self._write_checkpoints()
             # only those whose state the group's newest checkpoint holds (a failed bundle's
             # may hold more: this state learns up to it again, and leaves later): as the write
@@ -435,12 +431,9 @@ class LearnBlocks:
         return None if seen is None else seen + ttl
 
     def _catch_up(self, group):
-        taken = False
-        for model in group.every_model():
-            if model.checkpoint_behind():
-                self._checkpoint(model, group)
-                taken = True
-        return taken
+        behind = [model for model in group.every_model() if model.checkpoint_behind()]
+        self._checkpoint(behind, group)
+        return bool(behind)
 
     def released(self, key, group):
         """What follows a release's learning, before the model is stored (outputs)."""
@@ -515,9 +508,8 @@ class LearnBlocks:
         yield from self._learn_joined(group, joined)
         due = [m for m in group.every_model()
                if m.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)]
-        for model in due:
-            self._checkpoint(model, group)
         if due:
+            self._checkpoint(due, group)
             self._write_checkpoints()
 
     def _learn_joined(self, group, joined):
@@ -584,9 +576,8 @@ class LearnBlocks:
         due = [] if self.cfg.labels else [
             m for m in models if m.checkpoint_due(self.cfg.checkpoint_every,
                                                   self.cfg.checkpoint_seconds)]
-        for model in due:
-            self._checkpoint(model)
         if due:
+            self._checkpoint(due, group)
             self._write_checkpoints()  # due now: not when the bundle ends, however long it is
         elif predictions_sink.rows >= self.FLUSH_ROWS:
             self._flush()
@@ -595,21 +586,26 @@ class LearnBlocks:
         for sink in self.sinks:
             sink.flush()
 
-    def _checkpoint(self, model, group=None):
-        """Take the model's checkpoint now (of ``group``'s, whose join's state it keeps with
-        --labels); it is written with the others of the bundle before the bundle ends
+    def _checkpoint(self, models, group):
+        """Take the checkpoints of these models of ``group`` now (with --labels each keeps its
+        share of the group's join), their tables made together (``ModelGroup.tables``); they
+        are written with the others of the bundle before the bundle ends
         (``_write_checkpoints``), or sooner when they grow large or the caller writes them."""
-        passed = model.passed_partitions - (model.checkpoint_passed or set())  # (news only)
-        model.mark_checkpoint()
-        table = model.to_table(self._join_of(group).resume_state(model.key, {
-            s: p for s, p in model.positions.items() if not self.cfg.is_labels(s)})
-            if self.cfg.labels else None)
-        self.pending.append((model.key, table, model.state.examples_seen,
-                             model.progressive_loss(), sorted(passed)))
-        self.pending_bytes += table.nbytes
+        if not models:
+            return
+        news, metadata = [], []
+        for model in models:
+            news.append(sorted(model.passed_partitions - (model.checkpoint_passed or set())))
+            model.mark_checkpoint()
+            metadata.append(model.checkpoint_metadata(self._join_of(group).resume_state(
+                model.key, {s: p for s, p in model.positions.items()
+                            if not self.cfg.is_labels(s)}) if self.cfg.labels else None))
+        for model, table, passed in zip(models, group.tables(models, metadata), news):
+            self.pending.append((model.key, table, model.state.examples_seen,
+                                 model.progressive_loss(), passed))
+            self.pending_bytes += table.nbytes
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
-        return table
 
     def _write_checkpoints(self):
         """Flush every sink, then write the checkpoints taken (see the class docstring), all

@@ -131,9 +131,14 @@ class KeyedModel:
         return self.key, self.run_start, self.state.examples_seen
 
     def to_table(self, label_join=None):
-        """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping; with
-        --labels, ``label_join``: what it keeps of its group's join)."""
-        return to_arrow(self.state, {
+        """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
+        return to_arrow(self.state, self.checkpoint_metadata(label_join))
+
+    def checkpoint_metadata(self, label_join=None):
+        """Its bookkeeping, which its checkpoint's table holds beside the learner's
+        (``ModelGroup.tables``; with --labels, ``label_join``: what it keeps of its group's
+        join)."""
+        return {
             "model_key": self.key, "input_positions": self.positions,
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "examples_served": self.served,
@@ -141,7 +146,7 @@ class KeyedModel:
             "unlearned_sources": self.unlearned, "learned_through": self.through,
             "restart_positions": self._restart(label_join),
             "watermark_passed": sorted(self.passed_partitions),
-            **({"label_join": label_join} if label_join is not None else {})})
+            **({"label_join": label_join} if label_join is not None else {})}
 
     def _restart(self, label_join):
         """Where a resumed run may restart each partition: --labels, no later than before the
@@ -375,6 +380,12 @@ class ModelGroup:
             model.errors += float(errors[c])
             model.served += int(served_by[c])
         return table, dead, skipped, models
+
+    def tables(self, models, metadata):
+        """The checkpoint tables of these models of the group, each with its ``metadata``
+        (``KeyedModel.checkpoint_metadata``), made together (``ManyStates.tables``)."""
+        return self.many.tables([m.state.row for m in models],
+                                [m.state.feature_names for m in models], metadata)
 
     def idle_since(self, before, now, held):
         """The models last seen at or before ``before`` (µs), but those of the model keys
