@@ -20,7 +20,7 @@ from unitless.cli import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_key  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
@@ -64,12 +64,12 @@ def main(argv):
     if held:
         learn_blocks(cfg, held, models, sink)
     sink.flush()
-    taken = {}  # group key -> [(model key, table)]
+    checkpoints = {}  # group key -> [(model key, table, metadata)]
     for model in models.values():
         model.mark_checkpoint()
-        taken.setdefault(group_key(model.key, cfg.model_groups), []).append(
-            (model.key, model.to_table()))
-    GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints).write(taken)
+        checkpoints.setdefault(group_key(model.key, cfg.model_groups), []).append(
+            taken(model.key, model.to_table()))
+    GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints).write(checkpoints)
     print(f"{sum(m.state.examples_seen for m in models.values())} examples, "
           f"{len(models)} model keys")
 

@@ -36,7 +36,7 @@ from _common import (artificial_stream, header, parse_args, progress, run_timed,
 from pipeline import ours_command  # noqa: E402
 
 from unitless.learner import dense_batch, learn, new_state  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_key  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 from unitless.store.per_key import write_checkpoints  # noqa: E402
 
@@ -64,7 +64,7 @@ def write_by_group(model_dir, models, writer=None):
     writer = writer or GroupWriter(model_dir, GROUPS)
     groups = {}
     for m in models:
-        groups.setdefault(group_key(m.key, writer.groups), []).append((m.key, m.to_table()))
+        groups.setdefault(group_key(m.key, writer.groups), []).append(taken(m.key, m.to_table()))
     writer.write(groups)
     return writer
 

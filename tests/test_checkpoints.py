@@ -14,7 +14,7 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors import storage
-from unitless.learner import dense_batch, from_arrow, learn, new_state
+from unitless.learner import dense_batch, from_arrow, learn, new_state, read_metadata
 from unitless.learner.state import METADATA_KEY
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
@@ -524,9 +524,10 @@ def test_tables_sealed_together_have_the_checksums_sealed_one_at_a_time():
     tables += [("m", multiclass), ("k", kotlowski2_table()),
                ("empty", model_table("empty", n=5).slice(0, 0))]
     for batch in ([t for t in tables[:4]], tables, tables[::-1]):
-        for key, sealed, meta in seal_many(batch):
-            stored = json.loads(sealed.schema.metadata[METADATA_KEY])
-            assert stored == meta and stored["model_key"] == key
+        given = [(key, table, read_metadata(table)) for key, table in batch]
+        for key, table, meta, as_stored in seal_many(given):
+            sealed = table.replace_schema_metadata({METADATA_KEY: as_stored})
+            assert json.loads(as_stored) == meta and meta["model_key"] == key
             assert meta["checksum"] == checksum(sealed) == checksum(seal(dict(batch)[key], key))
 
 

@@ -13,7 +13,7 @@ import pytest
 from unitless.cli import main
 from unitless.learner import dense_batch, learn, new_state, read_metadata
 from unitless.store import by_group, models, per_key
-from unitless.store.by_group import GroupWriter, group_dir, group_key
+from unitless.store.by_group import GroupWriter, group_dir, group_key, taken
 from unitless.store.checkpoint_file import seal
 from unitless.store.keyed_model import KeyedModel
 
@@ -32,7 +32,8 @@ def trained(key, n=60, seed=0):
 def write(writer, *models_):
     by_group = {}
     for model in models_:
-        by_group.setdefault(group_key(model.key, GROUPS), []).append((model.key, model.to_table()))
+        by_group.setdefault(group_key(model.key, GROUPS), []).append(
+            taken(model.key, model.to_table()))
     return writer.write(by_group)
 
 

@@ -14,7 +14,7 @@ from unitless.beam import Score
 from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_csv
 from unitless.learner import predict_next, read_metadata
-from unitless.store.by_group import GroupWriter, group_counts, group_key
+from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
 from unitless.store.models import load_latest
 from unitless.store.keyed_model import KeyedModel
 from unitless.pipelines.score import MissingModel, ScoringModels
@@ -72,7 +72,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     table = load_latest(str(models), "a")[1]
     meta = read_metadata(table)
     meta["examples_seen"] = 900
-    newer = writer.write({group_key("a", groups): [("a", table.replace_schema_metadata(
+    newer = writer.write({group_key("a", groups): [taken("a", table.replace_schema_metadata(
         {b"unitless": json.dumps(meta).encode()}))]})["a"]
     part = Path(newer.rpartition("#")[0])
     part.write_bytes(part.read_bytes()[:200])
@@ -83,7 +83,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     other = tmp_path / "other"
     other.mkdir()
     train(other, "other", rows(1000, "a", 4), "--bits", "12")
-    writer.write({group_key("a", groups): [("a", load_latest(str(other / "models"), "a")[1])]})
+    writer.write({group_key("a", groups): [taken("a", load_latest(str(other / "models"), "a")[1])]})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="unitless"):
         assert scoring.get("a")[1] == "a@500"

@@ -13,7 +13,7 @@ from tests.integration.test_kafka_pipeline import (consume_all, create_topics,  
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_counts, group_key  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_counts, group_key, taken  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 
 
@@ -74,7 +74,8 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
         meta = json.loads(table.schema.metadata[b"unitless"])
         meta["examples_seen"] = 999
         newer = GroupWriter(models, groups).write({group_key("alpha", groups): [
-            ("alpha", table.replace_schema_metadata({b"unitless": json.dumps(meta).encode()}))]})
+            taken("alpha", table.replace_schema_metadata(
+                {b"unitless": json.dumps(meta).encode()}))]})
         damaged = Path(newer["alpha"].rpartition("#")[0])
         damaged.write_bytes(damaged.read_bytes()[:200])
         time.sleep(0.5)

@@ -15,8 +15,6 @@ the per-model way, which refuses exactly what it would alone. Learners with matr
 step reads every feature's state (``Algorithm.shared`` false), keep a ``LearnerState`` per row
 and always learn that way.
 """
-import json
-
 import numpy as np
 import pyarrow as pa
 from numba import njit
@@ -25,7 +23,7 @@ from . import slots as slot_table
 from .kernel import run_many
 from .losses import LOSS_CODES
 from .online import BatchResult, check_examples, learn_or_refuse, learner_labels
-from .state import METADATA_KEY, model_metadata, to_arrow
+from .state import model_metadata, model_table, state_table, with_metadata
 
 _LOW = np.int64(0xFFFFFFFF)
 
@@ -92,7 +90,8 @@ class ManyStates:
 
     def row(self, key):
         """The row of model ``key``, a new model's if it has none."""
-        return int(self.rows([key])[0])
+        r = self.row_of.get(key)
+        return int(self.rows([key])[0]) if r is None else r
 
     def rows(self, keys):
         """The rows of these model keys (int64 array), new models' for keys without one."""
@@ -133,10 +132,17 @@ class ManyStates:
 
     def tables(self, rows, names, extras):
         """The Arrow tables ``to_arrow`` makes of these rows' models alone, each with its
-        FeatureNames of ``names`` and its extra metadata of ``extras``: for models of the
-        arena, slices of one table built in one pass over them all."""
+        FeatureNames of ``names`` and its extra metadata of ``extras``."""
+        return [with_metadata(table, meta)
+                for table, meta in self.checkpoints(rows, names, extras)]
+
+    def checkpoints(self, rows, names, extras):
+        """[(table, metadata)]: ``tables``, each metadata a dict beside its table (whose schema
+        holds none); for models of the arena, slices of one table built in one pass over them
+        all."""
         if not self.shared:
-            return [to_arrow(self._named(r, n), e) for r, n, e in zip(rows, names, extras)]
+            return [(state_table(s), {**s.metadata(), **(e or {})})
+                    for s, e in zip(map(self._named, rows, names), extras)]
         rows = np.asarray(rows, dtype=np.int64)
         entries = slot_table.row_entries(self.table, self.base, self.shift, rows)
         features, at = entries >> 32, entries & _LOW  # each row's by feature index
@@ -148,19 +154,13 @@ class ManyStates:
         cls, j, owner = cls[order], j[order], owner[order]
         bounds = np.searchsorted(owner, np.arange(len(rows) + 1))
         idx = features[j]
-        columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx),
-                   "name": _names(names, idx, bounds)}
-        for v, name in enumerate(self.spec.vectors):
-            columns[name] = pa.array(V[v][cls, j])
-        table = pa.table(columns)
-        out = []
-        for n, (r, extra) in enumerate(zip(rows, extras)):
-            meta = model_metadata(self.template, self.S[r], int(self.examples_seen[r]),
-                                  float(self.cumulative_loss[r]))
-            meta.update(extra or {})
-            out.append(table.slice(bounds[n], bounds[n + 1] - bounds[n]).replace_schema_metadata(
-                {METADATA_KEY: json.dumps(meta).encode()}))
-        return out
+        table = model_table(self.spec, cls, idx, _names(names, idx, bounds),
+                            [V[v][cls, j] for v in range(V.shape[0])])
+        t = self.template
+        return [(table.slice(bounds[n], bounds[n + 1] - bounds[n]),
+                 {**model_metadata(t, self.S[r], int(self.examples_seen[r]),
+                                   float(self.cumulative_loss[r])), **(extra or {})})
+                for n, (r, extra) in enumerate(zip(rows, extras))]
 
     def _named(self, r, names):
         state = self.state_of(r)
@@ -172,19 +172,23 @@ class ManyStates:
         if not self.shared:
             self.solo[r] = state
             return
-        features = state.slot_index[:state.n_slots]
-        at = self._assign(np.full(len(features), r, dtype=np.int64), features)
-        self.V[:, :, at] = state.V[:, :, :state.n_slots]
+        if state.n_slots:
+            features = state.slot_index[:state.n_slots]
+            at = self._assign(np.full(len(features), r, dtype=np.int64), features)
+            self.V[:, :, at] = state.V[:, :, :state.n_slots]
         self.S[r] = state.S
         self.examples_seen[r] = state.examples_seen
         self.cumulative_loss[r] = state.cumulative_loss
 
     def adopt(self, key, state):
-        """Model ``key`` (a LearnerState of this learner's settings) joins, in its row (a
-        returning key's old one, cleared first): its ``RowState``."""
+        """Model ``key`` (a LearnerState of this learner's settings, copied in: the caller's
+        is never changed) joins, in its row (a returning key's old one, cleared first): its
+        ``RowState``."""
+        returning = key in self.row_of
         r = self.row(key)
-        self.clear_row(r)
-        self.put_state(r, state)
+        if returning:
+            self.clear_row(r)
+        self.put_state(r, state if self.shared else state.copy())
         return RowState(self, r, state.feature_names)
 
     def clear_row(self, r):

@@ -239,8 +239,11 @@ def to_arrow(state, extra_metadata=None):
     model of many (``many.RowState``)."""
     if not isinstance(state, LearnerState):
         return state.many.tables([state.row], [state.feature_names], [extra_metadata])[0]
-    spec = state.spec
-    dim = state.dim
+    return with_metadata(state_table(state), {**state.metadata(), **(extra_metadata or {})})
+
+
+def state_table(state):
+    """``to_arrow``'s table of a LearnerState without its metadata."""
     order = np.argsort(state.slot_index[:state.n_slots], kind="stable")  # slots by index
     active = state.slot_index[order]  # only features some example carried can have changed
     V = state.V[:, :, order]
@@ -249,19 +252,28 @@ def to_arrow(state, extra_metadata=None):
         changed |= (state.M[:, :, order] != 0).any(axis=(0, 3))
     cls, j = np.nonzero(changed)
     idx = active[j]
-    names = state.feature_names.lookup(idx)
-    columns = {"class": pa.array(cls.astype(np.int32)), "index": pa.array(idx.astype(np.int64)),
-               "name": names}
-    for v, name in enumerate(spec.vectors):
-        columns[name] = pa.array(V[v][cls, j])
-    for m, name in enumerate(spec.matrices):
-        rows = np.zeros((len(idx), dim))  # each row over all dim features
+    matrices = []
+    for m in range(len(state.spec.matrices)):
+        rows = np.zeros((len(idx), state.dim))  # each row over all dim features
         rows[:, active] = state.M[m][cls, order[j]][:, order]
-        columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1)), dim)
-    meta = state.metadata()
-    if extra_metadata:
-        meta.update(extra_metadata)
-    table = pa.table(columns)
+        matrices.append(pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1)),
+                                                          state.dim))
+    return model_table(state.spec, cls, idx, state.feature_names.lookup(idx),
+                       [V[v][cls, j] for v in range(V.shape[0])], matrices)
+
+
+def model_table(spec, classes, indices, names, vectors, matrices=()):
+    """The Arrow form's columns of the entries (class, feature index) of a learner ``spec``:
+    their names (a string array) and their values, an array per vector and per matrix."""
+    columns = {"class": pa.array(classes.astype(np.int32)),
+               "index": pa.array(indices.astype(np.int64)), "name": names}
+    columns.update(zip(spec.vectors, map(pa.array, vectors)))
+    columns.update(zip(spec.matrices, matrices))
+    return pa.table(columns)
+
+
+def with_metadata(table, meta):
+    """The table holding metadata ``meta`` (a dict) as the Arrow form does."""
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
 
 

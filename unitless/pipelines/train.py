@@ -152,10 +152,11 @@ def key_by_model(size, **options):
         typing.Tuple[str, typing.Any])
 
 
-def new_keyed_model(cfg, key, checkpoints):
+def new_keyed_model(cfg, key, checkpoints, fresh):
     """The key's model: resumed from its latest checkpoint when asked (its group's, read by
-    ``checkpoints``, a GroupWriter; else the per-key layout's), else a fresh learner."""
-    return saved_keyed_model(cfg, key, checkpoints) or KeyedModel(key, new_learner(cfg))
+    ``checkpoints``, a GroupWriter; else the per-key layout's), else the fresh learner
+    ``fresh`` (``new_learner(cfg)``, shared: a ``ModelGroup`` copies a learner in)."""
+    return saved_keyed_model(cfg, key, checkpoints) or KeyedModel(key, fresh)
 
 
 def saved_keyed_model(cfg, key, checkpoints):
@@ -269,6 +270,7 @@ class LearnBlocks:
     def setup(self):
         # key -> ModelGroup last written to state (skips decoding)
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
+        self.fresh = new_learner(self.cfg)  # (each new model's, copied in: never changed)
         self.started = self.last_log = time.time()
         self.seen = 0
         self.last_join = None  # (``--labels``: its waiting state is logged)
@@ -338,7 +340,7 @@ class LearnBlocks:
 
     def _new_model(self, model_key, evicted=None):
         if evicted is None:
-            return new_keyed_model(self.cfg, model_key, self.group_files)
+            return new_keyed_model(self.cfg, model_key, self.group_files, self.fresh)
         return self._returning(model_key, *evicted)
 
     def _returning(self, model_key, examples, served):
@@ -600,9 +602,9 @@ class LearnBlocks:
             metadata.append(model.checkpoint_metadata(self._join_of(group).resume_state(
                 model.key, {s: p for s, p in model.positions.items()
                             if not self.cfg.is_labels(s)}) if self.cfg.labels else None))
-        for model, table, passed in zip(models, group.tables(models, metadata), news):
-            self.pending.append((model.key, table, model.state.examples_seen,
-                                 model.progressive_loss(), passed))
+        for model, (table, meta), passed in zip(models, group.checkpoints(models, metadata),
+                                                news):
+            self.pending.append((model.key, table, meta, model.progressive_loss(), passed))
             self.pending_bytes += table.nbytes
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
@@ -615,20 +617,20 @@ class LearnBlocks:
             return {}
         self._flush()
         groups = {}
-        for key, table, _, _, _ in self.pending:
-            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table))
+        for key, table, meta, _, _ in self.pending:
+            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table, meta))
         written = self.group_files.write(groups)
         # (where a model's restart position now covers partitions, its start records there
         # are superseded: see KeyByModel)
         for group in {group_key(key, self.cfg.model_groups) for key, *_, news in self.pending
                       if news}:
             prune_starts(starts_dir(self.cfg.model_dir), group, self.group_files.passed(group))
-        for key, _, examples, loss, _ in self.pending:
+        for key, _, meta, loss, _ in self.pending:
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
                 self.loss.update(int(1e6 * loss))
             log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
-                      examples, loss)
+                      meta["examples_seen"], loss)
         self.pending, self.pending_bytes = [], 0
         return written
 

@@ -361,8 +361,9 @@ class GroupWriter:
             self.known.popitem(last=False)
 
     def write(self, checkpoints):
-        """Write {group key: [(model key, table)]} (tables as ``KeyedModel.to_table`` makes
-        them): per group one part of those models, then one manifest naming them and the
+        """Write {group key: [(model key, table, metadata)]} (a model's checkpoint table and
+        its metadata beside it, ``ModelGroup.checkpoints``; or ``taken`` of a table holding
+        it): per group one part of those models, then one manifest naming them and the
         group's other models; all parts first, made durable together, then all manifests.
         Returns {model key: locator}. A model whose newest checkpoint holds more examples than
         the one given (a bundle retried after another took it further) keeps that one."""
@@ -382,15 +383,14 @@ class GroupWriter:
             entries = dict(current.newest())
             seq = current.seq + 1
             name = f"part-{seq:012d}-{unique_token()}.arrow"
-            sealed = [(model_key, table, meta) for model_key, table, meta in models
-                      if model_key not in entries
-                      or examples_of(entries[model_key]) <= meta["examples_seen"]]
+            sealed = [model for model in models if model[0] not in entries
+                      or examples_of(entries[model[0]]) <= model[2]["examples_seen"]]
             if len({e[0] for e in entries.values()} - {name}) > COMPACT_PARTS:
                 sealed = self._compacted(directory, entries, sealed)
             if not sealed:
                 continue
             data = _part_bytes(key, seq, sealed)
-            for index, (model_key, _, meta) in enumerate(sealed):
+            for index, (model_key, _, meta, _) in enumerate(sealed):
                 entries[model_key] = (name, index, _summary(meta["examples_seen"],
                                                             meta[CHECKSUM_FIELD]))
                 written[model_key] = locator(join(directory, name), index)
@@ -412,7 +412,7 @@ class GroupWriter:
     def _compacted(self, directory, entries, sealed):
         """``sealed`` and every other model of the group, read back from their parts, to be
         written as one part (a group's manifest names at most COMPACT_PARTS parts)."""
-        fresh = {model_key for model_key, _, _ in sealed}
+        fresh = {model_key for model_key, *_ in sealed}
         for model_key, (part, index, meta) in sorted(entries.items()):
             if model_key in fresh:
                 continue
@@ -422,7 +422,8 @@ class GroupWriter:
             except (OSError, ValueError) as err:
                 log.warning("model %r keeps its checkpoint in %s: %s", model_key, part, err)
                 return sealed
-            sealed.append((model_key, table, read_metadata(table)))
+            stored = table.schema.metadata[METADATA_KEY]
+            sealed.append((model_key, table, json.loads(stored), stored))
         return sealed
 
     def _prune(self, group):
@@ -445,20 +446,27 @@ class GroupWriter:
 
 
 def _part_bytes(group, seq, sealed):
-    """The part holding the sealed models' tables, in their order."""
-    tables = [table.replace_schema_metadata(None) for _, table, _ in sealed]
+    """The part holding the sealed models' tables, in their order (``seal_many``'s)."""
+    tables = [table.replace_schema_metadata(None) for _, table, _, _ in sealed]
     rows = np.array([t.num_rows for t in tables], dtype=np.int64)
     first_rows = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
     body = pa.concat_tables(tables, promote_options="none")
     keys = pa.DictionaryArray.from_arrays(
         pa.array(np.repeat(np.arange(len(sealed), dtype=np.int32), rows)),
-        pa.array([model_key for model_key, _, _ in sealed], pa.string()))
-    index = {"group": group, "seq": seq, "models": [
-        {"first_row": first, "rows": int(n), "metadata": meta}
-        for first, n, (_, _, meta) in zip(first_rows, rows, sealed)]}
+        pa.array([model_key for model_key, *_ in sealed], pa.string()))
+    # (each model's metadata as sealed, not encoded again: ``_part_index`` reads the JSON)
+    index = b",".join(b'{"first_row":%d,"rows":%d,"metadata":%s}' % (first, n, stored)
+                      for first, n, (*_, stored) in zip(first_rows, rows.tolist(), sealed))
+    head = json.dumps({"group": group, "seq": seq})[:-1].encode()
     part = body.add_column(0, MODEL_KEY, keys).replace_schema_metadata(
-        {PART_KEY: json.dumps(index).encode()})
+        {PART_KEY: head + b',"models":[' + index + b"]}"})
     return table_to_bytes(part)
+
+
+def taken(key, table):
+    """(model key, table, metadata) of a checkpoint table holding its metadata (``to_arrow``,
+    ``KeyedModel.to_table``), as ``GroupWriter.write`` takes it."""
+    return key, table, read_metadata(table)
 
 
 def _manifest_bytes(group, seq, entries):

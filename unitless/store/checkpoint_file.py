@@ -84,33 +84,35 @@ def _hash_array(h, array):
 def seal(table, key):
     """The table with its model key and checksum in its metadata, as write_checkpoint writes
     it. A table already naming another model key is refused (ValueError)."""
-    return seal_many([(key, table)])[0][1]
+    (_, _, _, stored), = seal_many([(key, table, read_metadata(table))])
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          METADATA_KEY: stored})
 
 
 def seal_many(models):
-    """[(model key, table)] -> [(model key, sealed table, its metadata)]: each table sealed as
-    ``seal`` seals it (the same checksum). Tables of one schema are hashed as slices of their
-    concatenation, each column's values converted once for them all (sealing a table at a
-    time, pyarrow's per-column calls cost more than the hashing)."""
+    """[(model key, table, metadata)] -> [(model key, table, sealed metadata, as stored)]: each
+    model's metadata (a dict, whatever the table's schema holds) given its model key and the
+    checksum ``seal`` gives it, and the JSON a sealed table's schema holds of it (bytes).
+    Tables of one schema are hashed as slices of their concatenation, each column's values
+    converted once for them all (sealing a table at a time, pyarrow's per-column calls cost
+    more than the hashing)."""
     metas = []
-    for key, table in models:
-        meta = read_metadata(table)
+    for key, _, meta in models:
         if meta.get("model_key", key) != key:
             raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
                              f"as model {key!r}")
-        meta["model_key"] = key
-        metas.append(meta)
+        metas.append({**meta, "model_key": key})
     if not models:
         return []
     schema = models[0][1].schema
-    if all(table.schema.equals(schema, check_metadata=False) for _, table in models):
-        body = pa.concat_tables([table.replace_schema_metadata(None) for _, table in models])
+    if all(table.schema.equals(schema, check_metadata=False) for _, table, _ in models):
+        body = pa.concat_tables([table.replace_schema_metadata(None) for _, table, _ in models])
         columns = [(name.encode("utf-8", "surrogatepass"), _Slices(column.combine_chunks()))
                    for name, column in zip(body.column_names, body.columns)]
     else:
         columns = None
     sealed, row = [], 0
-    for (key, table), meta in zip(models, metas):
+    for (key, table, _), meta in zip(models, metas):
         canonical = _canonical(meta)
         if columns is None:
             digest = _digest(table, canonical)
@@ -123,11 +125,9 @@ def seal_many(models):
         row += table.num_rows
         # stored as it is hashed, the checksum added before its closing brace (never "{}": it
         # holds the model key)
-        stored = f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{digest}"}}'
-        schema_metadata = dict(table.schema.metadata or {})
-        schema_metadata[METADATA_KEY] = stored.encode()
         meta[CHECKSUM_FIELD] = digest
-        sealed.append((key, table.replace_schema_metadata(schema_metadata), meta))
+        sealed.append((key, table, meta,
+                       f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{digest}"}}'.encode()))
     return sealed
 
 

@@ -381,11 +381,12 @@ class ModelGroup:
             model.served += int(served_by[c])
         return table, dead, skipped, models
 
-    def tables(self, models, metadata):
-        """The checkpoint tables of these models of the group, each with its ``metadata``
-        (``KeyedModel.checkpoint_metadata``), made together (``ManyStates.tables``)."""
-        return self.many.tables([m.state.row for m in models],
-                                [m.state.feature_names for m in models], metadata)
+    def checkpoints(self, models, metadata):
+        """[(table, metadata)]: the checkpoints of these models of the group, each with its
+        ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its table, made together
+        (``ManyStates.checkpoints``)."""
+        return self.many.checkpoints([m.state.row for m in models],
+                                     [m.state.feature_names for m in models], metadata)
 
     def idle_since(self, before, now, held):
         """The models last seen at or before ``before`` (µs), but those of the model keys
