@@ -3,6 +3,7 @@ the per-key layout of earlier versions still read, and the files queried as a da
 import json
 import logging
 import os
+import random
 
 import duckdb
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from unitless.cli import main
 from unitless.learner import dense_batch, learn, new_state, read_metadata
 from unitless.store import by_group, models, per_key
-from unitless.store.by_group import GroupWriter, group_dir, group_key, taken
+from unitless.store.by_group import GroupWriter, group_dir, group_key, group_keys, taken
 from unitless.store.checkpoint_file import seal
 from unitless.store.keyed_model import KeyedModel
 
@@ -49,6 +50,19 @@ def same_model(table, model):
     for name in ("time", "checksum"):
         got_meta.pop(name, None), want_meta.pop(name, None)
     return table.equals(want) and got_meta == want_meta
+
+
+def test_a_model_keys_group_is_the_same_computed_alone_or_for_an_array_at_once():
+    """``group_keys`` (an Arrow array of model keys at once, compiled) gives each key the group
+    ``group_key`` gives it alone: zlib's CRC-32 of its UTF-8, whatever the characters, an
+    empty key, a sliced array, large strings."""
+    rnd = random.Random(3)
+    keys = ["", "a", "é中文😀", "k123"] + ["".join(rnd.choice("abé😀z09/\\") for _ in
+                                                   range(rnd.randrange(12))) for _ in range(500)]
+    for groups in (1, 7, 1024, 0):
+        for array in (pa.array(keys), pa.array(keys).slice(3, 200),
+                      pa.array(keys, pa.large_string())):
+            assert group_keys(array, groups) == [group_key(k, groups) for k in array.to_pylist()]
 
 
 def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_path):

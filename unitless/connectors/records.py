@@ -116,8 +116,9 @@ class ExampleBlock:
         them), without raw records; each keeps the blocks' span where their spans tile (all
         of the key's examples there are in it). Compact (``compact``) where every block is
         compact with the same row of features, else full; a single block of a single key is
-        itself. With ``group`` (model key -> the name of its group), (name, block) for each
-        group instead: the examples of all of its model keys, in position order.
+        itself. With ``group`` (a string array of model keys -> the names of their groups, a
+        list), (name, block) for each group instead: the examples of all of its model keys, in
+        position order.
 
         One gather of all examples into the keys' order, of which each key's block is a slice
         (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
@@ -126,10 +127,11 @@ class ExampleBlock:
         concatenated copy and then a sorted one."""
         every_key = pa.concat_arrays([b.keys for b in blocks])
         encoded = every_key.dictionary_encode()
-        keys = encoded.dictionary.to_pylist()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
-        if group is not None:
-            names = [group(key) for key in keys]
+        if group is None:
+            keys = encoded.dictionary.to_pylist()
+        else:
+            names = group(encoded.dictionary)
             keys = sorted(set(names))
             index = {name: k for k, name in enumerate(keys)}
             codes = np.array([index[name] for name in names], dtype=np.int64)[codes]

@@ -5,6 +5,7 @@ import math
 import time
 import typing
 from collections import OrderedDict
+from functools import partial
 from dataclasses import replace
 
 import apache_beam as beam
@@ -19,7 +20,8 @@ from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
 from ..learner import read_metadata
 from ..store import per_key
-from ..store.by_group import GroupWriter, examples_of, group_counts, group_key
+from ..store.by_group import (GroupWriter, examples_of, group_counts, group_key, group_keys,
+                              group_numbers)
 from ..store.checkpoint_file import read_once
 from ..store.join import LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, served_count
@@ -63,22 +65,15 @@ class KeyByModel(beam.DoFn):
         self.size, self.gather_bytes, self.starts = size, gather_bytes, starts
         self.covered = frozenset((source, key) for key, source in covered)
         self.model_groups = model_groups
-        self.model_group_of = {}  # model key -> ``group_key``, as met
 
     def setup(self):
         # (source, key): start records this worker wrote, or needs none (``covered``)
         self.started = set(self.covered)
 
-    def _model_group(self, model_key):
-        group = self.model_group_of.get(model_key)
-        if group is None:
-            group = self.model_group_of[model_key] = group_key(model_key, self.model_groups)
-        return group
-
     @property
     def _grouping(self):
         """What ``ExampleBlock.by_key`` splits by besides model keys: their groups, or none."""
-        return self._model_group if self.model_groups else None
+        return partial(group_keys, groups=self.model_groups) if self.model_groups else None
 
     def start_bundle(self):
         self.groups = {}  # (source, timestamp, window) -> [blocks, examples, keys handed on]
@@ -94,8 +89,8 @@ class KeyByModel(beam.DoFn):
         group = (block.source, timestamp, window)
         entry = self.groups.setdefault(group, [[], 0, set()])
         entry[1] += len(block)
-        keys = block.keys.unique().to_pylist()
-        entry[2].update(map(self._model_group, keys) if self.model_groups else keys)
+        entry[2].update(np.unique(group_numbers(block.keys, self.model_groups)).tolist()
+                        if self.model_groups else block.keys.unique().to_pylist())
         block = block.compact()  # (held: the features every example has, once; see by_key)
         entry[0].append(block)
         self.held += block.nbytes
@@ -123,7 +118,8 @@ class KeyByModel(beam.DoFn):
         new = [(key, block.source, int(first[k]) - 1) for k, key in enumerate(keys)
                if (block.source, key) not in self.started]
         if new:
-            write_starts(self.starts, new, self._grouping)
+            write_starts(self.starts, new, partial(group_key, groups=self.model_groups)
+                         if self.model_groups else None)
             self.started.update((block.source, key) for key, _, _ in new)
 
     def finish_bundle(self):

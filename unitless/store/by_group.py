@@ -40,6 +40,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, read_bytes,
                                   remove, unique_token)
@@ -66,6 +67,49 @@ def group_key(model_key, groups):
     if not groups:
         return model_key
     return f"{zlib.crc32(model_key.encode('utf-8', 'surrogatepass')) % groups}/{groups}"
+
+
+def group_keys(model_keys, groups):
+    """``group_key`` of each model key of a string array (a list), computed together."""
+    if not groups:
+        return model_keys.to_pylist()
+    return [f"{g}/{groups}" for g in group_numbers(model_keys, groups).tolist()]
+
+
+def group_numbers(model_keys, groups):
+    """The number (0 to ``groups`` - 1) of each model key's group of a string array (int64):
+    ``group_key``'s CRC-32 over each key's UTF-8, in one compiled pass over the array's
+    buffers (a null key counts as the empty one)."""
+    keys = model_keys.fill_null("")
+    if not pa.types.is_string(keys.type):
+        keys = keys.cast(pa.large_string())
+    _, offsets, data = keys.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int32 if pa.types.is_string(keys.type)
+                            else np.int64)[keys.offset:keys.offset + len(keys) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return _crc32(offsets, data) % groups
+
+
+def _crc_table():
+    table = np.arange(256, dtype=np.int64)
+    for _ in range(8):
+        table = np.where(table & 1, 0xEDB88320 ^ (table >> 1), table >> 1)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+@njit(cache=True)
+def _crc32(offsets, data):
+    """zlib's CRC-32 of each string data[offsets[i]:offsets[i + 1]] (int64)."""
+    out = np.empty(offsets.shape[0] - 1, dtype=np.int64)
+    for i in range(out.shape[0]):
+        c = 0xFFFFFFFF
+        for p in range(offsets[i], offsets[i + 1]):
+            c = _CRC_TABLE[(c ^ data[p]) & 0xFF] ^ (c >> 8)
+        out[i] = c ^ 0xFFFFFFFF
+    return out
 
 
 def groups_dir(model_dir, groups):
