@@ -1,4 +1,5 @@
 """KeyedModel, the per-key learner of the pipeline, without Beam."""
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -94,6 +95,21 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert m.continues(after)
     after.span = (14, 14)  # offset 13 not read: what it held may come later
     assert not m.continues(after)
+
+
+def test_a_checkpoints_metadata_is_the_model_as_it_was_when_taken():
+    """A checkpoint taken is written later (at the bundle's end), and its model may learn on
+    meanwhile: its metadata keeps where the model was when it was taken, not where it is when
+    written (a resumed run would skip examples its state never learned)."""
+    m = KeyedModel("k", new_state("nag", 1 << 4))
+    m.learns_to("p0", 5, (0, 5))
+    m.restart["p0"], m.unlearned["p1"], m.positions["p1"] = 5, 3, 3
+    meta = m.checkpoint_metadata()
+    taken = json.loads(json.dumps(meta))
+    m.learns_to("p0", 9, (6, 9))
+    m.learns_to("p1", 4, (4, 4))
+    m.restart["p0"] = 9
+    assert json.loads(json.dumps(meta)) == taken
 
 
 def test_a_groups_beam_state_holds_no_compiled_code_and_pickles_from_threads_at_once():

@@ -126,10 +126,10 @@ def drop_model_key(monkeypatch, dropped):
     """The learning step loses every example of one model key (a bug made on purpose)."""
     learn_all = train.LearnBlocks.learn
 
-    def lossy(self, group, block, pieces=None, at=None):
+    def lossy(self, group, block, at=None):
         kept = block.take(np.flatnonzero(np.asarray(block.keys.to_pylist()) != dropped))
         kept.span = block.span
-        return learn_all(self, group, kept, None, at)
+        return learn_all(self, group, kept, at)
     monkeypatch.setattr(train.LearnBlocks, "learn", lossy)
 
 
@@ -186,13 +186,13 @@ def restart_models_midway(monkeypatch):
     learn_all = train.LearnBlocks.learn
     calls = itertools.count()
 
-    def losing(self, group, block, pieces=None, at=None):
+    def losing(self, group, block, at=None):
         if next(calls) == 10:  # (model_groups=1: every model key's step key is one)
             step_key = train.group_key(next(iter(group.models)), 1)
             yield from accounting.models_left(step_key, [m.learned_range()
                                                          for m in group.every_model()])
             group.models.clear()
-        yield from learn_all(self, group, block, pieces, at)
+        yield from learn_all(self, group, block, at)
     monkeypatch.setattr(train.LearnBlocks, "learn", losing)
 
 

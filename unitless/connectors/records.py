@@ -104,6 +104,14 @@ class ExampleBlock:
                             self.event_times[rows] if self.event_times is not None else None,
                             restarts_midway=self.restarts_midway)
 
+    def first_positions(self):
+        """(model keys, int64 array): each model key the block holds and the position of its
+        first example (the least)."""
+        encoded = self.keys.dictionary_encode()
+        first = np.full(len(encoded.dictionary), np.iinfo(np.int64).max)
+        np.minimum.at(first, encoded.indices.to_numpy(zero_copy_only=False), self.positions)
+        return encoded.dictionary.to_pylist(), first
+
     def split_by_key(self, group=None):
         """(key, block) for each model key present, examples in their original order (with
         ``group``, for each group of them: see ``by_key``)."""

@@ -138,10 +138,10 @@ class InOrder(beam.DoFn):
 
     The handler: ``learns_on_arrival`` (whether a block that continues the key's state may skip
     the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from
-    and to Beam state, ``stored`` a ``Stored``), ``continues(state, pieces)`` (if it learns on
-    arrival: the block, split by model key, holds the state's next examples),
-    ``enter_source(key, block, stored, pieces)`` (what to do with a Kafka partition's block as
-    it arrives, before it waits), ``learn(state, block, pieces=None, at=None)`` (a block
+    and to Beam state, ``stored`` a ``Stored``), ``continues(state, block)`` (if it learns on
+    arrival: the block holds the state's next examples),
+    ``enter_source(key, block, stored)`` (what to do with a Kafka partition's block as
+    it arrives, before it waits), ``learn(state, block, at=None)`` (a block
     handed on at ``at``, µs on the watermark's clock, None at the end of the input; yields
     outputs),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
@@ -219,17 +219,15 @@ class InOrder(beam.DoFn):
             if self.ttl and expire_at.read() is None:
                 self._expire_at(timestamp.micros + self.ttl, expire_at, expire)
         on_arrival = self.handler.learns_on_arrival and block.span is not None
-        # (split once: both steps below need each model key's examples)
-        pieces = block.split_by_key() if block.restarts_midway or on_arrival else None
-        self.handler.enter_source(key, block, stored, pieces)
+        self.handler.enter_source(key, block, stored)
         learned = False
         if on_arrival:
             state = self.handler.state(key, stored)
             # nothing it needs first can be waiting
-            learned = self.handler.continues(state, pieces)
+            learned = self.handler.continues(state, block)
             if learned:
                 self.on_arrival.inc()
-                yield from self.handler.learn(state, block, pieces, at=timestamp.micros)
+                yield from self.handler.learn(state, block, at=timestamp.micros)
                 self.handler.store(key, state, stored)
                 if not block.restarts_midway:
                     return

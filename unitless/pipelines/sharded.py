@@ -149,7 +149,7 @@ class CutRounds:
     def __init__(self, cfg, cuts=None):
         self.cfg, self.cuts = cfg, cuts or {}
 
-    def enter_source(self, key, block, stored, pieces):
+    def enter_source(self, key, block, stored):
         if not (block.restarts_midway and len(block)):
             return
         rounds = self.state(key, stored)
@@ -171,7 +171,7 @@ class CutRounds:
     def store(self, key, rounds, stored):
         stored.write(rounds.to_bytes())
 
-    def learn(self, rounds, block, pieces=None, at=None):
+    def learn(self, rounds, block, at=None):
         rounds.pending.append(block)
         return ()
 

@@ -24,7 +24,7 @@ from ..store.by_group import (GroupWriter, examples_of, group_counts, group_key,
                               group_numbers)
 from ..store.checkpoint_file import read_once
 from ..store.join import LabelJoin
-from ..store.keyed_model import KeyedModel, ModelGroup, served_count
+from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
 from ..store.models import checkpoint_metadata
 from ..store.resume import covered_partitions
 from ..store.shards import shard_counts
@@ -111,10 +111,7 @@ class KeyByModel(beam.DoFn):
         tells that every stage before the shuffle has processed the block (and so written
         this), but not that the key's own model has, on a runner whose workers each keep a
         watermark (Flink)."""
-        encoded = block.keys.dictionary_encode()
-        keys = encoded.dictionary.to_pylist()
-        first = np.full(len(keys), np.iinfo(np.int64).max)
-        np.minimum.at(first, encoded.indices.to_numpy(zero_copy_only=False), block.positions)
+        keys, first = block.first_positions()
         new = [(key, block.source, int(first[k]) - 1) for k, key in enumerate(keys)
                if (block.source, key) not in self.started]
         if new:
@@ -323,10 +320,10 @@ class LearnBlocks:
             group.join = LabelJoin(self.cfg.label_wait, self.cfg.expired_label)
         return group.join
 
-    def _resume_labeled(self, group, pieces):
+    def _resume_labeled(self, group, keys):
         """--resume: the models with checkpoints of a labels block's model keys, read before
         their labels reach the join (which must know the labels they learned)."""
-        for k, _ in pieces:
+        for k in keys:
             if k not in group.models and k not in self.unsaved:
                 model = saved_keyed_model(self.cfg, k, self.group_files)
                 if model is None:
@@ -369,18 +366,21 @@ class LearnBlocks:
                 stored.log.add(entry)
         self.models.keep(key, group, group.nbytes, len(group.models))
 
-    def continues(self, group, pieces):
-        """Each model the block holds examples of has learned all of its own before them."""
-        return all(self._of(group, k).continues(piece) for k, piece in pieces)
+    def continues(self, group, block):
+        """Each model the block holds examples of has learned all of its own before them
+        (``KeyedModel.continues``: the block in position order, each model past its start)."""
+        return in_span_order(block) and all(self._of(group, k).learned_before(block)
+                                            for k in block.keys.unique().to_pylist())
 
-    def enter_source(self, key, block, stored, pieces):
-        """A Kafka partition's block (``pieces``: split by model key): record where each of its
-        models starts there, before learning."""
-        if block.restarts_midway:
+    def enter_source(self, key, block, stored):
+        """A Kafka partition's block: record where each of its models starts there, before
+        learning."""
+        if block.restarts_midway and len(block):
             group = self.state(key, stored)
-            entered = [model for model, piece in ((self._of(group, k), piece)
-                                                  for k, piece in pieces)
-                       if model.enter_source(piece)]
+            keys, firsts = block.first_positions()
+            entered = [model for model, first in zip(map(partial(self._of, group), keys),
+                                                     firsts.tolist())
+                       if model.enter_source(block, first)]
             if entered:
                 self._checkpoint(entered, group)
                 self.store(key, group, stored)
@@ -451,17 +451,15 @@ class LearnBlocks:
         self.models.pop(key)
         yield from models_left(key, [model.learned_range() for model in group.every_model()])
 
-    def learn(self, group, block, pieces=None, at=None):
-        """Learn a block of the group's model keys (``pieces``: split by model key, if it is
-        already), handed on at ``at`` (µs; see ``InOrder``): each key's examples by its own
-        model, in parts of up to ``chunk_size``."""
-        pieces = pieces if pieces is not None else block.split_by_key()
+    def learn(self, group, block, at=None):
+        """Learn a block of the group's model keys, handed on at ``at`` (µs; see ``InOrder``):
+        each key's examples by its own model, in parts of up to ``chunk_size``."""
         if at is not None and block.source is not None:
-            for k, _ in pieces:
+            for k in block.keys.unique().to_pylist():
                 model = self._of(group, k)
                 model.last_seen = max(at, model.last_seen or at)
         if self.cfg.labels:
-            yield from self._join(group, block, pieces)
+            yield from self._join(group, block)
         else:
             yield from self._learn_parts(group, block)
         group.learned(block)
@@ -475,7 +473,7 @@ class LearnBlocks:
             at += len(part)
             yield from self._learn(group, part, served, scores, tracked)
 
-    def _join(self, group, block, pieces):
+    def _join(self, group, block):
         """``--labels``: a labels block's examples learned with the features they were served
         with, in label order, as their features come (``LabelJoin``); a features block's
         examples served, then waiting for their labels (those that carry one learned, as in
@@ -483,11 +481,11 @@ class LearnBlocks:
         join = self._join_of(group)
         if self.cfg.is_labels(block.source):
             if self.cfg.resume:
-                self._resume_labeled(group, pieces)
+                self._resume_labeled(group, block.keys.unique().to_pylist())
             joined, dead = join.labels(block)
         else:
             served, dead = [], []
-            for k, piece in pieces:
+            for k, piece in block.split_by_key():
                 model = self._of(group, k)
                 piece, again = join.screen(k, join.replayed(k, piece))
                 dead += again

@@ -46,8 +46,8 @@ from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, r
                                   remove, unique_token)
 from ..learner import read_metadata
 from ..learner.state import METADATA_KEY
-from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema, seal_many,
-                              table_from_bytes, table_to_bytes)
+from .checkpoint_file import (CHECKSUM_FIELD, bare_table, check_table, one_line, read_schema,
+                              seal_many, table_from_bytes, table_to_bytes)
 from .per_key import key_dir_name
 
 log = logging.getLogger("unitless")
@@ -491,7 +491,7 @@ class GroupWriter:
 
 def _part_bytes(group, seq, sealed):
     """The part holding the sealed models' tables, in their order (``seal_many``'s)."""
-    tables = [table.replace_schema_metadata(None) for _, table, _, _ in sealed]
+    tables = [bare_table(table) for _, table, _, _ in sealed]
     rows = np.array([t.num_rows for t in tables], dtype=np.int64)
     first_rows = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
     body = pa.concat_tables(tables, promote_options="none")

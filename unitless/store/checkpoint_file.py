@@ -73,8 +73,15 @@ def _digest(table, canonical):
 
 
 def _hash_part(h, data):
-    h.update(len(data).to_bytes(8, "little"))
-    h.update(data)
+    h.update(b"".join(_framed(data)))
+
+
+_EIGHT = (8).to_bytes(8, "little")
+
+
+def _framed(data):
+    """A part of a checksum's input: its length (8 bytes, little-endian), then itself."""
+    return [len(data).to_bytes(8, "little"), data]
 
 
 def _hash_array(h, array):
@@ -106,7 +113,7 @@ def seal_many(models):
         return []
     schema = models[0][1].schema
     if all(table.schema.equals(schema, check_metadata=False) for _, table, _ in models):
-        body = pa.concat_tables([table.replace_schema_metadata(None) for _, table, _ in models])
+        body = pa.concat_tables([bare_table(table) for _, table, _ in models])
         columns = [(name.encode("utf-8", "surrogatepass"), _Slices(column.combine_chunks()))
                    for name, column in zip(body.column_names, body.columns)]
     else:
@@ -118,9 +125,8 @@ def seal_many(models):
             digest = _digest(table, canonical)
         else:
             h = _hasher(canonical, table.num_rows)
-            for name, column in columns:
-                _hash_part(h, name)
-                column.hash(h, row, row + table.num_rows)
+            h.update(b"".join([part for name, column in columns for part in
+                               _framed(name) + column.parts(row, row + table.num_rows)]))
             digest = "sha256:" + h.hexdigest()
         row += table.num_rows
         # stored as it is hashed, the checksum added before its closing brace (never "{}": it
@@ -131,6 +137,11 @@ def seal_many(models):
     return sealed
 
 
+def bare_table(table):
+    """The table without schema metadata (itself, when it has none)."""
+    return table if table.schema.metadata is None else table.replace_schema_metadata(None)
+
+
 class _Slices:
     """A column as the checksum hashes it, converted once, then hashed slice by slice (rows
     ``first`` to ``end``): its type, length and null mask, then its values in a form independent
@@ -139,6 +150,7 @@ class _Slices:
     def __init__(self, array):
         kind = array.type
         self.array, self.kind = array, str(kind).encode()
+        self.kind_part = b"".join(_framed(self.kind))
         self.nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         self.values = self.lengths = self.child = None
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
@@ -166,19 +178,24 @@ class _Slices:
             raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
 
     def hash(self, h, first, end):
-        _hash_part(h, self.kind)
-        _hash_part(h, (end - first).to_bytes(8, "little"))
-        _hash_part(h, np.packbits(self.nulls[first:end], bitorder="little").tobytes()
-                   if self.nulls is not None else bytes((end - first + 7) // 8))
+        h.update(b"".join(self.parts(first, end)))
+
+    def parts(self, first, end):
+        """What ``hash`` feeds the hash, as a list of byte strings (fed at once: a hash is
+        the same whether its input comes in one update or many, and one costs less)."""
+        nulls = (np.packbits(self.nulls[first:end], bitorder="little").tobytes()
+                 if self.nulls is not None else bytes((end - first + 7) // 8))
+        out = [self.kind_part, _EIGHT, (end - first).to_bytes(8, "little"),
+               len(nulls).to_bytes(8, "little"), nulls]
         if self.values is not None:
-            _hash_part(h, self.values[first:end].tobytes())
-        elif self.lengths is not None:
-            _hash_part(h, self.lengths[first:end].tobytes())
-            _hash_part(h, self.data[self.offsets[first]:self.offsets[end]])
-        elif self.child is not None:
-            self.child.hash(h, first * self.size, end * self.size)
-        else:
-            _hash_array(h, self.array.slice(first, end - first).flatten())
+            return out + _framed(self.values[first:end].tobytes())
+        if self.lengths is not None:
+            return (out + _framed(self.lengths[first:end].tobytes())
+                    + _framed(self.data[self.offsets[first]:self.offsets[end]]))
+        if self.child is not None:
+            return out + self.child.parts(first * self.size, end * self.size)
+        flat = _Slices(self.array.slice(first, end - first).flatten())
+        return out + flat.parts(0, len(flat.array))
 
 
 def check_table(table, decode=True):

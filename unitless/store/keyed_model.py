@@ -91,6 +91,13 @@ def _column(value, n):
     return value
 
 
+def in_span_order(block):
+    """True when the block holds examples read whole over a span (``ExampleBlock.span``), in
+    strictly increasing positions (so each model's are in its order)."""
+    return (block.span is not None and len(block) > 0
+            and bool(np.all(np.diff(block.positions) > 0)))
+
+
 @dataclass
 class KeyedModel:
     key: str
@@ -137,13 +144,14 @@ class KeyedModel:
     def checkpoint_metadata(self, label_join=None):
         """Its bookkeeping, which its checkpoint's table holds beside the learner's
         (``ModelGroup.tables``; with --labels, ``label_join``: what it keeps of its group's
-        join)."""
+        join). Copies, not the model's own dicts: a checkpoint is written after it is taken
+        (``LearnBlocks._checkpoint``), when the model may have learned on."""
         return {
-            "model_key": self.key, "input_positions": self.positions,
+            "model_key": self.key, "input_positions": dict(self.positions),
             "checkpoint_examples": self.checkpoint_examples, "checkpoint_id": self.checkpoint_id,
             "examples_served": self.served,
             "time": time.time(), "errors": self.errors,
-            "unlearned_sources": self.unlearned, "learned_through": self.through,
+            "unlearned_sources": dict(self.unlearned), "learned_through": dict(self.through),
             "restart_positions": self._restart(label_join),
             "watermark_passed": sorted(self.passed_partitions),
             **({"label_join": label_join} if label_join is not None else {})}
@@ -172,18 +180,19 @@ class KeyedModel:
                    checkpoint_served=int(meta.get("examples_served", 0)),
                    saved_join=meta.get("label_join"))
 
-    def enter_source(self, block):
+    def enter_source(self, block, first=None):
         """True when the block tells where this model starts in a source, which the caller
         then checkpoints before anything is learned (so a restarted source never starts after
         an example this model still needs): a source the model has no position for, or one it
         has learned nothing from yet when this block starts earlier (blocks may arrive out of
-        order). The position is the one just before the block's first example. Only sources a
+        order). The position is the one just before the model's first example in the block
+        (``first``; None: the block's first, all of its examples this model's). Only sources a
         resumed run restarts midway (Kafka partitions, ``restarts_midway``) need it: a file is
         read again from its start, and a model without a checkpoint learns it all again. A
         block without a source (the user's own records, ``source`` None) has no positions."""
         if block.source is None or not block.restarts_midway or not len(block):
             return False
-        start = int(block.positions.min()) - 1
+        start = (int(block.positions.min()) if first is None else first) - 1
         if block.source in self.positions and not (block.source in self.unlearned
                                                    and start < self.positions[block.source]):
             return False
@@ -204,19 +213,23 @@ class KeyedModel:
             self.passed_partitions.add(source)
 
     def continues(self, block):
-        """True when the block holds this model's next examples of its source, all of them
-        from right after those it has learned there (``through``; nothing yet, for a file read
-        from its start, and for a Kafka partition it has learned nothing from, where only a
-        block whose span starts at -1, the first read there in this run, holds them), in
-        order: nothing it must learn before them can be elsewhere."""
-        if block.span is None or not len(block):
-            return False
+        """True when the block (of this model's examples) holds its next examples of its
+        source, all of them from right after those it has learned there, in order
+        (``in_span_order``, ``learned_before``): nothing it must learn before them can be
+        elsewhere."""
+        return in_span_order(block) and self.learned_before(block)
+
+    def learned_before(self, block):
+        """True when this model has learned all of its examples of the block's source before
+        the block's span (``through``; nothing yet, for a file read from its start, and for a
+        Kafka partition it has learned nothing from, where only a block whose span starts at
+        -1, the first read there in this run, follows that)."""
         done = self.through.get(block.source, self.positions.get(block.source))
         if block.source in self.unlearned or (done is None and block.restarts_midway):
             done = -2  # (not known: only a span from -1 goes on from it)
         elif done is None:
             done = -1
-        return block.span[0] <= done + 1 and bool(np.all(np.diff(block.positions) > 0))
+        return block.span[0] <= done + 1
 
     def learn_block(self, block, served=None, served_scores=None, tracked=True):
         """This model's block learned as ``ModelGroup.learn`` learns a group's:
