@@ -1,11 +1,14 @@
-"""Many models at once: the same examples split over 1, 64, 1,000 and 10,000 model keys.
+"""Many models at once: the same examples split over 1, 64, 1,000 and 10,000 model keys, and
+round-robin over 100,000 and 1,000,000.
 
 Data: the ScInOL slides' artificial stream as in ``pipeline.py`` (1M examples × 21 features),
 written once as CSV with one key column per split: round-robin (example i has key i mod K) and
-Zipf-skewed (key of rank r drawn with probability ∝ 1/r, a fixed seed), K = 64, 1,000, 10,000;
-the columns not used as the key are ignored (``--ignore-columns``), so every run reads the same
-file. Each run is ``unitless train`` (NAG, logistic, η = 0.5, the FnApiRunner in-process,
-Parquet predictions, a checkpoint per key at the end) as a process of its own under
+Zipf-skewed (key of rank r drawn with probability ∝ 1/r, a fixed seed), K = 64, 1,000, 10,000,
+and round-robin only, ``--bits 18`` only, K = 100,000 and 1,000,000 (one example per key at
+1M rows: the per-model costs at their largest); the columns not used as the key are ignored
+(``--ignore-columns``), so every run reads the same file. Each run is ``unitless train``
+(NAG, logistic, η = 0.5, the FnApiRunner in-process, Parquet predictions, a checkpoint per key
+at the end) as a process of its own under
 ``/usr/bin/time -v``, with ``--bits 18`` and ``--bits 24``; Vowpal Wabbit learns the single-key
 case (``-b 18`` / ``-b 24``, ``python -m vowpalwabbit``: its C++ driver). Every run must predict
 every example exactly once.
@@ -18,10 +21,12 @@ restart over that many models costs. Beside them, the single key and the most ke
 (round-robin, ``--bits 18``) once more through ``_bare_keys.py``: the same per-key work in a
 plain loop without Beam, to tell the product's own per-key costs from Beam's. Targets (issue
 #13): 10,000 keys within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the
-single key's examples/s; the single model's peak RSS ≤ 4× VW's.
+single key's examples/s; the single model's peak RSS ≤ 4× VW's; (issue #37) 1,000,000 keys
+within 4 GiB peak RSS and 6× the single key's wall time, and ≤ 2 KiB of RSS per model.
 
     .venv/bin/python benchmarks/many_models.py            # 1M rows
     .venv/bin/python benchmarks/many_models.py --quick    # 20k rows, 1, 64 and 1,000 keys
+    .venv/bin/python benchmarks/many_models.py --no-large # without 100,000 and 1,000,000 keys
 
 Writes benchmarks/results/many_models{.md,.json} (``--quick``: results/tmp/many_models_quick.*).
 """
@@ -40,19 +45,24 @@ from pipeline import (append_lines, check_predictions, ours_command, run_ours,  
                       run_vw, vw_lines)
 
 KEY_COUNTS = (64, 1_000, 10_000)
+LARGE_COUNTS = (100_000, 1_000_000)  # (round-robin, --bits 18 only)
 SPLITS = {"round-robin": "r", "Zipf": "z"}
 BITS = (18, 24)
-TARGETS = {"rss_gib_10k": 2.0, "rate_64": 0.8, "rate_10k": 0.5, "rss_vs_vw": 4.0}
+TARGETS = {"rss_gib_10k": 2.0, "rate_64": 0.8, "rate_10k": 0.5, "rss_vs_vw": 4.0,
+           "rss_gib_1m": 4.0, "wall_1m": 6.0, "kib_per_model": 2.0}
 
 
-def key_columns(n, key_counts, seed):
-    """{column name: model key per example} for each split and key count."""
+def key_columns(n, key_counts, seed, large_counts=()):
+    """{column name: model key per example} for each split and key count (``large_counts``:
+    round-robin only)."""
     rng = np.random.default_rng(seed)
     columns = {}
     for k in key_counts:
         columns[f"r{k}"] = np.arange(n) % k
         p = 1.0 / np.arange(1, k + 1)
         columns[f"z{k}"] = rng.choice(k, size=n, p=p / p.sum())
+    for k in large_counts:
+        columns[f"r{k}"] = np.arange(n) % k
     return columns
 
 
@@ -116,17 +126,19 @@ def run_bare(work, csv, n, bits, key, keys):
 
 def run_all(args, n, work):
     counts = tuple(k for k in KEY_COUNTS if k <= n // 10)
+    large = () if args.quick or args.no_large else tuple(k for k in LARGE_COUNTS if k <= n)
     progress(f"generating {n:,} examples in {work}")
     X, y, _ = artificial_stream(n, args.seed)
     y = y.astype(np.int64)
-    keys = key_columns(n, counts, args.seed)
+    keys = key_columns(n, counts, args.seed, large)
     csv, vw = write_data(work, X, y, keys)
     runs = {}
     for bits in BITS:
         r = run_vw(work, f"vw_b{bits}", vw, y.astype(np.float64), "-b", bits)
         runs[f"vw b{bits}"] = {k: v for k, v in r.items()
                                if not k.startswith("_") and k not in ("stdout", "stderr")}
-        for key in (None, *(f"{s}{k}" for k in counts for s in SPLITS.values())):
+        large_keys = (f"r{k}" for k in large if bits == BITS[0])
+        for key in (None, *(f"{s}{k}" for k in counts for s in SPLITS.values()), *large_keys):
             name = f"b{bits} {key or 'one'}"
             runs[name] = run(work, csv, n, bits, key, keys)
             progress(f"{name}: wall {runs[name]['wall_s']:.1f} s, "
@@ -138,7 +150,7 @@ def run_all(args, n, work):
         runs[name] = run_bare(work, csv, n, BITS[0], key, keys)
         progress(f"{name}: wall {runs[name]['wall_s']:.1f} s")
     zipf_top = {k: float(np.bincount(keys[f"z{k}"]).max() / n) for k in counts}
-    return {"rows": n, "seed": args.seed, "key_counts": counts, "runs": runs,
+    return {"rows": n, "seed": args.seed, "key_counts": counts + large, "runs": runs,
             "zipf_largest_key_share": zipf_top}
 
 
@@ -180,7 +192,7 @@ directory, took 3.2 to 7.6 s of system time.
 
 {_resumed_line(data)}
 
-Targets (issue #13):
+Targets (issues #13 and #37):
 
 {table(["target", "measured", "met?"], verdicts)}
 
@@ -258,19 +270,33 @@ def _verdicts(R, bits):
             out.append([f"--bits {bits}, 10,000 keys {split}: peak RSS ≤ "
                         f"{TARGETS['rss_gib_10k']:g} GiB", f"{gib:.2f} GiB",
                         gib <= TARGETS["rss_gib_10k"]])
+    r = R.get(f"b{bits} r1000000")
+    if r:
+        gib, times = r["max_rss_mib"] / 1024, r["wall_s"] / one["wall_s"]
+        kib = (r["max_rss_mib"] - one["max_rss_mib"]) * 1024 / 1e6
+        out += [[f"--bits {bits}, 1,000,000 keys round-robin: peak RSS ≤ "
+                 f"{TARGETS['rss_gib_1m']:g} GiB", f"{gib:.2f} GiB", gib <= TARGETS["rss_gib_1m"]],
+                [f"--bits {bits}, 1,000,000 keys round-robin: wall time ≤ "
+                 f"{TARGETS['wall_1m']:g}× the single key's", f"{times:.1f}×",
+                 times <= TARGETS["wall_1m"]],
+                [f"--bits {bits}, 1,000,000 keys round-robin: RSS per model ≤ "
+                 f"{TARGETS['kib_per_model']:g} KiB", f"{kib:.2f} KiB",
+                 kib <= TARGETS["kib_per_model"]]]
     return [[t, m, "yes" if ok else "**NO**"] for t, m, ok in out]
 
 
 def main():
     args = parse_args(__doc__, rows=(int, None, "examples (default 1,000,000; --quick: 20,000)"),
                       seed=(int, 1), workdir=(str, None, "scratch directory (default: a new "
-                                                         "temp dir, removed)"))
+                                                         "temp dir, removed)"),
+                      no_large=(bool, False, "without 100,000 and 1,000,000 keys"))
     n = args.rows or (20_000 if args.quick else 1_000_000)
     h = header()
     with scratch(args.workdir, "unitless-many-") as work:
         data = run_all(args, n, work)
     write_results(result_name("many_models", args.quick),
-                  f"Many models at once: {n:,} examples over 1 to 10,000 model keys", h,
+                  f"Many models at once: {n:,} examples over 1 to "
+                  f"{max(data['key_counts']):,} model keys", h,
                   render(data), data)
 
 
