@@ -182,11 +182,10 @@ of the examples.
 {table(["bits", "keys", "model keys", "wall s", "CPU s: user / system", "examples/s",
         "× single key's examples/s", "peak RSS MiB", "RSS per key KiB"], rows)}
 
-The many keys' extra time is mostly user CPU (Python). System time grows with them too: each
-model key's directory, checkpoint and `latest` pointer are new files, three inodes, and ext4
-finds a free inode more slowly the more were freed on it in the last minutes (perf: it steps
-over those). Four back-to-back 10,000-key runs by hand, each after deleting the last one's
-directory, took 3.2 to 7.6 s of system time.
+The many keys' extra time is mostly user CPU (Python). What is still paid per model (py-spy
+profiles of the 10,000-key run, docs/many-models.md): its bookkeeping object, its share of the
+group pickled into Beam state per element, and its checkpoint's metadata, checksum and summary
+line.
 
 {_bare_lines(data)}
 
@@ -215,26 +214,22 @@ def _bare_lines(data):
     if not bare:  # (results from before it was measured)
         return ""
     n, rows = data["rows"], []
-    one, ours_one = R[bare[0]], R[bare[0].replace(" bare", "")]
+    one = R[bare[0]]
     for name in bare:
         bits, key, _ = name.split()
         r, ours = R[name], R[f"{bits} {key}"]
-        bound = ours_one["wall_s"] / (ours_one["wall_s"] + r["wall_s"] - one["wall_s"])
         rows.append([f"{1 if key == 'one' else int(key[1:]):,}", fnum(r["wall_s"], 3, sci=False),
                      _cpu(r), f"{n / r['wall_s']:,.0f}", fnum(one["wall_s"] / r["wall_s"], 3),
-                     fnum(ours["wall_s"], 3, sci=False), fnum(r["wall_s"] / ours["wall_s"], 3),
-                     "—" if key == "one" else fnum(bound, 3)])
-    return ("The product's own per-key work without Beam (`benchmarks/_bare_keys.py`, "
+                     fnum(ours["wall_s"], 3, sci=False), fnum(r["wall_s"] / ours["wall_s"], 3)])
+    return ("The product's per-key work without Beam (`benchmarks/_bare_keys.py`, "
             f"--bits {bare[0].split()[0][1:]}, round-robin): the same reading, key split, "
-            "learning, Parquet predictions and checkpoint per key in one plain loop, no state, "
-            "timers, shuffle or bundles. The pipeline over many keys does what its single key's "
-            "run does plus at least the bare loop's extra per-key work (its many keys' time "
-            "less its single key's), which bounds the pipeline's ratio to its single key from "
-            "above whatever Beam's own per-key costs; the pipeline against the bare loop is "
-            "what those costs take.\n\n"
+            "learning, Parquet predictions and checkpoints in one plain loop, no state, "
+            "timers, shuffle or bundles, each key's examples learned by a call of their own "
+            "(`KeyedModel.learn_block`). The pipeline learns each part of a group's block, "
+            "of many keys, in one call (issue #37), so over many keys it can beat this loop.\n\n"
             + table(["model keys", "wall s", "CPU s: user / system", "examples/s",
                      "× the bare single key", "pipeline wall s",
-                     "pipeline × bare (examples/s)", "bound: pipeline × its single key"], rows))
+                     "pipeline × bare (examples/s)"], rows))
 
 
 def _resumed_line(data):
