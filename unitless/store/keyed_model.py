@@ -338,9 +338,9 @@ class ModelGroup:
         Examples at or before the position their model already learned from their source are
         skipped (a replay after a restart; ``KeyedModel.learns_to`` records the rest); examples
         the learner refuses (``learn_or_refuse``) become dead letters and never touch the model;
-        examples without a label are served in their place in the order, not learned. A block without
-        a source, or not ``tracked`` (served examples learned with ``--expired-label``, whose
-        positions were passed when they were served), is learned whole."""
+        examples without a label are served in their place in the order, not learned. A block
+        without a source, or not ``tracked`` (served examples learned with ``--expired-label``,
+        whose positions were passed when they were served), is learned whole."""
         if not len(block):
             return None, [], 0, []
         encoded = block.keys.dictionary_encode()
