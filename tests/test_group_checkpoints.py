@@ -102,6 +102,37 @@ def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):
         moving.state.examples_seen
 
 
+def test_the_summary_reads_the_manifests_figures_or_else_the_parts(tmp_path, monkeypatch):
+    """A run's summary (``checkpoint_summaries``) takes each model's examples, progressive loss,
+    errors and loss from its manifest: the same as its part's metadata, for models whose newest
+    state is in an older part too; a manifest written before manifests held them (no
+    "figures") is summarized from the parts."""
+    model_dir = str(tmp_path / "models")
+    writer = GroupWriter(model_dir, GROUPS)
+    keys = [f"m{i}" for i in range(12)]
+    write(writer, *(trained(key, seed=i) for i, key in enumerate(keys)))
+    write(writer, trained("m3", n=90, seed=50))
+
+    def summaries():
+        return [(key, where, {f: meta[f] for f in ("examples_seen",) + by_group.FIGURES})
+                for key, where, meta in models.checkpoint_summaries(model_dir)]
+
+    want = [(key, where, {f: meta[f] for f in ("examples_seen",) + by_group.FIGURES})
+            for key, where, meta in models.checkpoint_metadata(model_dir)]
+    assert [key for key, *_ in want] == sorted(keys)
+    assert dict((k, m["examples_seen"]) for k, _, m in want)["m3"] == 90
+    assert summaries() == want
+    read = []  # (the parts whose metadata it reads)
+    monkeypatch.setattr(models, "part_metadata",
+                        lambda *at: read.append(at) or by_group.part_metadata(*at))
+    assert summaries() == want and read == []
+    for manifest in tmp_path.glob("models/groups/*/*/manifest-*.json"):
+        held = json.loads(manifest.read_text())
+        del held["figures"]
+        manifest.write_text(json.dumps(held))
+    assert summaries() == want and len(read) == len(keys)
+
+
 def changed_weight(path):
     """The part with one weight changed, its metadata (the checksums) left as they were."""
     part = pa.ipc.open_file(pa.py_buffer(open(path, "rb").read())).read_all()

@@ -300,15 +300,23 @@ def _pipeline(beam_args):
     return beam.Pipeline(runner=FnApiRunner(), options=options)
 
 
-def _freeze_imports():
+# the garbage collector's thresholds for the command's runs (Python's: 700, 10, 10)
+COLLECTOR_THRESHOLDS = (50_000, 20, 10)
+
+
+def _tune_collector():
     """Keep the objects made so far (the imports': Beam's, numpy's, pyarrow's, numba's, some
     146,000 functions, classes and dicts that live as long as the process) out of the garbage
-    collector's walks: each full collection went over all of them again, 50 ms each time. The
-    command owns its process, so it may; the transforms, which run in other people's, do
-    not. Once per process: a later call (``main`` called again) would freeze the earlier
-    runs' garbage with it."""
+    collector's walks, and collect the youngest objects less often (COLLECTOR_THRESHOLDS). A
+    full collection walks every object alive, many with many models, and comes once enough
+    objects have outlived two young collections: with Python's thresholds, what lives a
+    bundle (elements, blocks, checkpoints taken) did so often enough to walk a run's models
+    twice a second. The command owns its process, so it may; the transforms, which run in
+    other people's, do not. Frozen once per process: a later call (``main`` called again)
+    would freeze the earlier runs' garbage with it."""
     if not gc.get_freeze_count():
         gc.freeze()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 def train(args, beam_args):
@@ -316,7 +324,7 @@ def train(args, beam_args):
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training
     pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
-    _freeze_imports()
+    _tune_collector()
     cfg = _config(args)
     started = time.time()
     build_training(pipeline, cfg, streaming="--streaming" in beam_args)
@@ -350,7 +358,7 @@ def _counter(result, name):
 def score(args, beam_args):
     from .pipelines.score import build_scoring
     pipeline = _pipeline(beam_args)
-    _freeze_imports()
+    _tune_collector()
     cfg = _config(args, scoring=True)
     with pipeline as p:
         build_scoring(p, cfg, args.model_dir, streaming="--streaming" in beam_args,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
-from ..store.models import checkpoint_metadata, load_latest, model_keys
+from ..store.models import checkpoint_summaries, load_latest, model_keys
 from ..store.shards import sharded_models
 
 
@@ -34,10 +34,10 @@ class ModelLine:
 
 def model_lines(model_dir, verify=True):
     """A ModelLine for each model key with a checkpoint, most examples first: its newest valid
-    one (a sharded model: its consistent cut); or, not ``verify``ing, the one its `latest`
-    names, from its metadata alone (a run's own summary of the checkpoints it has just written:
-    with 10,000 keys, verifying them all took 14 s; `unitless inspect` verifies)."""
-    found = [] if verify else checkpoint_metadata(model_dir)
+    one (a sharded model: its consistent cut); or, not ``verify``ing, the newest listed, from
+    what its manifest holds of its metadata (``checkpoint_summaries``: a run's own summary of
+    the checkpoints it has just written, which reads no part; `unitless inspect` verifies)."""
+    found = [] if verify else checkpoint_summaries(model_dir)
     for key in model_keys(model_dir) if verify else ():
         newest = load_latest(model_dir, key)
         if newest is not None:

@@ -322,9 +322,19 @@ def examples_of(entry):
     return int(entry[2]["examples_seen"])
 
 
-def _summary(examples, checksum):
-    """What a manifest holds of a model's metadata."""
-    return {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
+# a model's figures a manifest holds beside its part, index, examples and checksum (under
+# "figures", which readers before it ignore): a run's summary reads them, not every model's part
+FIGURES = ("progressive_loss", "errors", "loss")
+
+
+def _summary(meta):
+    """What a manifest holds of a model's metadata: its examples and checksum, and its FIGURES
+    (when its metadata has them all: a summary holds all or none)."""
+    summary = {"examples_seen": int(meta["examples_seen"]),
+               CHECKSUM_FIELD: str(meta[CHECKSUM_FIELD])}
+    if all(field in meta for field in FIGURES):
+        summary.update((field, meta[field]) for field in FIGURES)
+    return summary
 
 
 def _read_manifest(path):
@@ -334,11 +344,17 @@ def _read_manifest(path):
         manifest = json.loads(read_bytes(path))
         if manifest.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"not a manifest of format {MANIFEST_FORMAT!r}")
-        found = {}
+        found, parts, figures = {}, set(), manifest.get("figures") or {}
         for key, (part, index, examples, checksum) in manifest["models"].items():
-            if not PART.fullmatch(part):
-                raise ValueError(f"{part!r} is not a part's name")
-            found[key] = (part, int(index), _summary(examples, checksum))
+            if part not in parts:
+                if not PART.fullmatch(part):
+                    raise ValueError(f"{part!r} is not a part's name")
+                parts.add(part)
+            summary = {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
+            held = figures.get(key)
+            if isinstance(held, list) and len(held) == len(FIGURES):
+                summary.update(zip(FIGURES, held))
+            found[key] = (part, int(index), summary)
         return found
     except FileNotFoundError:  # pruned since it was listed
         return None
@@ -435,8 +451,7 @@ class GroupWriter:
                 continue
             data = _part_bytes(key, seq, sealed)
             for index, (model_key, _, meta, _) in enumerate(sealed):
-                entries[model_key] = (name, index, _summary(meta["examples_seen"],
-                                                            meta[CHECKSUM_FIELD]))
+                entries[model_key] = (name, index, _summary(meta))
                 written[model_key] = locator(join(directory, name), index)
             parts.append((join(directory, name), data))
             current.parts.add(name)
@@ -514,8 +529,12 @@ def taken(key, table):
 
 
 def _manifest_bytes(group, seq, entries):
-    """The manifest: each model's part, index in it, examples seen and checksum."""
+    """The manifest: each model's part, index in it, examples seen and checksum; and the
+    FIGURES of those whose entries hold them."""
+    entries = sorted(entries.items())
     models = {key: [part, index, meta["examples_seen"], meta[CHECKSUM_FIELD]]
-              for key, (part, index, meta) in sorted(entries.items())}
+              for key, (part, index, meta) in entries}
+    figures = {key: [meta[field] for field in FIGURES] for key, (_, _, meta) in entries
+               if FIGURES[0] in meta}
     return json.dumps({"format": MANIFEST_FORMAT, "group": group, "seq": seq,
-                       "models": models}, separators=(",", ":")).encode()
+                       "models": models, "figures": figures}, separators=(",", ":")).encode()

@@ -114,7 +114,8 @@ def seal_many(models):
     schema = models[0][1].schema
     if all(table.schema.equals(schema, check_metadata=False) for _, table, _ in models):
         body = pa.concat_tables([bare_table(table) for _, table, _ in models])
-        columns = [(name.encode("utf-8", "surrogatepass"), _Slices(column.combine_chunks()))
+        columns = [(b"".join(_framed(name.encode("utf-8", "surrogatepass"))),
+                    _Slices(column.combine_chunks()))
                    for name, column in zip(body.column_names, body.columns)]
     else:
         columns = None
@@ -124,9 +125,11 @@ def seal_many(models):
         if columns is None:
             digest = _digest(table, canonical)
         else:
-            h = _hasher(canonical, table.num_rows)
-            h.update(b"".join([part for name, column in columns for part in
-                               _framed(name) + column.parts(row, row + table.num_rows)]))
+            h, parts = _hasher(canonical, table.num_rows), []
+            for name, column in columns:
+                parts.append(name)
+                parts += column.parts(row, row + table.num_rows)
+            h.update(b"".join(parts))
             digest = "sha256:" + h.hexdigest()
         row += table.num_rows
         # stored as it is hashed, the checksum added before its closing brace (never "{}": it
@@ -151,6 +154,7 @@ class _Slices:
         kind = array.type
         self.array, self.kind = array, str(kind).encode()
         self.kind_part = b"".join(_framed(self.kind))
+        self.heads = {}  # rows -> what ``parts`` feeds before the values, without nulls
         self.nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         self.values = self.lengths = self.child = None
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
@@ -183,10 +187,16 @@ class _Slices:
     def parts(self, first, end):
         """What ``hash`` feeds the hash, as a list of byte strings (fed at once: a hash is
         the same whether its input comes in one update or many, and one costs less)."""
-        nulls = (np.packbits(self.nulls[first:end], bitorder="little").tobytes()
-                 if self.nulls is not None else bytes((end - first + 7) // 8))
-        out = [self.kind_part, _EIGHT, (end - first).to_bytes(8, "little"),
-               len(nulls).to_bytes(8, "little"), nulls]
+        rows = end - first
+        head = self.heads.get(rows) if self.nulls is None else None
+        if head is None:
+            nulls = (np.packbits(self.nulls[first:end], bitorder="little").tobytes()
+                     if self.nulls is not None else bytes((rows + 7) // 8))
+            head = b"".join([self.kind_part, _EIGHT, rows.to_bytes(8, "little"),
+                             len(nulls).to_bytes(8, "little"), nulls])
+            if self.nulls is None:
+                self.heads[rows] = head
+        out = [head]
         if self.values is not None:
             return out + _framed(self.values[first:end].tobytes())
         if self.lengths is not None:

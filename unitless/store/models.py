@@ -9,9 +9,9 @@ import pyarrow as pa
 from ..connectors.storage import join
 from ..learner import read_metadata
 from . import per_key
-from .by_group import (LOCATOR, GroupCheckpoints, examples_of, group_checkpoints, group_counts,
-                       group_dir, group_key, load_entries, load_located, locator, part_metadata,
-                       part_rows)
+from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
+                       group_counts, group_dir, group_key, load_entries, load_located, locator,
+                       part_metadata, part_rows)
 from .checkpoint_file import kept_reads, once_per_run
 
 log = logging.getLogger("unitless")
@@ -153,16 +153,32 @@ def checkpoint_metadata(model_dir):
     """[(model key, where its newest checkpoint is, its metadata)] of every model under
     model_dir, sorted by key: unverified, from the group layout's manifests and its parts'
     schemas, then the per-key layout's schemas for models the group layout does not hold."""
-    def read():
-        listed = {}
-        for key, (directory, (part, index, _)) in _newest_entries(model_dir).items():
+    return list(once_per_run("all metadata", model_dir,
+                             lambda: _newest_metadata(model_dir, summary=False)))
+
+
+def checkpoint_summaries(model_dir):
+    """``checkpoint_metadata``, but of the models' metadata only their examples seen and
+    ``by_group.FIGURES`` (progressive loss, errors, loss), taken from the manifests that hold
+    them, without reading their parts (a run's own summary of a million models)."""
+    return _newest_metadata(model_dir, summary=True)
+
+
+def _newest_metadata(model_dir, summary):
+    listed, paths = {}, {}
+    for key, (directory, (part, index, held)) in _newest_entries(model_dir).items():
+        if summary and FIGURES[0] in held:  # (all of them: ``by_group._summary``)
+            path = paths.get((directory, part))
+            if path is None:
+                path = paths[directory, part] = join(directory, part)
+            found = locator(path, index), held
+        else:
             found = _metadata(directory, part, index)
-            if found is not None:
-                listed[key] = found
-        for key, path, meta in per_key.checkpoint_metadata(model_dir):
-            listed.setdefault(key, (path, meta))
-        return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
-    return list(once_per_run("all metadata", model_dir, read))
+        if found is not None:
+            listed[key] = found
+    for key, path, meta in per_key.checkpoint_metadata(model_dir):
+        listed.setdefault(key, (path, meta))
+    return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
 
 
 def model_keys(model_dir):
