@@ -590,12 +590,13 @@ class LearnBlocks:
         if not models:
             return
         news, metadata = [], []
+        join = self._join_of(group) if self.cfg.labels else None
         for model in models:
             news.append(sorted(model.passed_partitions - (model.checkpoint_passed or set())))
             model.mark_checkpoint()
-            metadata.append(model.checkpoint_metadata(self._join_of(group).resume_state(
+            metadata.append(model.checkpoint_metadata(join.resume_state(
                 model.key, {s: p for s, p in model.positions.items()
-                            if not self.cfg.is_labels(s)}) if self.cfg.labels else None))
+                            if not self.cfg.is_labels(s)}) if join is not None else None))
         for model, (table, meta), passed in zip(models, group.checkpoints(models, metadata),
                                                 news):
             self.pending.append((model.key, table, meta, model.progressive_loss(), passed))

@@ -56,7 +56,7 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
     """The predictions (PREDICTION_SCHEMA) of examples predicted by models of learner settings
     ``state``: ``keys`` their model keys (a string array, or one key for all), ``result`` their
     BatchResult, ``examples_seen`` each one's model's count after it (``seen_after``),
-    ``sources`` a string array, ``checkpoint_ids`` each one's model's last checkpoint (an
+    ``sources`` a string array (or one source for all), ``checkpoint_ids`` each one's model's last checkpoint (an
     array, or one for all). An example without a label (NaN) was served, not learned: its
     label, loss and error are null, and its ``examples_seen`` is the model's count when it
     served it; a learned example's is the count with it (so a served example and its labeled
@@ -67,7 +67,7 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
     return pa.table([
         ids, _column(keys, n), prediction, prob,
         pa.array(labels, mask=served), pa.array(result.losses, mask=served), error,
-        pa.array(examples_seen, pa.int64()), sources,
+        pa.array(examples_seen, pa.int64()), _column(sources, n),
         pa.array(positions), _column(checkpoint_ids, n),
         pa.array(event_times, pa.float64()) if event_times is not None
         else pa.nulls(n, pa.float64()), pa.array(served),
@@ -382,8 +382,7 @@ class ModelGroup:
         n = len(block)
         table = prediction_table(
             pa.array([m.key for m in models], pa.string()).take(codes), state, block.ids,
-            block.labels, result, seen, pa.repeat(pa.scalar(block.source, pa.string()), n),
-            block.positions, pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
+            block.labels, result, seen, block.source, block.positions, pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
             block.event_times, served_losses)
         # (null where there is nothing to count: regression, and examples served)
         error = table.column("error").to_numpy(zero_copy_only=False)
