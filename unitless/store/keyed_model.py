@@ -379,10 +379,10 @@ class ModelGroup:
         if served_scores is not None:  # (weighted, as the kernel's ``loss`` is)
             served_losses = block.weights * example_losses(state, served_scores[kept],
                                                            block.labels)
-        n = len(block)
         table = prediction_table(
             pa.array([m.key for m in models], pa.string()).take(codes), state, block.ids,
-            block.labels, result, seen, block.source, block.positions, pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
+            block.labels, result, seen, block.source, block.positions,
+            pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
             block.event_times, served_losses)
         # (null where there is nothing to count: regression, and examples served)
         error = table.column("error").to_numpy(zero_copy_only=False)
