@@ -57,10 +57,10 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
     ``state``: ``keys`` their model keys (a string array, or one key for all), ``result`` their
     BatchResult, ``examples_seen`` each one's model's count after it (``seen_after``),
     ``sources`` a string array (or one source for all), ``checkpoint_ids`` each one's
-    model's last checkpoint (an array, or one for all). An example without a label (NaN) was served, not learned: its
-    label, loss and error are null, and its ``examples_seen`` is the model's count when it
-    served it; a learned example's is the count with it (so a served example and its labeled
-    twin right after it share one)."""
+    model's last checkpoint (an array, or one for all). An example without a label (NaN) was
+    served, not learned: its label, loss and error are null, and its ``examples_seen`` is the
+    model's count when it served it; a learned example's is the count with it (so a served
+    example and its labeled twin right after it share one)."""
     n = len(labels)
     served = np.isnan(labels)
     prediction, prob, error = outcome_columns(state, result.scores, labels)
