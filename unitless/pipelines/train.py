@@ -236,7 +236,11 @@ class LearnBlocks:
     """
     learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
-    PENDING_BYTES = 256 << 20  # checkpoints taken before they are written anyway
+    PENDING_BYTES = 1 << 30  # checkpoints taken before they are written anyway
+    # what a checkpoint taken costs in memory beside its table's bytes, about, until written:
+    # its metadata, its table slice's objects, then its sealed JSON and its share of the part
+    # (a run's last checkpoints, of all of its models, are taken together)
+    CHECKPOINT_BYTES = 8 << 10
 
     def __init__(self, cfg, streaming=False):
         self.cfg = cfg
@@ -600,7 +604,7 @@ class LearnBlocks:
         for model, (table, meta), passed in zip(models, group.checkpoints(models, metadata),
                                                 news):
             self.pending.append((model.key, table, meta, model.progressive_loss(), passed))
-            self.pending_bytes += table.nbytes
+            self.pending_bytes += table.nbytes + self.CHECKPOINT_BYTES
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
 
