@@ -13,7 +13,8 @@ group per model key) and the group directory ``per_key.key_dir_name`` of the gro
   checksum of its rows and that metadata, ``checkpoint_file.seal``);
 * manifest-<seq>-<token>.json, written after its parts: for each of the group's models, the
   part holding its newest state (an unchanged model names an older part), its index there, its
-  examples seen and its checksum.
+  examples seen and its checksum; and, under "figures", what a run's summary shows of it
+  (``FIGURES``).
 
 <seq> is 12 digits, one more than the group's newest file; <token> makes a name no other
 writer can take (a retried bundle may run beside the one it retries). Files are written whole
@@ -327,13 +328,12 @@ def examples_of(entry):
 FIGURES = ("progressive_loss", "errors", "loss")
 
 
-def _summary(meta):
-    """What a manifest holds of a model's metadata: its examples and checksum, and its FIGURES
-    (when its metadata has them all: a summary holds all or none)."""
-    summary = {"examples_seen": int(meta["examples_seen"]),
-               CHECKSUM_FIELD: str(meta[CHECKSUM_FIELD])}
-    if all(field in meta for field in FIGURES):
-        summary.update((field, meta[field]) for field in FIGURES)
+def _summary(examples, checksum, figures=()):
+    """What a manifest holds of a model's metadata: its examples and checksum, and its
+    ``figures`` (the values of FIGURES: all of them, or none)."""
+    summary = {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
+    if len(figures) == len(FIGURES):
+        summary.update(zip(FIGURES, figures))
     return summary
 
 
@@ -350,11 +350,9 @@ def _read_manifest(path):
                 if not PART.fullmatch(part):
                     raise ValueError(f"{part!r} is not a part's name")
                 parts.add(part)
-            summary = {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
             held = figures.get(key)
-            if isinstance(held, list) and len(held) == len(FIGURES):
-                summary.update(zip(FIGURES, held))
-            found[key] = (part, int(index), summary)
+            found[key] = (part, int(index), _summary(
+                examples, checksum, held if isinstance(held, list) else ()))
         return found
     except FileNotFoundError:  # pruned since it was listed
         return None
@@ -451,7 +449,9 @@ class GroupWriter:
                 continue
             data = _part_bytes(key, seq, sealed)
             for index, (model_key, _, meta, _) in enumerate(sealed):
-                entries[model_key] = (name, index, _summary(meta))
+                entries[model_key] = (name, index, _summary(
+                    meta["examples_seen"], meta[CHECKSUM_FIELD],
+                    [meta[field] for field in FIGURES if field in meta]))
                 written[model_key] = locator(join(directory, name), index)
             parts.append((join(directory, name), data))
             current.parts.add(name)
@@ -535,6 +535,6 @@ def _manifest_bytes(group, seq, entries):
     models = {key: [part, index, meta["examples_seen"], meta[CHECKSUM_FIELD]]
               for key, (part, index, meta) in entries}
     figures = {key: [meta[field] for field in FIGURES] for key, (_, _, meta) in entries
-               if FIGURES[0] in meta}
+               if FIGURES[0] in meta}  # (all of them: ``_summary``)
     return json.dumps({"format": MANIFEST_FORMAT, "group": group, "seq": seq,
                        "models": models, "figures": figures}, separators=(",", ":")).encode()
