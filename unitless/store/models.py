@@ -158,9 +158,9 @@ def checkpoint_metadata(model_dir):
 
 
 def checkpoint_summaries(model_dir):
-    """``checkpoint_metadata``, but of the models' metadata only their examples seen and
-    ``by_group.FIGURES`` (progressive loss, errors, loss), taken from the manifests that hold
-    them, without reading their parts (a run's own summary of a million models)."""
+    """``checkpoint_metadata``, but where a manifest holds a model's examples seen and
+    ``by_group.FIGURES`` (progressive loss, errors, loss), those alone, without reading its
+    part (a run's own summary of a million models)."""
     return _newest_metadata(model_dir, summary=True)
 
 
