@@ -113,12 +113,14 @@ def test_the_summary_reads_the_manifests_figures_or_else_the_parts(tmp_path, mon
     write(writer, *(trained(key, seed=i) for i, key in enumerate(keys)))
     write(writer, trained("m3", n=90, seed=50))
 
-    def summaries():
+    def figures(listed):
         return [(key, where, {f: meta[f] for f in ("examples_seen",) + by_group.FIGURES})
-                for key, where, meta in models.checkpoint_summaries(model_dir)]
+                for key, where, meta in listed]
 
-    want = [(key, where, {f: meta[f] for f in ("examples_seen",) + by_group.FIGURES})
-            for key, where, meta in models.checkpoint_metadata(model_dir)]
+    def summaries():
+        return figures(models.checkpoint_summaries(model_dir))
+
+    want = figures(models.checkpoint_metadata(model_dir))
     assert [key for key, *_ in want] == sorted(keys)
     assert dict((k, m["examples_seen"]) for k, _, m in want)["m3"] == 90
     assert summaries() == want
