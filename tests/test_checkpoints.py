@@ -15,7 +15,7 @@ import pytest
 from unitless.cli import main
 from unitless.connectors import storage
 from unitless.learner import dense_batch, from_arrow, learn, new_state, read_metadata
-from unitless.learner.state import METADATA_KEY
+from unitless.learner.state import METADATA_KEY, TableRows
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
                                     load_checkpoint, load_latest, model_keys, read_checkpoint,
@@ -512,9 +512,11 @@ def test_the_checksum_is_the_one_checkpoints_already_written_hold():
 
 
 def test_tables_sealed_together_have_the_checksums_sealed_one_at_a_time():
-    """``seal_many`` hashes many models' tables as slices of one concatenation: each checksum is
-    the one the table alone has (every column kind: a null and non-ASCII names, a fixed-size
-    list, several classes, an empty table; and tables of different schemas together)."""
+    """``seal_many`` converts each table's columns once for all the models whose rows it holds:
+    each checksum is the one the model's table alone has (every column kind: a null and
+    non-ASCII names, a fixed-size list, several classes, an empty table; tables of different
+    schemas together; and models' rows of one table, as ``ManyStates.checkpoints`` gives
+    them)."""
     from unitless.store.checkpoint_file import checksum, seal_many
     tables = [(f"k{i}", model_table(f"k{i}", n=n, seed=i)) for i, n in enumerate((1, 7, 30))]
     named = model_table("named", n=5, seed=9)
@@ -523,12 +525,17 @@ def test_tables_sealed_together_have_the_checksums_sealed_one_at_a_time():
     multiclass = KeyedModel("m", new_state("nag", 1 << 6, "logistic", n_classes=3)).to_table()
     tables += [("m", multiclass), ("k", kotlowski2_table()),
                ("empty", model_table("empty", n=5).slice(0, 0))]
-    for batch in ([t for t in tables[:4]], tables, tables[::-1]):
-        given = [(key, table, read_metadata(table)) for key, table in batch]
-        for key, table, meta, as_stored in seal_many(given):
-            sealed = table.replace_schema_metadata({METADATA_KEY: as_stored})
+    shared = pa.concat_tables([table.replace_schema_metadata(None) for _, table in tables[:4]])
+    ends = np.cumsum([table.num_rows for _, table in tables[:4]]).tolist()
+    of_one = [(key, TableRows(shared, end - table.num_rows, table.num_rows), table)
+              for (key, table), end in zip(tables[:4], ends)]
+    wholes = [(key, TableRows.whole(table), table) for key, table in tables]
+    for batch in (wholes[:4], wholes, wholes[::-1], of_one, of_one[::-1] + wholes[4:]):
+        given = [(key, rows, read_metadata(table)) for key, rows, table in batch]
+        for (key, rows, meta, as_stored), (_, _, table) in zip(seal_many(given), batch):
+            sealed = rows.slice().replace_schema_metadata({METADATA_KEY: as_stored})
             assert json.loads(as_stored) == meta and meta["model_key"] == key
-            assert meta["checksum"] == checksum(sealed) == checksum(seal(dict(batch)[key], key))
+            assert meta["checksum"] == checksum(sealed) == checksum(seal(table, key))
 
 
 # --- many at once -------------------------------------------------------------------------------

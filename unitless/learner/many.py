@@ -23,7 +23,7 @@ from . import slots as slot_table
 from .kernel import run_many
 from .losses import LOSS_CODES
 from .online import BatchResult, check_examples, learn_or_refuse, learner_labels
-from .state import model_metadata, model_table, state_table, with_metadata
+from .state import TableRows, model_metadata, model_table, state_table, with_metadata
 
 _LOW = np.int64(0xFFFFFFFF)
 
@@ -133,16 +133,17 @@ class ManyStates:
     def tables(self, rows, names, extras):
         """The Arrow tables ``to_arrow`` makes of these rows' models alone, each with its
         FeatureNames of ``names`` and its extra metadata of ``extras``."""
-        return [with_metadata(table, meta)
-                for table, meta in self.checkpoints(rows, names, extras)]
+        return [with_metadata(own.slice(), meta)
+                for own, meta in self.checkpoints(rows, names, extras)]
 
     def checkpoints(self, rows, names, extras):
-        """[(table, metadata)]: ``tables``, each metadata a dict beside its table (whose schema
-        holds none); for models of the arena, slices of one table built in one pass over them
-        all."""
+        """[(TableRows, metadata)]: ``tables``, each model's rows of one table built for them
+        all (in one pass over the arena's), each metadata a dict beside them (the table's
+        schema holds none)."""
         if not self.shared:
-            return [(state_table(s), {**s.metadata(), **(e or {})})
-                    for s, e in zip(map(self._named, rows, names), extras)]
+            states = list(map(self._named, rows, names))
+            return list(zip(_one_table([state_table(s) for s in states]),
+                            [{**s.metadata(), **(e or {})} for s, e in zip(states, extras)]))
         rows = np.asarray(rows, dtype=np.int64)
         entries = slot_table.row_entries(self.table, self.base, self.shift, rows)
         features, at = entries >> 32, entries & _LOW  # each row's by feature index
@@ -157,10 +158,11 @@ class ManyStates:
         table = model_table(self.spec, cls, idx, _names(names, idx, bounds),
                             [V[v][cls, j] for v in range(V.shape[0])])
         t = self.template
-        return [(table.slice(bounds[n], bounds[n + 1] - bounds[n]),
+        return [(TableRows(table, first, end - first),
                  {**model_metadata(t, self.S[r], int(self.examples_seen[r]),
                                    float(self.cumulative_loss[r])), **(extra or {})})
-                for n, (r, extra) in enumerate(zip(rows, extras))]
+                for first, end, r, extra in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                                rows, extras)]
 
     def _named(self, r, names):
         state = self.state_of(r)
@@ -335,6 +337,16 @@ class ManyStates:
         if len(self._marks) < size:
             self._marks = np.zeros(size + size // 2 + 16, dtype=np.uint8)
         return self._marks
+
+
+def _one_table(tables):
+    """[TableRows] of each table's rows in one table of them all (when they share a schema:
+    then a checkpoint's columns are converted once for them all)."""
+    if len(tables) < 2 or any(not t.schema.equals(tables[0].schema) for t in tables):
+        return list(map(TableRows.whole, tables))
+    whole = pa.concat_tables(tables).combine_chunks()
+    ends = np.cumsum([t.num_rows for t in tables]).tolist()
+    return [TableRows(whole, end - t.num_rows, t.num_rows) for end, t in zip(ends, tables)]
 
 
 def _names(names, idx, bounds):

@@ -7,6 +7,7 @@ the algorithm, loss, hyperparameters, dimension, scalars, examples seen and cumu
 """
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -270,6 +271,22 @@ def model_table(spec, classes, indices, names, vectors, matrices=()):
     columns.update(zip(spec.vectors, map(pa.array, vectors)))
     columns.update(zip(spec.matrices, matrices))
     return pa.table(columns)
+
+
+class TableRows(NamedTuple):
+    """Rows ``first`` to ``first + count`` of ``table``: one model's Arrow form among other
+    models' rows of one table (``ManyStates.checkpoints``), hashed and written from that table
+    without a table of its own."""
+    table: pa.Table
+    first: int
+    count: int
+
+    @classmethod
+    def whole(cls, table):
+        return cls(table, 0, table.num_rows)
+
+    def slice(self):
+        return self.table.slice(self.first, self.count)
 
 
 def with_metadata(table, meta):

@@ -238,7 +238,7 @@ class LearnBlocks:
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
     PENDING_BYTES = 1 << 30  # checkpoints taken before they are written anyway
     # what a checkpoint taken costs in memory beside its table's bytes, about, until written:
-    # its metadata, its table slice's objects, then its sealed JSON and its share of the part
+    # its metadata, its rows' objects, then its sealed JSON and its share of the part
     # (a run's last checkpoints, of all of its models, are taken together)
     CHECKPOINT_BYTES = 8 << 10
 
@@ -601,10 +601,13 @@ class LearnBlocks:
             metadata.append(model.checkpoint_metadata(join.resume_state(
                 model.key, {s: p for s, p in model.positions.items()
                             if not self.cfg.is_labels(s)}) if join is not None else None))
-        for model, (table, meta), passed in zip(models, group.checkpoints(models, metadata),
-                                                news):
-            self.pending.append((model.key, table, meta, model.progressive_loss(), passed))
-            self.pending_bytes += table.nbytes + self.CHECKPOINT_BYTES
+        taken = group.checkpoints(models, metadata)
+        for model, (rows, meta), passed in zip(models, taken, news):
+            self.pending.append((model.key, rows, meta, model.progressive_loss(), passed))
+        # (a table's bytes once: its models' rows are slices of it, and it is held whole)
+        tables = {id(rows.table): rows.table for rows, _ in taken}.values()
+        self.pending_bytes += (sum(table.nbytes for table in tables)
+                               + self.CHECKPOINT_BYTES * len(taken))
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
 
@@ -616,8 +619,8 @@ class LearnBlocks:
             return {}
         self._flush()
         groups = {}
-        for key, table, meta, _, _ in self.pending:
-            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, table, meta))
+        for key, rows, meta, _, _ in self.pending:
+            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, rows, meta))
         written = self.group_files.write(groups)
         # (where a model's restart position now covers partitions, its start records there
         # are superseded: see KeyByModel)

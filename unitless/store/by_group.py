@@ -46,7 +46,7 @@ from numba import njit
 from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, read_bytes,
                                   remove, unique_token)
 from ..learner import read_metadata
-from ..learner.state import METADATA_KEY
+from ..learner.state import METADATA_KEY, TableRows
 from .checkpoint_file import (CHECKSUM_FIELD, bare_table, check_table, one_line, read_schema,
                               seal_many, table_from_bytes, table_to_bytes)
 from .per_key import key_dir_name
@@ -419,8 +419,8 @@ class GroupWriter:
             self.known.popitem(last=False)
 
     def write(self, checkpoints):
-        """Write {group key: [(model key, table, metadata)]} (a model's checkpoint table and
-        its metadata beside it, ``ModelGroup.checkpoints``; or ``taken`` of a table holding
+        """Write {group key: [(model key, TableRows, metadata)]} (a model's checkpoint rows and
+        its metadata beside them, ``ModelGroup.checkpoints``; or ``taken`` of a table holding
         it): per group one part of those models, then one manifest naming them and the
         group's other models; all parts first, made durable together, then all manifests.
         Returns {model key: locator}. A model whose newest checkpoint holds more examples than
@@ -482,7 +482,7 @@ class GroupWriter:
                 log.warning("model %r keeps its checkpoint in %s: %s", model_key, part, err)
                 return sealed
             stored = table.schema.metadata[METADATA_KEY]
-            sealed.append((model_key, table, json.loads(stored), stored))
+            sealed.append((model_key, TableRows.whole(table), json.loads(stored), stored))
         return sealed
 
     def _prune(self, group):
@@ -505,27 +505,48 @@ class GroupWriter:
 
 
 def _part_bytes(group, seq, sealed):
-    """The part holding the sealed models' tables, in their order (``seal_many``'s)."""
-    tables = [bare_table(table) for _, table, _, _ in sealed]
-    rows = np.array([t.num_rows for t in tables], dtype=np.int64)
-    first_rows = np.concatenate([[0], np.cumsum(rows)[:-1]]).tolist()
-    body = pa.concat_tables(tables, promote_options="none")
+    """The part holding the sealed models' rows, in their order (``seal_many``'s)."""
+    counts = np.array([rows.count for _, rows, _, _ in sealed], dtype=np.int64)
+    first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+    body = pa.concat_tables([_taken(run) for run in _runs(sealed)], promote_options="none")
     keys = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.arange(len(sealed), dtype=np.int32), rows)),
+        pa.array(np.repeat(np.arange(len(sealed), dtype=np.int32), counts)),
         pa.array([model_key for model_key, *_ in sealed], pa.string()))
     # (each model's metadata as sealed, not encoded again: ``_part_index`` reads the JSON)
     index = b",".join(b'{"first_row":%d,"rows":%d,"metadata":%s}' % (first, n, stored)
-                      for first, n, (*_, stored) in zip(first_rows, rows.tolist(), sealed))
+                      for first, n, (*_, stored) in zip(first_rows, counts.tolist(), sealed))
     head = json.dumps({"group": group, "seq": seq})[:-1].encode()
     part = body.add_column(0, MODEL_KEY, keys).replace_schema_metadata(
         {PART_KEY: head + b',"models":[' + index + b"]}"})
     return table_to_bytes(part)
 
 
+def _runs(sealed):
+    """The sealed models' TableRows in runs of one table each, in their order."""
+    runs = []
+    for _, rows, _, _ in sealed:
+        if runs and runs[-1][0].table is rows.table:
+            runs[-1].append(rows)
+        else:
+            runs.append([rows])
+    return runs
+
+
+def _taken(run):
+    """One table of a run's rows (TableRows of one table), in its order."""
+    if len(run) == 1:
+        return bare_table(run[0].slice())
+    firsts = np.array([rows.first for rows in run], dtype=np.int64)
+    counts = np.array([rows.count for rows in run], dtype=np.int64)
+    starts = np.cumsum(counts) - counts  # where each model's rows start in what is taken
+    return bare_table(run[0].table.take(np.repeat(firsts - starts, counts)
+                                        + np.arange(counts.sum())))
+
+
 def taken(key, table):
-    """(model key, table, metadata) of a checkpoint table holding its metadata (``to_arrow``,
-    ``KeyedModel.to_table``), as ``GroupWriter.write`` takes it."""
-    return key, table, read_metadata(table)
+    """(model key, TableRows, metadata) of a checkpoint table holding its metadata
+    (``to_arrow``, ``KeyedModel.to_table``), as ``GroupWriter.write`` takes it."""
+    return key, TableRows.whole(table), read_metadata(table)
 
 
 def _manifest_bytes(group, seq, entries):

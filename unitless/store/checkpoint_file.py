@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..connectors.records import arrow_buffer
 from ..connectors.storage import read_bytes, read_start
 from ..learner import from_arrow, read_metadata
-from ..learner.state import METADATA_KEY
+from ..learner.state import METADATA_KEY, TableRows
 
 CHECKSUM_FIELD = "checksum"
 
@@ -46,7 +46,7 @@ def checksum(table):
 
 def _checksum(table, meta):
     """``checksum`` of the table with metadata ``meta`` (a dict)."""
-    return _digest(table, _canonical(meta))
+    return _digest(_columns(table), _canonical(meta), 0, table.num_rows)
 
 
 def _canonical(meta):
@@ -63,13 +63,22 @@ def _hasher(canonical, rows):
     return h
 
 
-def _digest(table, canonical):
-    """``checksum`` of the table whose metadata's canonical JSON is ``canonical``."""
-    h = _hasher(canonical, table.num_rows)
-    for name, column in zip(table.column_names, table.columns):
-        _hash_part(h, name.encode("utf-8", "surrogatepass"))
-        _hash_array(h, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+def _digest(columns, canonical, first, count):
+    """``checksum`` of rows ``first`` to ``first + count`` of a table of ``columns``
+    (``_columns``) whose metadata's canonical JSON is ``canonical``."""
+    h, parts = _hasher(canonical, count), []
+    for name, column in columns:
+        parts.append(name)
+        parts += column.parts(first, first + count)
+    h.update(b"".join(parts))  # (the same hash as an update per part, and cheaper)
     return "sha256:" + h.hexdigest()
+
+
+def _columns(table):
+    """[(framed name, _Slices)] of the table's columns, as a checksum hashes them."""
+    return [(b"".join(_framed(name.encode("utf-8", "surrogatepass"))),
+             _Slices(column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()))
+            for name, column in zip(table.column_names, table.columns)]
 
 
 def _hash_part(h, data):
@@ -84,58 +93,36 @@ def _framed(data):
     return [len(data).to_bytes(8, "little"), data]
 
 
-def _hash_array(h, array):
-    _Slices(array).hash(h, 0, len(array))
-
-
 def seal(table, key):
     """The table with its model key and checksum in its metadata, as write_checkpoint writes
     it. A table already naming another model key is refused (ValueError)."""
-    (_, _, _, stored), = seal_many([(key, table, read_metadata(table))])
+    (_, _, _, stored), = seal_many([(key, TableRows.whole(table), read_metadata(table))])
     return table.replace_schema_metadata({**(table.schema.metadata or {}),
                                           METADATA_KEY: stored})
 
 
 def seal_many(models):
-    """[(model key, table, metadata)] -> [(model key, table, sealed metadata, as stored)]: each
-    model's metadata (a dict, whatever the table's schema holds) given its model key and the
-    checksum ``seal`` gives it, and the JSON a sealed table's schema holds of it (bytes).
-    Tables of one schema are hashed as slices of their concatenation, each column's values
-    converted once for them all (sealing a table at a time, pyarrow's per-column calls cost
-    more than the hashing)."""
-    metas = []
-    for key, _, meta in models:
+    """[(model key, TableRows, metadata)] -> [(model key, TableRows, sealed metadata, as
+    stored)]: each model's metadata (a dict, whatever the table's schema holds) given its
+    model key and the checksum ``seal`` gives its rows, and the JSON a sealed table's schema
+    holds of it (bytes). Each table's columns are converted once for all the models whose
+    rows it holds (converting a model at a time, pyarrow's per-column calls cost more than
+    the hashing)."""
+    columns, sealed = {}, []  # id(table) -> its ``_columns`` (its models' tables are held)
+    for key, rows, meta in models:
         if meta.get("model_key", key) != key:
             raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
                              f"as model {key!r}")
-        metas.append({**meta, "model_key": key})
-    if not models:
-        return []
-    schema = models[0][1].schema
-    if all(table.schema.equals(schema, check_metadata=False) for _, table, _ in models):
-        body = pa.concat_tables([bare_table(table) for _, table, _ in models])
-        columns = [(b"".join(_framed(name.encode("utf-8", "surrogatepass"))),
-                    _Slices(column.combine_chunks()))
-                   for name, column in zip(body.column_names, body.columns)]
-    else:
-        columns = None
-    sealed, row = [], 0
-    for (key, table, _), meta in zip(models, metas):
+        meta = {**meta, "model_key": key}
+        found = columns.get(id(rows.table))
+        if found is None:
+            found = columns[id(rows.table)] = _columns(rows.table)
         canonical = _canonical(meta)
-        if columns is None:
-            digest = _digest(table, canonical)
-        else:
-            h, parts = _hasher(canonical, table.num_rows), []
-            for name, column in columns:
-                parts.append(name)
-                parts += column.parts(row, row + table.num_rows)
-            h.update(b"".join(parts))
-            digest = "sha256:" + h.hexdigest()
-        row += table.num_rows
+        digest = _digest(found, canonical, rows.first, rows.count)
         # stored as it is hashed, the checksum added before its closing brace (never "{}": it
         # holds the model key)
         meta[CHECKSUM_FIELD] = digest
-        sealed.append((key, table, meta,
+        sealed.append((key, rows, meta,
                        f'{canonical[:-1]},"{CHECKSUM_FIELD}":"{digest}"}}'.encode()))
     return sealed
 
@@ -181,12 +168,8 @@ class _Slices:
         else:
             raise ValueError(f"it has a column of type {kind}, which no checkpoint holds")
 
-    def hash(self, h, first, end):
-        h.update(b"".join(self.parts(first, end)))
-
     def parts(self, first, end):
-        """What ``hash`` feeds the hash, as a list of byte strings (fed at once: a hash is
-        the same whether its input comes in one update or many, and one costs less)."""
+        """What a checksum hashes of rows ``first`` to ``end``, as a list of byte strings."""
         rows = end - first
         head = self.heads.get(rows) if self.nulls is None else None
         if head is None:

@@ -394,9 +394,9 @@ class ModelGroup:
         return table, dead, skipped, models
 
     def checkpoints(self, models, metadata):
-        """[(table, metadata)]: the checkpoints of these models of the group, each with its
-        ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its table, made together
-        (``ManyStates.checkpoints``)."""
+        """[(TableRows, metadata)]: the checkpoints of these models of the group, each with its
+        ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its rows of one table made for
+        them together (``ManyStates.checkpoints``)."""
         return self.many.checkpoints([m.state.row for m in models],
                                      [m.state.feature_names for m in models], metadata)
 
