@@ -151,12 +151,31 @@ def test_an_unknown_option_or_argument_is_an_error(tmp_path, capsys, extra, name
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("runner", [[], ["--runner", "FlinkRunner"]])
+def test_flinks_own_checkpointing_is_refused_with_the_reason(tmp_path, capsys, runner):
+    """Flink's checkpoints restore Beam state beside unitless's own (runners.REFUSED): refused
+    in one line before anything runs, on every runner (the Flink job server declares it)."""
+    path = tmp_path / "data.csv"
+    path.write_text("label,x\n1,2\n")
+    with pytest.raises(SystemExit) as exc:
+        run(tmp_path, "--input", str(path), *runner, "--checkpointing_interval=1000")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "unitless: error: --checkpointing_interval: Flink's own checkpointing is not supported")
+    assert not (tmp_path / "out").exists()
+
+
 def test_beam_options_pass_through():
     from unitless.cli import parse_args
     beam = ["--runner", "PrismRunner", "--direct_num_workers", "2", "--streaming",
             "--prism_location", "/x/prism", "--experiments=a", "--save_main_session"]
     args, rest = parse_args(["train", "--input", "a.csv", "b.csv", *beam])
     assert args.input == [["a.csv", "b.csv"]] and rest == beam
+    # a job server's runner: options Beam's SDK does not declare wait for the job server's
+    # answer (runners.undeclared; tests/flink/test_flink_training.py)
+    flink = ["--runner", "FlinkRunner", "--max_bundle_time_millis=50", "--max_bundle_size", "9"]
+    assert parse_args(["train", *flink])[1] == flink
 
 
 def test_any_extension_with_format_and_an_unknown_one_without(tmp_path, capsys):

@@ -86,18 +86,18 @@ def test_the_submitter_image_points_the_command_at_the_job_server_it_builds():
     script = (DEPLOY / "flink" / "build_job_server.sh").read_text()
     assert 'jar="$dir/beam-flink-job-server.jar"' in script
     assert jar == f"{built}/beam-flink-job-server.jar"
-    assert "UNITLESS_FLINK_JOB_SERVER_JAR" in (DEPLOY.parent / "unitless" / "cli.py").read_text()
+    assert "UNITLESS_FLINK_JOB_SERVER_JAR" in (DEPLOY.parent / "unitless" / "runners.py").read_text()
 
 
 def test_a_missing_flink_job_server_jar_is_a_clear_error(tmp_path, monkeypatch):
-    from unitless.cli import _beam_options
+    from unitless.runners import beam_options
     from unitless.flink import job_server_jar
     missing = tmp_path / "none.jar"
     monkeypatch.setenv("UNITLESS_FLINK_JOB_SERVER_JAR", str(missing))
     with pytest.raises(FileNotFoundError, match="none.jar: no such file"):
         job_server_jar()
     with pytest.raises(ValueError, match="--runner FlinkRunner: UNITLESS_FLINK_JOB_SERVER_JAR="):
-        _beam_options(["--runner", "FlinkRunner"])
+        beam_options(["--runner", "FlinkRunner"])
     # installed without the repository and nothing cached: what to do, in one line
     monkeypatch.delenv("UNITLESS_FLINK_JOB_SERVER_JAR")
     monkeypatch.setenv("UNITLESS_CACHE_DIR", str(tmp_path / "cache"))

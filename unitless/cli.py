@@ -13,6 +13,7 @@ import sys
 import time
 from importlib import resources
 
+from . import runners
 from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
@@ -220,13 +221,21 @@ def _config(args, scoring=False):
 
 
 def parse_args(argv=None):
-    """(unitless's arguments, Beam's): an argument neither knows is an error (exit 2)."""
+    """(unitless's arguments, Beam's): an argument neither knows is an error (exit 2), but for
+    a job server's runner, which refuses those its job server does not declare either, when it
+    submits (``runners``); an option REFUSED is an error on every runner."""
     args, rest = parser().parse_known_args(argv)
     try:
-        unknown = _not_beam_options(rest)
+        unknown = runners.undeclared(rest)
+        if runners.asks_job_server(rest):
+            unknown = []  # (checked once the job server says what it declares)
     except ValueError as err:
         print(f"unitless: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    refused = runners.refused(rest)
+    if refused:
+        print(f"unitless: error: {refused[0]}: {refused[1]}", file=sys.stderr)
+        raise SystemExit(2)
     if unknown:
         what = "argument" if not unknown[0].startswith("-") else "option"
         print(f"unitless: error: unknown {what} {unknown[0]!r} (not a unitless {args.command} "
@@ -234,70 +243,6 @@ def parse_args(argv=None):
               f"{args.command} --help", file=sys.stderr)
         raise SystemExit(2)
     return args, rest
-
-
-def _not_beam_options(rest):
-    """The arguments among ``rest`` that no Beam pipeline option takes (positional arguments
-    too), parsed as Beam parses its options (every registered PipelineOptions class). A bad
-    value of a Beam option raises ValueError (one line, not Beam's usage of every option)."""
-    if not rest:
-        return []
-    from apache_beam.options.pipeline_options import PipelineOptions
-    parsers = []
-
-    def error(message):
-        raise ValueError(f"Beam pipeline option: {message}")
-
-    def capture(beam_parser):
-        beam_parser.error = error
-        parsers.append(beam_parser)
-
-    PipelineOptions(rest).get_all_options(add_extra_args_fn=capture)
-    return parsers[0].parse_known_args(rest)[1]
-
-
-def _beam_options(beam_args):
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    options = PipelineOptions(beam_args)  # (what Learn needs of a runner, it sets itself)
-    if "flink" in (options.view_as(StandardOptions).runner or "").lower():
-        _flink_defaults(options, beam_args)
-    return options
-
-
-def _flink_defaults(options, beam_args):
-    """--runner FlinkRunner without a job server jar: the project's (Beam's Flink 1.19 runner,
-    built and cached by deploy/flink/build_job_server.sh, or $UNITLESS_FLINK_JOB_SERVER_JAR;
-    Beam's own download is not reachable everywhere), an embedded local Flink cluster and
-    LOOPBACK workers, unless the command line says otherwise; and the JVM options Flink gives
-    a Java 17 JVM (``flink.JAVA_17_OPENS``) to the job server Beam starts."""
-    from apache_beam.options.pipeline_options import (FlinkRunnerOptions, JobServerOptions,
-                                                      PortableOptions)
-    from .flink import JAVA_17_OPENS, job_server_jar
-    given = {a.split("=")[0] for a in beam_args}
-    flink = options.view_as(FlinkRunnerOptions)
-    if "--job_server_jvm_properties" not in given:
-        options.view_as(JobServerOptions).job_server_jvm_properties = list(JAVA_17_OPENS)
-    if "--flink_job_server_jar" in given or flink.flink_submit_uber_jar:
-        return
-    try:
-        flink.flink_job_server_jar = str(job_server_jar())
-    except (FileNotFoundError, RuntimeError) as err:
-        raise ValueError(f"--runner FlinkRunner: {err}") from None
-    if "--flink_version" not in given:
-        flink.flink_version = "1.19"
-    if "--flink_master" not in given:
-        flink.flink_master = "[local]"
-    if "--environment_type" not in given and flink.flink_master in ("[local]", "[auto]"):
-        options.view_as(PortableOptions).environment_type = "LOOPBACK"
-
-
-def _pipeline(beam_args):
-    import apache_beam as beam
-    options = _beam_options(beam_args)
-    if any(a.startswith("--runner") for a in beam_args):
-        return beam.Pipeline(options=options)
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    return beam.Pipeline(runner=FnApiRunner(), options=options)
 
 
 # the garbage collector's thresholds for the command's runs (Python's: 700, 10, 10)
@@ -323,7 +268,7 @@ def train(args, beam_args):
     from .compile import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training
-    pipeline = _pipeline(beam_args)  # first: it gives Beam's file systems their options
+    pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
     _tune_collector()
     cfg = _config(args)
     started = time.time()
@@ -357,7 +302,7 @@ def _counter(result, name):
 
 def score(args, beam_args):
     from .pipelines.score import build_scoring
-    pipeline = _pipeline(beam_args)
+    pipeline = runners.pipeline(beam_args)
     _tune_collector()
     cfg = _config(args, scoring=True)
     with pipeline as p:

@@ -142,22 +142,52 @@ def test_files_on_flink_equal_the_fnapi_runner(mode, data, reference, flink_args
     assert_same_checkpoints(out / "models", reference / "models", rows)
 
 
+def test_the_job_servers_own_options_reach_the_job_and_no_other_passes(
+        data, reference, flink_args, flink_job_server, tmp_path, capsys):
+    """Flink's own options are not Beam's Python SDK's: the job server declares them, and the
+    command takes them (``runners``): the job server holds them among the job's options (its
+    job list, ``GetJobs``), and the run is the same. An option the job server does not declare
+    either is refused in one line: Flink's bundle time is ``max_bundle_time_mills``."""
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+    d, rows = data
+    inputs = [str(d / "a.jsonl"), str(d / "b.jsonl")]
+    out = train(tmp_path, inputs, *flink_args, "--streaming", "--max_bundle_size=3",
+                "--max_bundle_time_mills", "40",
+                extra=["--predictions", str(tmp_path / "pred")])
+    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
+    with grpc.insecure_channel(flink_job_server.endpoint) as channel:
+        jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
+            beam_job_api_pb2.GetJobsRequest(), timeout=60).job_info
+    given = [(job.pipeline_options["beam:option:max_bundle_size:v1"],
+              job.pipeline_options["beam:option:max_bundle_time_mills:v1"]) for job in jobs
+             if "beam:option:max_bundle_size:v1" in job.pipeline_options]
+    assert [(int(size), int(mills)) for size, mills in given] == [(3, 40)]
+    code = main(["train", "--input", *inputs, "--format", "jsonl",
+                 "--model-dir", str(tmp_path / "typo"), *flink_args,
+                 "--max_bundle_time_millis=40"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == (
+        "unitless: error: unknown option '--max_bundle_time_millis=40' (not a unitless option, "
+        "nor an Apache Beam pipeline option, nor one the job server declares)")
+
+
 def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
         data, reference, flink_jar, tmp_path, monkeypatch):
     """`unitless train --runner FlinkRunner` as a user types it: the project's job server jar
     (Beam's own download of the job server is not reachable everywhere), Flink 1.19, an
     embedded cluster, LOOPBACK workers."""
-    from unitless.cli import _beam_options
+    from unitless.runners import beam_options
     monkeypatch.setenv("UNITLESS_FLINK_JOB_SERVER_JAR", str(flink_jar))
-    opts = _beam_options(["--runner", "FlinkRunner"]).get_all_options()
+    opts = beam_options(["--runner", "FlinkRunner"]).get_all_options()
     assert (opts["flink_job_server_jar"], opts["flink_version"], opts["flink_master"],
             opts["environment_type"]) == (str(flink_jar), "1.19", "[local]", "LOOPBACK")
     # what the user gives stays
-    opts = _beam_options(["--runner", "FlinkRunner", "--flink_master", "host:8081",
+    opts = beam_options(["--runner", "FlinkRunner", "--flink_master", "host:8081",
                           "--environment_type", "DOCKER"]).get_all_options()
     assert (opts["flink_job_server_jar"], opts["flink_master"], opts["environment_type"]) == (
         str(flink_jar), "host:8081", "DOCKER")
-    opts = _beam_options(["--runner", "FlinkRunner", "--flink_job_server_jar", "/x.jar",
+    opts = beam_options(["--runner", "FlinkRunner", "--flink_job_server_jar", "/x.jar",
                           "--flink_version", "1.20"]).get_all_options()
     assert (opts["flink_job_server_jar"], opts["flink_version"]) == ("/x.jar", "1.20")
 
