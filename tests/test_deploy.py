@@ -86,7 +86,8 @@ def test_the_submitter_image_points_the_command_at_the_job_server_it_builds():
     script = (DEPLOY / "flink" / "build_job_server.sh").read_text()
     assert 'jar="$dir/beam-flink-job-server.jar"' in script
     assert jar == f"{built}/beam-flink-job-server.jar"
-    assert "UNITLESS_FLINK_JOB_SERVER_JAR" in (DEPLOY.parent / "unitless" / "runners.py").read_text()
+    runners = (DEPLOY.parent / "unitless" / "runners.py").read_text()
+    assert "UNITLESS_FLINK_JOB_SERVER_JAR" in runners
 
 
 def test_a_missing_flink_job_server_jar_is_a_clear_error(tmp_path, monkeypatch):
