@@ -295,9 +295,9 @@ runs and tries.
 
 A user with many jobs or one long job keeps one Flink job server (or cluster) running and submits
 to it (`python -m deploy.flink.job_server start`, then `--runner PortableRunner --job_endpoint`,
-as README.md advises), instead of `--runner FlinkRunner`, which starts a new job server JVM for
-every run. The measured jobs therefore exclude the JVM's start-up and its first, slower job
-(class loading, JIT): one server per parallelism, warmed up by a small job first ({warm}).
+as docs/operations.md advises), instead of `--runner FlinkRunner`, which starts a new job server
+JVM for every run. The measured jobs therefore exclude the JVM's start-up and its first,
+slower job (class loading, JIT): one server per parallelism, warmed up by a small job first ({warm}).
 The Python SDK workers come from a worker pool (`EXTERNAL`), P processes for parallelism P, as
 on a cluster where a worker pool runs beside every TaskManager (deploy/README.md). With the local
 default, LOOPBACK, every subtask's Python work runs in the one submitting process and its GIL,

@@ -24,6 +24,12 @@ def prism_args(streaming=False):
             *(["--streaming"] if streaming else [])]
 
 
+def runner_args(runner, streaming=False):
+    """The command line arguments of a run on the named runner ("fnapi": none, the command's
+    default)."""
+    return prism_args(streaming) if runner == "prism" else []
+
+
 def pipeline(runner, streaming=False):
     """A pipeline on the named runner: "fnapi" (Beam's FnApiRunner, in this process) or
     "prism"."""

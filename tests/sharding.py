@@ -4,8 +4,6 @@ shard's newest state, and the one-process reference protocol a run must equal.""
 import uuid
 
 import numpy as np
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 
 from unitless.connectors.files import read_file
 from unitless.connectors.records import ExampleBlock
@@ -15,6 +13,7 @@ from unitless.store.per_key import load_latest
 from unitless.store.shards import shard_dir
 from unitless.pipelines.config import configure, new_learner
 
+from tests.commands import create_topics
 from tests.runners import PRISM  # noqa: F401 (the tests of sharded runs on Prism take it here)
 
 KEYS = ("east", "west")
@@ -37,9 +36,7 @@ def write_examples(path, n, seed):
 def feedback_topic(bootstrap, partitions=2):
     """A new topic's URL."""
     name = f"feedback-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(name, partitions, 1)])
-    admin.close()
+    create_topics(bootstrap, name, partitions=partitions)
     return f"kafka://{bootstrap}/{name}"
 
 

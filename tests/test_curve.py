@@ -13,6 +13,8 @@ from unitless.cli import main
 from unitless.pipelines.curve import curves, read_predictions
 from unitless.pipelines.summary import model_lines
 
+from tests.commands import train
+
 
 def rows(n):
     """Examples of three keys; every seventh without a label (served: not on the curve)."""
@@ -21,20 +23,18 @@ def rows(n):
             f"{i % 11 - 5},{(i % 3) * 1e4}" for i in range(n)]
 
 
-def train(out, fmt="jsonl"):
+def curve_run(out, fmt="jsonl"):
+    """A run over 1,200 rows of two keys, its predictions in ``fmt``."""
     data = out / "d.csv"
     out.mkdir(parents=True, exist_ok=True)
     data.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in rows(1200)))
-    assert main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-                 "segment", "--model-dir", str(out / "models"), "--predictions",
-                 str(out / "pred"), "--dead-letter", str(out / "dead"), "--output-format", fmt,
-                 "--chunk-size", "100", "--checkpoint-every", "150"]) == 0
-    return out
+    return train(out, "--input", data, "--id-column", "id", "--model-key-column", "segment",
+                 "--output-format", fmt, "--chunk-size", "100", "--checkpoint-every", "150")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("curve"))
+    return curve_run(tmp_path_factory.mktemp("curve"))
 
 
 def checkpointed(out):
@@ -70,7 +70,7 @@ def test_the_curve_ends_at_the_checkpoints_progressive_loss_and_is_drawn(run, tm
 def test_the_curves_equal_the_checkpoints_in_every_output_format(run, tmp_path):
     assert_matches_checkpoints(curves(read_predictions([str(run / "pred")])[0]), run)
     for fmt in ("parquet", "csv"):
-        out = train(tmp_path / fmt, fmt)
+        out = curve_run(tmp_path / fmt, fmt)
         assert glob.glob(str(out / "pred" / f"part-*.{fmt}"))
         assert_matches_checkpoints(curves(read_predictions([str(out / "pred")])[0]), out)
 

@@ -11,10 +11,14 @@ from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.connectors.files import read_output
 from unitless.store import join as label_join
 
-from tests.runners import prism_args
+from tests.commands import train
+from tests.runners import runner_args
 from tests.test_order import KEYS, final_models
 
 N = 600
+# the options of every run here: ids to join by, a model per key, small blocks, two groups
+JOINED = ("--id-column", "id", "--model-key-column", "key", "--chunk-size", "64",
+          "--model-groups", "2")
 
 
 def write_join(tmp_path, features_name, seed=0):
@@ -66,15 +70,6 @@ def write_join(tmp_path, features_name, seed=0):
                                          label_join.NO_LABEL: 3}
 
 
-def train(tmp_path, name, inputs, *more):
-    out = tmp_path / name
-    code = main(["train", "--input", *map(str, inputs), "--id-column", "id", "--model-key-column",
-                 "key", "--chunk-size", "64", "--model-groups", "2", "--model-dir",
-                 str(out / "models"), "--predictions", str(out / "p"), "--dead-letter",
-                 str(out / "d"), *more])
-    assert code == 0
-    return out
-
 
 def assert_joined(joined, plain, label_sources, bad):
     """The joined run (directory ``joined``) equals the plain run over the joined records in
@@ -86,14 +81,14 @@ def assert_joined(joined, plain, label_sources, bad):
         assert got[key][0].equals(want[key][0])
         assert got[key][1] == want[key][1]
     # every example served once (the repeated records refused), each labeled one learned once
-    rows = read_output(str(joined / "p")).to_pylist()
+    rows = read_output(str(joined / "pred")).to_pylist()
     served = [r["id"] for r in rows if r["served"]]
     assert sorted(served) == sorted(f"e-{i}" for i in range(N))
     learned = [r for r in rows if not r["served"]]
     assert len(learned) == len({r["id"] for r in learned}) == N - 30
     assert {r["source"] for r in learned} <= label_sources
     # what the plain run predicted is what the joined run predicted as it learned
-    reference_rows = {r["id"]: r for r in read_output(str(plain / "p")).to_pylist()}
+    reference_rows = {r["id"]: r for r in read_output(str(plain / "pred")).to_pylist()}
     for r in learned:
         assert (r["examples_seen"], r["prediction"], r["loss"], r["label"]) == tuple(
             reference_rows[r["id"]][c] for c in ("examples_seen", "prediction", "loss", "label"))
@@ -103,7 +98,7 @@ def assert_joined(joined, plain, label_sources, bad):
     assert [r["served_loss"] for r in learned] == pytest.approx(
         [float(np.logaddexp(0.0, -r["label"] * served_with[r["id"]])) for r in learned],
         rel=1e-12)
-    dead = read_output(str(joined / "d")).to_pylist()
+    dead = read_output(str(joined / "dead")).to_pylist()
     assert {reason: sum(d["reason"] == reason for d in dead) for reason in bad} == bad
     assert len(dead) == sum(bad.values())
     # (the learning step has the parsed record, not its bytes: its id, model key and values)
@@ -119,9 +114,10 @@ def test_labels_joined_by_id_learn_as_the_joined_records_in_label_order(tmp_path
     "features.csv" serves every example before its label comes, "z-features.csv" comes after
     the labels, which wait for their features.)"""
     features, labels, reference, bad = write_join(tmp_path, features_name)
-    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
-                   *(prism_args() if runner == "prism" else []))
-    assert_joined(joined, train(tmp_path, "plain", [reference]), {str(labels)}, bad)
+    joined = train(tmp_path / "joined", "--input", features, *JOINED, "--labels", str(labels),
+                   *runner_args(runner))
+    plain = train(tmp_path / "plain", "--input", reference, *JOINED)
+    assert_joined(joined, plain, {str(labels)}, bad)
 
 
 def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tmp_path):
@@ -134,13 +130,13 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
              if line.split(",")[0] not in joined_ids]
     with open(reference, "a") as f:
         f.writelines(f"{line},-1\n" for line in never)
-    joined = train(tmp_path, "joined", [features], "--labels", str(labels),
+    joined = train(tmp_path / "joined", "--input", features, *JOINED, "--labels", str(labels),
                    "--expired-label", "-1")
     got, want = final_models(str(joined / "models")), final_models(str(
-        train(tmp_path, "plain", [reference]) / "models"))
+        train(tmp_path / "plain", "--input", reference, *JOINED) / "models"))
     for key in KEYS:
         assert got[key][0].equals(want[key][0]) and got[key][1] == want[key][1]
-    expired = [r for r in read_output(str(joined / "p")).to_pylist()
+    expired = [r for r in read_output(str(joined / "pred")).to_pylist()
                if not r["served"] and r["source"] == str(features)]
     assert sorted(r["id"] for r in expired) == sorted(line.split(",")[0] for line in never)
     assert len(never) == 30 and all(r["label"] == -1 for r in expired)
@@ -314,13 +310,13 @@ def test_a_join_resumed_after_its_end_learns_and_refuses_nothing_again(tmp_path)
     or refused again, and the models are unchanged."""
     features, labels, _, _ = write_join(tmp_path, "features.csv")
     more = ("--labels", str(labels), "--checkpoint-every", "50")
-    joined = train(tmp_path, "joined", [features], *more)
+    joined = train(tmp_path / "joined", "--input", features, *JOINED, *more)
     before = final_models(str(joined / "models"))
-    predictions = read_output(str(joined / "p")).num_rows
-    dead = read_output(str(joined / "d")).num_rows
-    train(tmp_path, "joined", [features], *more, "--resume")
+    predictions = read_output(str(joined / "pred")).num_rows
+    dead = read_output(str(joined / "dead")).num_rows
+    train(tmp_path / "joined", "--input", features, *JOINED, *more, "--resume")
     after = final_models(str(joined / "models"))
     for key in KEYS:
         assert after[key][0].equals(before[key][0]) and after[key][1:] == before[key][1:]
-    assert read_output(str(joined / "p")).num_rows == predictions
-    assert read_output(str(joined / "d")).num_rows == dead
+    assert read_output(str(joined / "pred")).num_rows == predictions
+    assert read_output(str(joined / "dead")).num_rows == dead

@@ -7,11 +7,13 @@ import time
 
 import pytest
 
-from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.store.models import latest_checkpoint, read_checkpoint
 
+from tests.commands import train
+
 ROWS = 3000
+KEYED = ("--id-column", "id", "--model-key-column", "segment")
 
 
 @pytest.fixture
@@ -23,12 +25,6 @@ def data(tmp_path):
             f.write(f"e{i},{'ab'[i % 2]},{1 if i % 3 else -1},{i * 1e3},{(i % 7) * 1e-3}\n")
     return path
 
-
-def train(tmp_path, data, *extra, out="out"):
-    return main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-                 "segment", "--model-dir", str(tmp_path / out / "models"),
-                 "--predictions", str(tmp_path / out / "pred"),
-                 "--dead-letter", str(tmp_path / out / "dead"), *extra])
 
 
 def one_error_line(capsys):
@@ -45,7 +41,8 @@ def examples_seen(models, key):
 
 def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, data, capsys):
     started = time.time()
-    assert train(tmp_path, data, "--predictions", "kafka://127.0.0.1:9/predictions") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--predictions",
+          "kafka://127.0.0.1:9/predictions", expect=2)
     assert time.time() - started < 30
     line = one_error_line(capsys)
     assert line.startswith("unitless: error: Kafka broker 127.0.0.1:9 unreachable"), line
@@ -57,7 +54,7 @@ def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, data, capsy
 def test_an_unwritable_output_directory_is_one_line(tmp_path, data, capsys, output):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    assert train(tmp_path, data, output, str(blocker / "out")) == 2
+    train(tmp_path / "out", "--input", data, *KEYED, output, str(blocker / "out"), expect=2)
     line = one_error_line(capsys)
     assert "Not a directory" in line and str(blocker) in line, line
 
@@ -79,8 +76,8 @@ def full_disk(tmp_path):
 
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, data, capsys,
                                                                  full_disk):
-    assert train(tmp_path, data, "--predictions", str(full_disk / "pred"),
-                 "--output-format", "jsonl") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--predictions", str(full_disk / "pred"),
+          "--output-format", "jsonl", expect=2)
     line = one_error_line(capsys)
     assert "No space left on device" in line and str(full_disk / "pred") in line, line
     assert [p.name for p in (full_disk / "pred").iterdir()] == []
@@ -88,22 +85,24 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, data,
 
 def test_resume_refuses_other_settings_and_allows_a_hyperparameter_change_when_asked(
         tmp_path, data, capsys):
-    assert train(tmp_path, data, "--algorithm", "nag") == 0
+    train(tmp_path / "out", "--input", data, *KEYED, "--algorithm", "nag")
     capsys.readouterr()
-    assert train(tmp_path, data, "--algorithm", "scinol2", "--resume") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--algorithm", "scinol2", "--resume",
+          expect=2)
     line = one_error_line(capsys)
     assert "was trained with --algorithm nag, not scinol2" in line, line
-    assert train(tmp_path, data, "--bits", "20", "--resume") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--bits", "20", "--resume", expect=2)
     assert "--bits 18, not 20" in one_error_line(capsys)
-    assert train(tmp_path, data, "--loss", "hinge", "--resume") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--loss", "hinge", "--resume", expect=2)
     assert "--loss logistic, not hinge" in one_error_line(capsys)
-    assert train(tmp_path, data, "--learning-rate", "0.1", "--resume") == 2
+    train(tmp_path / "out", "--input", data, *KEYED, "--learning-rate", "0.1", "--resume",
+          expect=2)
     line = one_error_line(capsys)
     assert "--learning-rate 0.5, not 0.1" in line and "--allow-hyperparameter-change" in line
     more = tmp_path / "more.csv"
     more.write_text(data.read_text().replace("\ne", "\nmore-e"))  # new examples, new ids
-    assert train(tmp_path, more, "--learning-rate", "0.1", "--resume",
-                 "--allow-hyperparameter-change") == 0
+    train(tmp_path / "out", "--input", more, *KEYED, "--learning-rate", "0.1", "--resume",
+          "--allow-hyperparameter-change")
     assert examples_seen(tmp_path / "out" / "models", "a") == ROWS
     table = read_checkpoint(latest_checkpoint(str(tmp_path / "out" / "models"), "a"))
     assert json.loads(table.schema.metadata[b"unitless"])["hyperparameters"] == {
@@ -112,7 +111,7 @@ def test_resume_refuses_other_settings_and_allows_a_hyperparameter_change_when_a
 
 def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, data):
     os.symlink(data, tmp_path / "link.csv")
-    assert train(tmp_path, data) == 0
+    train(tmp_path / "out", "--input", data, *KEYED)
     models = tmp_path / "out" / "models"
     before = {k: examples_seen(models, k) for k in "ab"}
     assert before == {"a": ROWS // 2, "b": ROWS // 2}
@@ -120,7 +119,7 @@ def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, data):
     os.chdir(tmp_path)
     try:
         for spelling in ("data.csv", "./data.csv", "link.csv", str(tmp_path / "." / "data.csv")):
-            assert train(tmp_path, spelling, "--resume") == 0
+            train(tmp_path / "out", "--input", spelling, *KEYED, "--resume")
     finally:
         os.chdir(cwd)
     assert {k: examples_seen(models, k) for k in "ab"} == before
@@ -138,8 +137,8 @@ def test_an_example_whose_loss_overflows_is_a_dead_letter_and_leaves_no_trace(tm
         paths[name] = tmp_path / f"{name}.csv"
         paths[name].write_text("id,segment,label,x,z\n" + "\n".join(lines) + "\n")
     for name in paths:
-        assert train(tmp_path, paths[name], "--loss", "squared", "--algorithm", "nag",
-                     out=name) == 0
+        train(tmp_path / name, "--input", paths[name], *KEYED, "--loss", "squared", "--algorithm",
+              "nag")
     dead = read_output(str(tmp_path / "mixed" / "dead")).to_pylist()
     assert sorted(d["position"] for d in dead) == sorted(bad)
     assert all("finite" in d["reason"] for d in dead)

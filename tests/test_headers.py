@@ -8,16 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from unitless.cli import main
 from unitless.connectors.files import read_output
+
+from tests.commands import train
 
 ROLES = {"--id-column": "id", "--model-key-column": "key", "--weight-column": "w"}
 
-
-def train(tmp_path, path, *extra):
-    out = tmp_path / "out"
-    return main(["train", "--input", str(path), "--model-dir", str(out / "models"),
-                 "--predictions", str(out / "p"), "--dead-letter", str(out / "d"), *extra])
 
 
 def one_line(capsys):
@@ -37,7 +33,7 @@ def test_a_header_naming_a_column_twice_or_not_at_all_is_one_line(tmp_path, caps
                                                                   says):
     path = tmp_path / "data.csv"
     path.write_text(header + "\n" + ",".join(["1"] * len(header.split(","))) + "\n")
-    assert train(tmp_path, path, "--id-column", "id") == 2
+    train(tmp_path / "out", "--input", path, "--id-column", "id", expect=2)
     assert f"{path}: the header {says}" in one_line(capsys)
 
 
@@ -46,18 +42,19 @@ def test_a_parquet_schema_naming_a_column_twice_or_not_at_all_is_one_line(tmp_pa
                         (["id", "", "label", "x"], "gives column 2 no name")):
         path = tmp_path / "data.parquet"
         pq.write_table(pa.table([pa.array(["1"])] + [pa.array([1.0])] * 3, names=names), path)
-        assert train(tmp_path, path, "--id-column", "id") == 2
+        train(tmp_path / "out", "--input", path, "--id-column", "id", expect=2)
         assert f"the schema {says}" in one_line(capsys)
 
 
 def test_one_column_in_two_roles_is_one_line(tmp_path, capsys):
     path = tmp_path / "data.csv"
     path.write_text("id,label,x\na,1,2\n")
-    assert train(tmp_path, path, "--id-column", "label") == 2
+    train(tmp_path / "out", "--input", path, "--id-column", "label", expect=2)
     assert "--label-column and --id-column both name column 'label'" in one_line(capsys)
-    assert train(tmp_path, path, "--id-column", "id", "--model-key-column", "id") == 2
+    train(tmp_path / "out", "--input", path, "--id-column", "id", "--model-key-column", "id",
+          expect=2)
     assert "--id-column and --model-key-column both name column 'id'" in one_line(capsys)
-    assert train(tmp_path, path, "--columns", "id,label,id") == 2
+    train(tmp_path / "out", "--input", path, "--columns", "id,label,id", expect=2)
     assert "--columns names column 'id' twice" in one_line(capsys)
 
 
@@ -112,14 +109,15 @@ def test_fuzz_headers_and_roles(tmp_path, capsys, fmt):
         else:
             path = case_dir / "data.parquet"
             pq.write_table(pa.table(list(map(pa.array, columns)), names=names), path)
-        code = train(case_dir, path, *options)
+        code = train(case_dir / "out", "--input", path, *options, expect=None)
         if bad:
             assert code == 2, (names, options)
             one_line(capsys)
-            assert rows_in(case_dir / "out" / "p") == 0
+            assert rows_in(case_dir / "out" / "pred") == 0
             refused_runs += 1
         elif code == 0:
-            learned, refused = rows_in(case_dir / "out" / "p"), rows_in(case_dir / "out" / "d")
+            learned = rows_in(case_dir / "out" / "pred")
+            refused = rows_in(case_dir / "out" / "dead")
             assert learned + refused == 6, (names, options)
             capsys.readouterr()
             learned_runs += 1

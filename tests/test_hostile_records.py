@@ -24,6 +24,8 @@ from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_ta
 from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
 from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
+from tests.commands import train
+
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = b"id,segment,label,f1,f2,f3,f4"
 GOOD = {"csv": b"e0,a,1,0.5,,2.5,-3.0",
@@ -603,15 +605,12 @@ def write_fuzz_input(tmp_path, fmt, seed):
     return mixed, only_good, bad_rows, good_positions, served_positions
 
 
-def train(out, path, fmt):
+def reading(fmt):
+    """The options of a run over a file in ``fmt`` (most of whose records are hostile here, by
+    design)."""
     keyed = fmt in ("csv", "jsonl", "parquet")
-    code = main(["train", "--input", str(path), "--format", fmt, "--chunk-size", "250",
-                 *(["--model-key-column", "segment", "--id-column", "id"] if keyed else []),
-                 "--predictions", str(out / "pred"), "--model-dir", str(out / "models"),
-                 "--dead-letter", str(out / "dead"),
-                 "--max-dead-fraction", "1"])  # most records are hostile here, by design
-    assert code == 0
-    return out
+    return ["--format", fmt, "--chunk-size", "250", "--max-dead-fraction", "1",
+            *(["--model-key-column", "segment", "--id-column", "id"] if keyed else [])]
 
 
 def models(out):
@@ -625,7 +624,7 @@ def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
     label served; the models equal those of a run over the good records alone."""
     mixed, only_good, bad, good_at, served_at = write_fuzz_input(tmp_path, fmt, seed=11)
     assert len(bad) >= N_BAD and (len(served_at) > N_UNLABELED // 2 or fmt == "libsvm")
-    out = train(tmp_path / "mixed-run", mixed, fmt)
+    out = train(tmp_path / "mixed-run", "--input", mixed, *reading(fmt))
     dead = read_output(str(out / "dead")).to_pylist()
     assert {d["source"] for d in dead} == {str(mixed.resolve())}
     got = {}
@@ -644,7 +643,7 @@ def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
     assert sorted((p["position"], p["served"]) for p in predicted) == sorted(
         [(p, False) for p in good_at] + [(p, True) for p in served_at])
 
-    alone = models(train(tmp_path / "good-run", only_good, fmt))
+    alone = models(train(tmp_path / "good-run", "--input", only_good, *reading(fmt)))
     learned = models(out)
     assert set(learned) == set(alone) and learned
     for key, table in learned.items():

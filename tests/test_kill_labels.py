@@ -10,10 +10,10 @@ import pytest
 
 from unitless.connectors.files import read_output
 
-from tests.integration.test_kafka_labels import WAIT, produce_timed, timed_join
-from tests.integration.test_kafka_pipeline import create_topics
+from tests.commands import create_topics, send
+from tests.integration.test_kafka_labels import WAIT, timed, timed_join
 from tests.killing import campaigns, final_models, run_complete
-from tests.runners import prism_args
+from tests.runners import runner_args
 from tests.test_order import KEYS
 
 
@@ -22,8 +22,7 @@ from tests.test_order import KEYS
 def test_killed_and_resumed_the_join_learns_every_label_once(broker, tmp_path, runner, kills):
     """30 kills on the FnApiRunner; on Prism, whose runs start slowly, 4 here
     (``UNITLESS_PRISM_KILLS=30`` by hand); see ``kill_campaigns``."""
-    kill_campaigns(broker.bootstrap_servers, tmp_path, runner,
-                   prism_args() if runner == "prism" else [], kills)
+    kill_campaigns(broker.bootstrap_servers, tmp_path, runner, runner_args(runner), kills)
 
 
 def kill_campaigns(bootstrap, tmp_path, runner, runner_args, kills):
@@ -39,8 +38,8 @@ def kill_campaigns(bootstrap, tmp_path, runner, runner_args, kills):
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, _, _, _ = timed_join(n, seed=11)
     start = time.time() - 3600
-    produce_timed(bootstrap, features_topic, features, start)
-    produce_timed(bootstrap, labels_topic, labels, start)
+    send(bootstrap, features_topic, timed(features, start))
+    send(bootstrap, labels_topic, timed(labels, start))
 
     def command(out, resume=True):
         return [sys.executable, "-m", "unitless.cli", "train",

@@ -2,7 +2,7 @@
 
 For each learner in ``unitless.learner.ALGORITHMS`` this file holds a small, independent plain-Python
 reference written directly from /work/shared/ALGORITHMS.md (variable names as there, one comment per
-line citing the step), plus the conventions of README.md "Choices made":
+line citing the step), plus the conventions of docs/design.md "Choices made":
 
 * a zero feature value is skipped entirely (the reference loops over the non-zero features only);
 * sNAG keeps s_i = Σ x_i² (including the current x_i²) and uses √(s_i/t_i) in place of NAG's s_i,
@@ -28,7 +28,8 @@ import pytest
 from unitless.learner import ALGORITHMS, dense_batch, learn, new_state
 
 RTOL = 1e-12
-CAP = 700.0  # README "Choices made": exponents in Kotłowski's algorithms and ScInOL1 capped at 700
+# docs/design.md "Choices made": exponents in Kotłowski's algorithms and ScInOL1 capped at 700
+CAP = 700.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def ref_nag(X, Y, loss, learning_rate=0.5):
 
 def ref_snag(X, Y, loss, learning_rate=0.5):
     """sNAG (Ross et al. Sec. 3): NAG with s_i = Σ x_i² and √(s_i/t_i) in place of s_i, t_i the
-    trials since feature i first appeared (README "Choices made")."""
+    trials since feature i first appeared (docs/design.md "Choices made")."""
     d = X.shape[1]
     eta = learning_rate
     w, s, G, N, t = np.zeros(d), np.zeros(d), np.zeros(d), 0.0, 0  # all start at 0
@@ -128,7 +129,7 @@ def ref_snag(X, Y, loss, learning_rate=0.5):
                 t0[i] = t  # first appearance
             s[i] = s[i] + x[i] ** 2  # sNAG: s_i = Σ x_i², including the current x_i²
         n = {i: t - t0[i] + 1 for i in nonzero(x)}  # t_i = trials since feature i appeared
-        # (NAG's step 1 rescaling of w has no sNAG analogue: README "Choices made")
+        # (NAG's step 1 rescaling of w has no sNAG analogue: docs/design.md "Choices made")
         y_hat = sum(w[i] * x[i] for i in nonzero(x))  # 2. ŷ = Σ w_i x_i
         N = N + sum(x[i] ** 2 / math.sqrt(s[i] / n[i]) ** 2 for i in nonzero(x))  # 2. N ← N + Σ x_i²/(√(s_i/t_i))²
         g = loss_derivative(loss, y, y_hat)  # g = ∂ℓ/∂ŷ at ŷ
@@ -221,7 +222,7 @@ def ref_kotlowski2(X, Y, loss, alpha=1.5):
     """Kotłowski Alg. 2 on z = D⁻¹x. S† is recomputed from S = Σ z zᵀ with numpy.linalg.pinv
     (not by the rank-one update), and P = S S† is the projector onto range(S)."""
     n, d = X.shape
-    D = np.zeros(d)  # D_i = first non-zero |x_i| seen (README "Choices made")
+    D = np.zeros(d)  # D_i = first non-zero |x_i| seen (docs/design.md "Choices made")
     S = np.zeros((d, d))  # S = Σ z zᵀ
     h = np.zeros(d)  # h = −Σ g z
     nu = 0.0  # ν_0 = 0

@@ -26,7 +26,7 @@ PEAK_RSS = ("import resource, sys\nfrom unitless.cli import main\ncode = main(sy
             "sys.exit(code)")
 
 
-def train(tmp_path, name, path, *extra):
+def run_measured(tmp_path, name, path, *extra):
     out = tmp_path / name
     done = subprocess.run(
         [sys.executable, "-c", PEAK_RSS, "train", "--input", str(path), "--id-column", "id",
@@ -51,8 +51,8 @@ def test_two_thousand_models_in_bounded_memory_each_equal_to_its_examples_alone(
             values = ",".join("" if v == 0 else repr(float(v)) for v in X[i])
             f.write(f"e{i},k{keys[i]},{y[i]},{values}\n")
 
-    _, one_model = train(tmp_path, "one", path, "--ignore-columns", "key")
-    out, many = train(tmp_path, "many", path, "--model-key-column", "key")
+    _, one_model = run_measured(tmp_path, "one", path, "--ignore-columns", "key")
+    out, many = run_measured(tmp_path, "many", path, "--model-key-column", "key")
     # ScInOL2 over 2^18 features held 5 float64 vectors per feature before state followed the
     # features carried: 2,000 such models were 20 GiB. Now each adds a few KiB.
     assert many < one_model + KEYS * 128 / 1024, \

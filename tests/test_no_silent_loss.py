@@ -18,7 +18,7 @@ from unitless.pipelines import accounting, bundles, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
-from tests.runners import pipeline, prism_args
+from tests.runners import pipeline, prism_args, runner_args
 from tests.test_order import write_examples
 
 OPTIONS = dict(id_column="id", model_key_column="key", chunk_size=64)
@@ -141,7 +141,7 @@ def test_examples_lost_fail_the_command_with_one_line(tmp_path, monkeypatch, cap
     code = main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "key", "--model-dir", str(tmp_path / "models"), "--predictions",
                  str(tmp_path / "p"), "--dead-letter", str(tmp_path / "d"),
-                 *(prism_args() if runner == "prism" else [])])
+                 *runner_args(runner)])
     lost = sum(1 for line in path.read_text().splitlines()[1:] if line.split(",")[1] == "k3")
     assert code == 1
     assert error_line(capsys).startswith(

@@ -12,7 +12,11 @@ from unitless.connectors.files import read_output
 from unitless.learner import new_state, read_metadata, to_arrow
 from unitless.store.models import load_latest, model_keys
 from unitless.store.per_key import checkpoint_files, key_dir, write_checkpoint
+from tests.commands import train
 from tests.test_pipeline import make_examples, write_csv, write_parquet
+
+STORED = ("--label-column", "label", "--id-column", "id", "--model-key-column", "segment",
+          "--chunk-size", "50", "--checkpoint-every", "1000")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -76,16 +80,6 @@ def test_checkpoints_on_s3_are_written_pruned_and_chosen_as_on_disk(root, caplog
     assert "ckpt-000000000040.arrow: it is not a readable Arrow file" in caplog.text
 
 
-def _train(root, inputs, *extra):
-    out = storage.join(root, "out")
-    code = main(["train", "--input", *inputs, "--label-column", "label", "--id-column", "id",
-                 "--model-key-column", "segment", "--chunk-size", "50",
-                 "--checkpoint-every", "1000", "--model-dir", storage.join(out, "models"),
-                 "--predictions", storage.join(out, "pred"),
-                 "--dead-letter", storage.join(out, "dead"), *extra])
-    assert code == 0
-    return out
-
 
 def _put(root, name, writer, X, y, keys, tmp_path):
     local = tmp_path / name
@@ -110,9 +104,10 @@ def test_train_resume_inspect_and_score_on_s3_equal_the_local_run(bucket, tmp_pa
         first = _put(root, "a.csv", write_csv, X[:300], y[:300], keys[:300], tmp_path)
         text = storage.read_text(first).replace("\ne5,", "\ne5,x,", 1).encode()
         storage.atomic_write(first, text)  # one record with a field too many
-        out = _train(root, [storage.join(root, "in", "*.csv")])
+        out = train(storage.join(root, "out"), "--input", *[storage.join(root, "in", "*.csv")],
+                    *STORED)
         second = _put(root, "b.parquet", write_parquet, X[300:], y[300:], keys[300:], tmp_path)
-        _train(root, [second], "--resume")
+        train(storage.join(root, "out"), "--input", *[second], *STORED, "--resume")
         runs[root] = out
     disk, s3 = runs.values()
     want, got = read_output(storage.join(disk, "pred")), read_output(storage.join(s3, "pred"))

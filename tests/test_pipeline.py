@@ -17,6 +17,8 @@ from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
 from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint
 
+from tests.commands import train
+
 BITS = 18
 FEATURES = ["f1", "f2", "f3", "f4"]
 
@@ -80,13 +82,6 @@ def write_libsvm(path, X, y, keys):
             f.write(f"{y[i]} {feats}\n")
 
 
-def train(tmp_path, *args):
-    out = tmp_path / "out"
-    code = main(["train", "--predictions", str(out / "pred"), "--model-dir", str(out / "models"),
-                 "--dead-letter", str(out / "dead"), *args])
-    assert code == 0
-    return out
-
 
 def predictions_by_id(out):
     table = read_output(str(out / "pred"))
@@ -104,7 +99,7 @@ def test_each_format_gives_the_plain_learners_predictions(tmp_path, fmt, writer,
     args = ["--input", str(path), "--format", fmt, "--chunk-size", "64"]
     if keyed:
         args += ["--model-key-column", "segment", "--id-column", "id"]
-    out = train(tmp_path, *args)
+    out = train(tmp_path / "out", *args)
     table = read_output(str(out / "pred"))
     assert table.num_rows == len(y)
     if not keyed:
@@ -143,7 +138,7 @@ def test_bad_records_go_to_the_dead_letter_output_and_nothing_is_lost(tmp_path):
     for number, (text, _) in bad.items():
         lines[number - 1] = text
     path.write_text("\n".join(lines) + "\n")
-    out = train(tmp_path, "--input", str(path), "--id-column", "id", "--chunk-size", "16",
+    out = train(tmp_path / "out", "--input", str(path), "--id-column", "id", "--chunk-size", "16",
                 "--model-key-column", "segment")
     predicted = predictions_by_id(out)
     dead = read_output(str(out / "dead")).to_pylist()
@@ -165,8 +160,8 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
     X, y, keys = make_examples(n=300)
     path = tmp_path / "train.csv"
     write_csv(path, X, y, keys)
-    out = train(tmp_path, "--input", str(path), "--id-column", "id",
-                "--model-key-column", "segment", "--algorithm", "scinol2")
+    out = train(tmp_path / "out", "--input", str(path), "--id-column", "id", "--model-key-column",
+                "segment", "--algorithm", "scinol2")
     scored = tmp_path / "scored"
     assert main(["score", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "segment", "--model-dir", str(out / "models"), "--predictions", str(scored),
@@ -180,7 +175,7 @@ def test_score_applies_the_checkpoint_and_inspect_summarises_it(tmp_path, capsys
     longer, new = tmp_path / "longer.csv", tmp_path / "new.csv"
     write_csv(longer, np.vstack([X, x]), [*y, 1], [*keys, "a"])
     new.write_text("segment," + ",".join(FEATURES) + "\na," + ",".join(map(repr, x)) + "\n")
-    out2 = train(tmp_path / "longer", "--input", str(longer), "--id-column", "id",
+    out2 = train(tmp_path / "longer" / "out", "--input", str(longer), "--id-column", "id",
                  "--model-key-column", "segment", "--algorithm", "scinol2")
     assert main(["score", "--input", str(new), "--model-key-column", "segment", "--model-dir",
                  str(out / "models"), "--predictions", str(tmp_path / "new-scores"),

@@ -1,24 +1,19 @@
-"""The README's "Use from your own Beam pipeline" example, run as written (in a scratch
+"""The README's "In your own Beam pipeline" example, run as written (in a scratch
 directory, since it writes to out/)."""
 import json
 import os
-import re
-from pathlib import Path
 
 import pytest
 
 from unitless.store.models import load_latest
 
+from tests.readme import README, blocks
 from tests.runners import pipeline
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_example(runner="default"):
     """The example's code, its pipeline on ``runner`` ("default": as written)."""
-    text = README.read_text()
-    section = text[text.index("## Use from your own Beam pipeline"):]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    code = blocks("python", "In your own Beam pipeline")[0]
     if runner != "default":
         assert "with beam.Pipeline() as p:" in code
         code = code.replace("with beam.Pipeline() as p:", f"with pipeline({runner!r}) as p:")

@@ -11,6 +11,10 @@ from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
 from unitless.store.models import read_checkpoint
 
+from tests.commands import train
+
+KEYED = ("--id-column", "id", "--model-key-column", "segment")
+
 
 def write(path, rows):
     path.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in rows))
@@ -22,15 +26,9 @@ def good_rows(n, start=0):
             for i in range(start, start + n)]
 
 
-def train(tmp_path, path, *extra):
-    return main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
-                 "segment", "--model-dir", str(tmp_path / "models"),
-                 "--predictions", str(tmp_path / "pred"), "--dead-letter", str(tmp_path / "dead"),
-                 *extra])
-
 
 def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, capsys):
-    assert train(tmp_path, write(tmp_path / "d.csv", good_rows(900))) == 0
+    train(tmp_path, "--input", write(tmp_path / "d.csv", good_rows(900)), *KEYED)
     out = capsys.readouterr().out.splitlines()
     predictions = read_output(str(tmp_path / "pred")).to_pylist()
     for key in "ab":
@@ -53,7 +51,7 @@ def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, c
 
 def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, capsys):
     rows = [r.replace(",1,", ",2,").replace(",-1,", ",2,") for r in good_rows(50)]
-    assert train(tmp_path, write(tmp_path / "d.csv", rows)) == 2
+    train(tmp_path, "--input", write(tmp_path / "d.csv", rows), *KEYED, expect=2)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("unitless: error: no example was learned: all 50 records were "
                           "refused; commonest reason: label 2.0 is not a logistic label")
@@ -63,11 +61,11 @@ def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, 
 def test_more_refused_than_the_allowed_fraction_fails_unless_allowed(tmp_path, capsys):
     rows = good_rows(40) + [f"x{i},a,1,not-a-number,1" for i in range(60)]
     path = write(tmp_path / "d.csv", rows)
-    assert train(tmp_path, path) == 2
+    train(tmp_path, "--input", path, *KEYED, expect=2)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "60 of 100 records were refused (60%, more than --max-dead-fraction 0.5)" in err
     assert "commonest reason: feature 'x' 'not-a-number' is not a number (60 records)" in err
-    assert train(tmp_path / "again", path, "--max-dead-fraction", "0.7") == 0
+    train(tmp_path / "again", "--input", path, *KEYED, "--max-dead-fraction", "0.7")
 
 
 def test_beams_own_warnings_are_not_shown_to_the_commands_user(tmp_path):

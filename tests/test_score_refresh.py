@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.commands import train
 from tests.runners import RUNNERS, pipeline
 from unitless.beam import Score
-from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_csv
 from unitless.learner import predict_next, read_metadata
 from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
@@ -30,13 +30,12 @@ def rows(n, keys, seed):
             for i in range(n)]
 
 
-def train(tmp_path, name, lines, *extra):
+def train_csv(tmp_path, name, lines, *extra):
+    """A run over these CSV lines, its models in tmp_path/models, all runs' alike."""
     data = tmp_path / f"{name}.csv"
     data.write_text("\n".join([HEADER, *lines]) + "\n")
-    assert main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-                 "segment", "--model-dir", str(tmp_path / "models"), "--predictions",
-                 str(tmp_path / name / "pred"), "--dead-letter", str(tmp_path / name / "dead"),
-                 "--algorithm", "nag", *extra]) == 0
+    train(tmp_path / name, "--input", data, "--id-column", "id", "--model-key-column", "segment",
+          "--model-dir", tmp_path / "models", "--algorithm", "nag", *extra)
 
 
 def block(lines):
@@ -55,11 +54,11 @@ def newest(models, key):
 def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp_path,
                                                                               caplog):
     models = tmp_path / "models"
-    train(tmp_path, "first", rows(300, "a", 1))
+    train_csv(tmp_path, "first", rows(300, "a", 1))
     scoring = ScoringModels(str(models), refresh_seconds=0)
     assert scoring.get("a")[1] == "a@300" and scoring.get("b") is None
     # training goes on (a's newer checkpoint) and meets key b (its first)
-    train(tmp_path, "more", rows(400, "ab", 2), "--resume")
+    train_csv(tmp_path, "more", rows(400, "ab", 2), "--resume")
     state, used = scoring.get("a")
     assert used == "a@500"
     probe = block(rows(5, "a", 3))
@@ -82,7 +81,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     # a newer one of another learner: skipped with a warning naming both
     other = tmp_path / "other"
     other.mkdir()
-    train(other, "other", rows(1000, "a", 4), "--bits", "12")
+    train_csv(other, "other", rows(1000, "a", 4), "--bits", "12")
     writer.write({group_key("a", groups): [taken("a", load_latest(str(other / "models"), "a")[1])]})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="unitless"):
@@ -91,11 +90,11 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
 
 
 def test_a_key_is_looked_for_again_only_after_refresh_seconds(tmp_path):
-    train(tmp_path, "first", rows(100, "a", 1))
+    train_csv(tmp_path, "first", rows(100, "a", 1))
     scoring = ScoringModels(str(tmp_path / "models"), refresh_seconds=3600)
     missing = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
     assert scoring.get("b") is None and len(missing(block(rows(2, "b", 5)))) == 2
-    train(tmp_path, "more", rows(100, "ab", 2), "--resume")
+    train_csv(tmp_path, "more", rows(100, "ab", 2), "--resume")
     # within the hour nothing is looked for again; with no wait, both see the new key
     assert scoring.get("b") is None and scoring.get("a")[1] == "a@100"
     assert len(missing(block(rows(2, "b", 5)))) == 2
@@ -106,7 +105,7 @@ def test_a_key_is_looked_for_again_only_after_refresh_seconds(tmp_path):
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_every_score_names_the_checkpoint_it_used(tmp_path, runner):
-    train(tmp_path, "first", rows(300, "ab", 1))
+    train_csv(tmp_path, "first", rows(300, "ab", 1))
     import apache_beam as beam
     with pipeline(runner) as p:
         scores = (p | beam.Create([block(rows(40, "ab", 7))])

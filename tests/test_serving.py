@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.runners import RUNNERS, prism_args
-from unitless.cli import main
+from tests.commands import train
+from tests.runners import RUNNERS, runner_args
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import parse_csv
 from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
@@ -41,13 +41,10 @@ def write_examples(path, twins):
     return served
 
 
-def train(out, data, runner, *extra, streaming=False):
-    args = ["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-            "segment", "--algorithm", "scinol2", "--chunk-size", "64", "--model-dir",
-            str(out / "models"), "--predictions", str(out / "pred"), "--dead-letter",
-            str(out / "dead"), *extra, *(prism_args(streaming) if runner == "prism" else ())]
-    assert main(args) == 0
-    return out
+
+# the options of every run here
+SERVING = ("--id-column", "id", "--model-key-column", "segment", "--algorithm", "scinol2",
+           "--chunk-size", "64")
 
 
 def models(out):
@@ -70,7 +67,8 @@ def test_a_served_example_is_predicted_as_its_labeled_twin_right_after_it(
         tmp_path, runner, streaming, groups, capsys):
     data = tmp_path / "twins.csv"
     served = write_examples(data, twins=True)
-    out = train(tmp_path / "run", data, runner, "--model-groups", groups, streaming=streaming)
+    out = train(tmp_path / "run", "--input", data, *SERVING, "--model-groups", groups,
+                *runner_args(runner, streaming))
     summary = capsys.readouterr().out
     rows = {r["id"]: r for r in read_output(str(out / "pred")).to_pylist()}
     assert len(rows) == N + len(served)
@@ -88,14 +86,15 @@ def test_a_served_example_is_predicted_as_its_labeled_twin_right_after_it(
     labeled = tmp_path / "labeled.csv"
     labeled.write_text("".join(line + "\n" for line in data.read_text().splitlines()
                                if ",," not in line))
-    assert_same_models(models(out), models(train(tmp_path / "labeled", labeled, "fnapi")))
+    assert_same_models(models(out), models(train(tmp_path / "labeled", "--input", labeled,
+                                                 *SERVING)))
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_served_examples_leave_the_models_of_the_labeled_records_alone(tmp_path, runner):
     data = tmp_path / "mixed.csv"
     served = write_examples(data, twins=False)
-    out = train(tmp_path / "run", data, runner)
+    out = train(tmp_path / "run", "--input", data, *SERVING, *runner_args(runner))
     rows = read_output(str(out / "pred")).to_pylist()
     assert sorted(r["id"] for r in rows if r["served"]) == sorted(served)
     assert len(rows) == N
@@ -109,7 +108,8 @@ def test_served_examples_leave_the_models_of_the_labeled_records_alone(tmp_path,
     labeled = tmp_path / "labeled.csv"
     labeled.write_text("".join(line + "\n" for line in data.read_text().splitlines()
                                if ",," not in line))
-    assert_same_models(models(out), models(train(tmp_path / "labeled", labeled, "fnapi")))
+    assert_same_models(models(out), models(train(tmp_path / "labeled", "--input", labeled,
+                                                 *SERVING)))
 
 
 def test_a_record_without_a_label_is_a_dead_letter_with_shards(tmp_path):

@@ -34,8 +34,11 @@ def _input_args(p):
                         "kafka://host:port/topic")
     p.add_argument("--format", choices=FORMATS,
                    help="input format, for files of any extension (default: from the extension)")
-    p.add_argument("--label-column", default=READ_OPTIONS["label_column"])
-    p.add_argument("--id-column")
+    p.add_argument("--label-column", default=READ_OPTIONS["label_column"],
+                   help="the label's column or field (a record without one is served, not "
+                        "learned)")
+    p.add_argument("--id-column",
+                   help="a column copied to each prediction row (needed with --labels)")
     p.add_argument("--model-key-column", help="one independent model per value of this column")
     p.add_argument("--weight-column", help="importance weight column")
     p.add_argument("--time-column",
@@ -60,7 +63,7 @@ def _input_args(p):
     p.add_argument("--no-bias", action="store_true", help="no constant feature")
     p.add_argument("--predictions", default=OUTPUT_OPTIONS["predictions"], help="output directory")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS,
-                   default=OUTPUT_OPTIONS["output_format"])
+                   default=OUTPUT_OPTIONS["output_format"], help="the predictions' format")
     p.add_argument("--dead-letter", default=OUTPUT_OPTIONS["dead_letter"],
                    help="directory for malformed records (JSON lines)")
     p.add_argument("--chunk-size", type=int, default=READ_OPTIONS["chunk_size"], help="examples per micro-batch")
@@ -101,9 +104,13 @@ def parser():
     train = sub.add_parser("train", help="learn from examples, emitting a prediction for each")
     _input_args(train)
     train.add_argument("--algorithm", choices=sorted(ALGORITHMS),
-                       default=LEARN_OPTIONS["algorithm"])
-    train.add_argument("--loss", choices=sorted(LOSS_CODES), default=LEARN_OPTIONS["loss"])
-    train.add_argument("--model-dir", default=LEARN_OPTIONS["model_dir"])
+                       default=LEARN_OPTIONS["algorithm"], help="the learner (README: which to "
+                                                                "choose)")
+    train.add_argument("--loss", choices=sorted(LOSS_CODES), default=LEARN_OPTIONS["loss"],
+                       help="the loss learned and reported: logistic or hinge for classes, "
+                            "squared, absolute or quantile for numbers")
+    train.add_argument("--model-dir", default=LEARN_OPTIONS["model_dir"],
+                       help="where checkpoints go: a directory or s3:// prefix")
     train.add_argument("--checkpoint-every", type=int,
                        default=LEARN_OPTIONS["checkpoint_every"],
                        help="checkpoint each model every N examples (always at end of input)")
@@ -111,7 +118,9 @@ def parser():
                        default=LEARN_OPTIONS["checkpoint_seconds"],
                        help="also checkpoint when T seconds passed since the last one")
     train.add_argument("--keep-checkpoints", type=int,
-                       default=LEARN_OPTIONS["keep_checkpoints"])
+                       default=LEARN_OPTIONS["keep_checkpoints"],
+                       help="how many newest checkpoints a model group (or shard) keeps; older "
+                            "ones are deleted")
     train.add_argument("--resume", action="store_true",
                        help="continue each model from its latest checkpoint")
     train.add_argument("--allow-hyperparameter-change", action="store_true",
@@ -186,8 +195,9 @@ def parser():
     inspect.add_argument("--model-key", metavar="KEY",
                          help="the newest valid checkpoint of this model key in the model "
                               "directory")
-    inspect.add_argument("--top", type=int, default=20)
-    inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("--top", type=int, default=20,
+                         help="list the N features ranked highest (default 20)")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     curve = sub.add_parser("curve", help="draw progressive loss and error rate against "
                                          "examples seen, per model key, from predictions")
     curve.add_argument("predictions", nargs="+", metavar="PREDICTIONS",

@@ -3,11 +3,11 @@ SIGKILLed while its models are learning, then resumed with --resume on Flink: ev
 predicted, and every model ends equal to an uninterrupted FnApiRunner run's, bit for bit.
 
 Input: two JSON-lines files. Their blocks wait in the Learn state until the watermark passes the
-end of the input (README, "Learn out of order"), so learning, and with it the checkpoints every
---checkpoint-every examples, happens in the last seconds of the run; the kill lands there, once
-the models have learned 10% of the examples (a model without a checkpoint yet learns all of its
-own again). The resumed run then reads the files again and must skip exactly what the
-checkpoints cover.
+end of the input (docs/guarantees.md, "Learn out of order"), so learning, and with it the
+checkpoints every --checkpoint-every examples, happens in the last seconds of the run; the kill
+lands there, once the models have learned 10% of the examples (a model without a checkpoint yet
+learns all of its own again). The resumed run then reads the files again and must skip exactly what
+the checkpoints cover.
 (A Kafka topic read with --streaming never ends, and a bounded one is Flink's batch mode: the
 file input is what makes a streaming run end, so its final checkpoints can be compared.)
 

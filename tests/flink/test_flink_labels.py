@@ -10,13 +10,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.integration.test_kafka_labels import check_timed_join  # noqa: E402
 from tests.test_kill_labels import kill_campaigns  # noqa: E402
-from tests.test_delayed_outcomes import assert_joined, train, write_join  # noqa: E402
+from tests.commands import train  # noqa: E402
+from tests.test_delayed_outcomes import JOINED, assert_joined, write_join  # noqa: E402
 
 
 def test_labels_files_joined_on_flink(flink_args, tmp_path):
     features, labels, reference, bad = write_join(tmp_path, "features.csv", seed=1)
-    joined = train(tmp_path, "joined", [features], "--labels", str(labels), *flink_args)
-    assert_joined(joined, train(tmp_path, "plain", [reference]), {str(labels)}, bad)
+    joined = train(tmp_path / "joined", "--input", features, *JOINED, "--labels", labels,
+                   *flink_args)
+    plain = train(tmp_path / "plain", "--input", reference, *JOINED)
+    assert_joined(joined, plain, {str(labels)}, bad)
 
 
 def test_labels_topic_with_a_wait_on_flink(broker, flink_args, tmp_path):

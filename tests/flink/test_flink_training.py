@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send, train  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.connectors.storage import atomic_write  # noqa: E402
@@ -25,6 +26,9 @@ CHUNK = "8"
 CHECKPOINT_EVERY = "120"
 # what a checkpoint's metadata may differ in between two runs: when and by which run
 RUN_FIELDS = {"time", "token", "checksum"}
+# the options of every run here (the inputs and the runner aside)
+FLINK_RUN = ("--format", "jsonl", "--id-column", "id", "--model-key-column", "segment",
+             "--chunk-size", CHUNK, "--checkpoint-every", CHECKPOINT_EVERY)
 
 
 def examples(n, seed):
@@ -48,23 +52,13 @@ def data(tmp_path_factory):
     return d, rows
 
 
-def train(out, inputs, *beam_args, extra=()):
-    code = main(["train", "--input", *inputs, "--format", "jsonl", "--id-column", "id",
-                 "--model-key-column", "segment", "--chunk-size", CHUNK,
-                 "--checkpoint-every", CHECKPOINT_EVERY,
-                 "--model-dir", f"{out}/models", "--dead-letter", f"{out}/dead",
-                 *extra, *beam_args])
-    assert code == 0
-    return out
-
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
     """The same run on Beam's in-process FnApiRunner (unitless's default)."""
     d, _ = data
     out = tmp_path_factory.mktemp("fnapi")
-    return train(out, [str(d / "a.jsonl"), str(d / "b.jsonl")],
-                 extra=["--predictions", str(out / "pred")])
+    return train(out, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN)
 
 
 def prediction_rows(rows):
@@ -135,9 +129,9 @@ def test_files_on_flink_equal_the_fnapi_runner(mode, data, reference, flink_args
     blocks in any order; streaming keeps each subtask's order. Both must learn every block of
     every key in input order."""
     d, rows = data
-    out = train(tmp_path, [str(d / "a.jsonl"), str(d / "b.jsonl")], *flink_args,
-                *(["--streaming"] if mode == "streaming" else []),
-                extra=["--predictions", str(tmp_path / "pred")])
+    out = train(tmp_path, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN,
+                *flink_args,
+                *(["--streaming"] if mode == "streaming" else []))
     assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
     assert_same_checkpoints(out / "models", reference / "models", rows)
 
@@ -152,9 +146,8 @@ def test_the_job_servers_own_options_reach_the_job_and_no_other_passes(
     from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
     d, rows = data
     inputs = [str(d / "a.jsonl"), str(d / "b.jsonl")]
-    out = train(tmp_path, inputs, *flink_args, "--streaming", "--max_bundle_size=3",
-                "--max_bundle_time_mills", "40",
-                extra=["--predictions", str(tmp_path / "pred")])
+    out = train(tmp_path, "--input", *inputs, *FLINK_RUN, *flink_args, "--streaming",
+                "--max_bundle_size=3", "--max_bundle_time_mills", "40")
     assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
     with grpc.insecure_channel(flink_job_server.endpoint) as channel:
         jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
@@ -193,8 +186,8 @@ def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
 
     monkeypatch.delenv("UNITLESS_FLINK_JOB_SERVER_JAR")  # found by deploy/flink's script
     d, rows = data
-    out = train(tmp_path, [str(d / "a.jsonl"), str(d / "b.jsonl")], "--runner", "FlinkRunner",
-                "--parallelism", "2", extra=["--predictions", str(tmp_path / "pred")])
+    out = train(tmp_path, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN,
+                "--runner", "FlinkRunner", "--parallelism", "2")
     assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
     assert_same_checkpoints(out / "models", reference / "models", rows)
 
@@ -202,23 +195,14 @@ def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
 def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args, tmp_path):
     """A topic of 2 partitions read up to its end offsets (bounded: Flink's batch mode), each
     partition an offset-range restriction of the splittable Kafka reader."""
-    from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
     bootstrap, topic = broker.bootstrap_servers, "flink-examples"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 2, 1)])
-    admin.close()
+    create_topics(bootstrap, topic)
     rows = examples(2000, seed=11)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for row in rows:
-        producer.send(topic, key=row["segment"].encode(), value=json.dumps(row).encode())
-    producer.flush()
-    producer.close()
+    send(bootstrap, topic, [(row["segment"].encode(), json.dumps(row).encode()) for row in rows])
 
     source = [f"kafka://{bootstrap}/{topic}"]
-    want = train(tmp_path / "fnapi", source, extra=["--predictions", str(tmp_path / "fnapi/pred")])
-    got = train(tmp_path / "flink", source, *flink_args,
-                extra=["--predictions", str(tmp_path / "flink/pred")])
+    want = train(tmp_path / "fnapi", "--input", *source, *FLINK_RUN)
+    got = train(tmp_path / "flink", "--input", *source, *FLINK_RUN, *flink_args)
     assert_same_predictions(file_predictions(got), file_predictions(want), rows)
     assert_same_checkpoints(got / "models", want / "models", rows)
 
@@ -231,7 +215,7 @@ def test_inputs_and_outputs_on_s3_on_flink_equal_the_fnapi_runner(data, referenc
     d, rows = data
     for name in ("a.jsonl", "b.jsonl"):
         atomic_write(f"{bucket}/in/{name}", (d / name).read_bytes())
-    out = train(f"{bucket}/out", [f"{bucket}/in/*.jsonl"], *flink_args, "--streaming",
-                extra=["--predictions", f"{bucket}/out/pred"])
+    out = train(f"{bucket}/out", "--input", f"{bucket}/in/*.jsonl", *FLINK_RUN,
+                *flink_args, "--streaming")
     assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
     assert_same_checkpoints(f"{out}/models", reference / "models", rows)

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send, train  # noqa: E402
 from tests.test_hostile_records import (HEADER, MAX_REASON, good_rows, hostile,  # noqa: E402
                                         models, text_record, unlabeled_record)
-from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
@@ -65,22 +64,11 @@ def messages(fmt, seed, n_good, n_bad, nulls):
     return out
 
 
-def create_topics(bootstrap, *names):
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names])
-    admin.close()
 
-
-def produce(bootstrap, topic, batch):
+def sent(bootstrap, topic, batch):
     """Send the messages; where each went, (source as the reader names it, offset), in order."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                             max_request_size=2 << 20)
-    sent = [producer.send(topic, key=key, value=value) for key, value, _ in batch]
-    producer.flush()
-    places = [(f"{topic}/{meta.partition}", meta.offset)
-              for meta in (future.get(timeout=30) for future in sent)]
-    producer.close()
-    return places
+    return [(f"{topic}/{partition}", offset) for partition, offset in send(
+        bootstrap, topic, [m[:2] for m in batch], linger_ms=5, max_request_size=2 << 20)]
 
 
 def consume(bootstrap, topic, expected, timeout=60):
@@ -95,18 +83,15 @@ def consume(bootstrap, topic, expected, timeout=60):
     return out
 
 
-def train(tmp_path, bootstrap, topic, fmt, name):
-    out = tmp_path / name
-    common = ["--model-dir", str(out / "models"), "--predictions", str(out / "pred"),
-              "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "300",
-              "--max-dead-fraction", "1"]
+def options(bootstrap, topic, fmt):
+    """A run's options over ``topic`` in ``fmt``, its dead letters on a topic beside it."""
     keyed = {"jsonl": ["--model-key-column", "segment"], "vw": [],
              # a CSV message holds no header: its columns are named on the command line
              "csv": ["--columns", HEADER.decode().strip(), "--id-column", "id",
                      "--model-key-column", "segment"]}[fmt]
-    assert main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", fmt,
-                 *keyed, *common]) == 0
-    return out
+    return ["--input", f"kafka://{bootstrap}/{topic}", "--format", fmt, *keyed,
+            "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "300",
+            "--max-dead-fraction", "1"]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "vw", "csv"])
@@ -121,16 +106,17 @@ def test_messages_with_null_values_become_dead_letters_with_null_values(broker, 
 
 def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     topic, good_topic = name, f"{name}-good"
-    create_topics(bootstrap, topic, f"{topic}-dead", good_topic, f"{good_topic}-dead")
+    create_topics(bootstrap, topic, f"{topic}-dead", good_topic, f"{good_topic}-dead",
+                  partitions=PARTITIONS)
     batch = messages(fmt, 7, n_good, n_bad, nulls)
-    places = produce(bootstrap, topic, batch)
+    places = sent(bootstrap, topic, batch)
     bad = {place: value for place, (_, value, kind) in zip(places, batch) if kind == "bad"}
     kinds = {place: kind for place, (*_, kind) in zip(places, batch) if kind != "bad"}
     assert len(bad) == n_bad and list(kinds.values()).count("good") == n_good
     assert (None in bad.values()) == nulls
-    produce(bootstrap, good_topic, [m for m in batch if m[2] == "good"])
+    sent(bootstrap, good_topic, [m for m in batch if m[2] == "good"])
 
-    out = train(tmp_path, bootstrap, topic, fmt, "mixed")
+    out = train(tmp_path / "mixed", *options(bootstrap, topic, fmt))
     dead = consume(bootstrap, f"{topic}-dead", len(bad))
     got = {}
     for m in dead:
@@ -146,7 +132,7 @@ def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     assert sorted((r["source"], r["position"], r["served"]) for r in predicted.to_pylist()) == \
         sorted((*place, kind == "served") for place, kind in kinds.items())
 
-    alone = models(train(tmp_path, bootstrap, good_topic, fmt, "good"))
+    alone = models(train(tmp_path / "good", *options(bootstrap, good_topic, fmt)))
     assert consume(bootstrap, f"{good_topic}-dead", 1, timeout=3) == []
     learned = models(out)
     assert set(learned) == set(alone) and learned

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaAdminClient, KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send  # noqa: E402
 from tests.killing import campaigns, final_models  # noqa: E402
 
 KEYS = ("alpha", "beta", "gamma")
@@ -20,23 +20,15 @@ N = 30_000
 KILLS = 30
 
 
-def produce(bootstrap, topic, n, seed=3):
+def messages(n, seed=3):
+    """n JSON examples, keyed by model key."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
     y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
-    for i in range(n):
-        row = {"id": str(i), "segment": KEYS[i % 3], "label": int(y[i]),
-               **{name: float(v) for name, v in zip("abc", X[i])}}
-        producer.send(topic, key=KEYS[i % 3].encode(), value=json.dumps(row).encode())
-    producer.flush()
-    producer.close()
+    return [(KEYS[i % 3].encode(), json.dumps(
+        {"id": str(i), "segment": KEYS[i % 3], "label": int(y[i]),
+         **{name: float(v) for name, v in zip("abc", X[i])}}).encode()) for i in range(n)]
 
-
-def create_topics(bootstrap, names, partitions=2):
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    admin.close()
 
 
 def command(bootstrap, topic, out, resume=True):
@@ -67,9 +59,9 @@ def test_thirty_kills_on_kafka_lose_no_prediction_and_learn_every_example_once(b
                                                                                  tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "kill-input"
     runs = [tmp_path / "whole"] + [tmp_path / f"crash{n}" for n in range(1, 11)]
-    create_topics(bootstrap, [topic] + [f"{r.name}-{kind}" for r in runs
-                                        for kind in ("pred", "dead")])
-    produce(bootstrap, topic, N)
+    create_topics(bootstrap, topic, *[f"{r.name}-{kind}" for r in runs
+                                       for kind in ("pred", "dead")])
+    send(bootstrap, topic, messages(N), linger_ms=20)
     began = time.time()
     subprocess.run(command(bootstrap, topic, runs[0], resume=False), check=True,
                    capture_output=True)
@@ -101,11 +93,11 @@ def test_a_resume_past_what_retention_kept_fails_in_one_line(broker, tmp_path, c
 
     from unitless.cli import main
     bootstrap, topic = broker.bootstrap_servers, "retention-input"
-    create_topics(bootstrap, [topic, "run-pred", "run-dead"], partitions=1)
-    produce(bootstrap, topic, 90)
+    create_topics(bootstrap, topic, "run-pred", "run-dead", partitions=1)
+    send(bootstrap, topic, messages(90))
     out = tmp_path / "run"
     assert main(command(bootstrap, topic, out, resume=False)[3:]) == 0
-    produce(bootstrap, topic, 90, seed=4)
+    send(bootstrap, topic, messages(90, seed=4))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TopicPartition(topic, 0): 120})
     admin.close()

@@ -7,31 +7,26 @@ import time
 
 import numpy as np
 import pytest
-from kafka import KafkaProducer
 
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.store import join as label_join
 
-from tests.integration.test_kafka_pipeline import create_topics
+from tests.commands import create_topics, send, train
 from tests.integration.test_kafka_streaming import seen, streaming, wait_for
 from tests.killing import kill_group
-from tests.runners import prism_args
-from tests.test_delayed_outcomes import assert_joined, train, write_join
+from tests.runners import prism_args, runner_args
+from tests.test_delayed_outcomes import JOINED, assert_joined, write_join
 from tests.test_order import KEYS, final_models
 
 
-def produce_rows(bootstrap, topic, path, fields):
+def rows_of(path, fields):
     """A CSV file's rows as JSON messages keyed by model key (a key's records on one partition,
     in file order); a field left empty is left out."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     with open(path) as f:
-        for row in csv.DictReader(f):
-            value = {k: (v if k in ("id", "key") else float(v)) for k, v in row.items()
-                     if k in fields and v != ""}
-            producer.send(topic, key=row["key"].encode(), value=json.dumps(value).encode())
-    producer.flush()
-    producer.close()
+        return [(row["key"].encode(), json.dumps(
+            {k: (v if k in ("id", "key") else float(v)) for k, v in row.items()
+             if k in fields and v != ""}).encode()) for row in csv.DictReader(f)]
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
@@ -40,17 +35,14 @@ def test_labels_on_a_topic_of_their_own_join_their_examples(broker, tmp_path, ru
     features_topic, labels_topic = f"features-{runner}", f"labels-{runner}"
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, reference, bad = write_join(tmp_path, "features.csv", seed=3)
-    produce_rows(bootstrap, features_topic, features, ("id", "key", "a", "b"))
-    produce_rows(bootstrap, labels_topic, labels, ("id", "key", "label"))
+    send(bootstrap, features_topic, rows_of(features, ("id", "key", "a", "b")))
+    send(bootstrap, labels_topic, rows_of(labels, ("id", "key", "label")))
     out = tmp_path / "joined"
-    assert main(["train", "--input", f"kafka://{bootstrap}/{features_topic}", "--labels",
-                 f"kafka://{bootstrap}/{labels_topic}", "--format", "jsonl", "--id-column",
-                 "id", "--model-key-column", "key", "--chunk-size", "64", "--model-groups", "2",
-                 "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-                 "--dead-letter", str(out / "d"),
-                 *(prism_args() if runner == "prism" else [])]) == 0
+    train(out, "--input", f"kafka://{bootstrap}/{features_topic}", "--labels",
+          f"kafka://{bootstrap}/{labels_topic}", "--format", "jsonl", *JOINED,
+          *runner_args(runner))
     topic = {f"{labels_topic}/{p}" for p in range(2)}  # (its two partitions)
-    assert_joined(out, train(tmp_path, "plain", [reference]), topic, bad)
+    assert_joined(out, train(tmp_path / "plain", "--input", reference, *JOINED), topic, bad)
 
 
 WAIT = 10.0  # s: --label-wait
@@ -119,23 +111,18 @@ def timed_join(n, seed):
     return features, labels, reference, expiries, dead
 
 
-def produce_timed(bootstrap, topic, records, start, stamp=None):
+def timed(records, start, stamp=None):
     """Records [(key, t, record)] as JSON messages keyed by model key, timestamped ``start`` +
     t seconds (or all ``stamp``, s)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for key, t, record in records:
-        producer.send(topic, key=key.encode(), value=json.dumps(record).encode(),
-                      timestamp_ms=int(1000 * (start + t if stamp is None else stamp)))
-    producer.flush()
-    producer.close()
+    return [(key.encode(), json.dumps(record).encode(),
+             int(1000 * (start + t if stamp is None else stamp))) for key, t, record in records]
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
     """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
     backlog, which the reader's clock would expire at once): see ``check_timed_join``."""
-    check_timed_join(broker.bootstrap_servers, tmp_path, runner,
-                     prism_args() if runner == "prism" else [])
+    check_timed_join(broker.bootstrap_servers, tmp_path, runner, runner_args(runner))
 
 
 def test_the_records_own_time_column_is_the_clock(broker, tmp_path):
@@ -172,26 +159,23 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
         inputs = [f"kafka://{bootstrap}/timed-{part}-{name}" for part in ("features", "labels")]
         create_topics(bootstrap, *(i.rsplit("/", 1)[1] for i in inputs))
         for url, records in zip(inputs, (features, labels)):
-            produce_timed(bootstrap, url.rsplit("/", 1)[1], records, start,
-                          stamp=time.time() if times == "column" else None)
+            send(bootstrap, url.rsplit("/", 1)[1],
+                 timed(records, start, stamp=time.time() if times == "column" else None))
     plain = tmp_path / "reference.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for _, r in reference))
     out = tmp_path / "joined"
-    assert main(["train", "--input", inputs[0], "--labels", inputs[1], "--label-wait",
-                 f"{WAIT:g}s", "--expired-label", "-1", "--format", "jsonl", "--id-column",
-                 "id", "--model-key-column", "key", "--chunk-size", "64", "--model-groups", "2",
-                 "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-                 "--dead-letter", str(out / "d"),
-                 *(["--time-column", "ts"] if times != "kafka" else []), *runner_args]) == 0
+    train(out, "--input", inputs[0], "--labels", inputs[1], "--label-wait", f"{WAIT:g}s",
+          "--expired-label", "-1", "--format", "jsonl", *JOINED,
+          *(["--time-column", "ts"] if times != "kafka" else []), *runner_args)
     got, want = final_models(str(out / "models")), final_models(str(train(
-        tmp_path, "plain", [plain], "--format", "jsonl") / "models"))
+        tmp_path / "plain", "--input", plain, *JOINED, "--format", "jsonl") / "models"))
     for key in KEYS:
         assert got[key][0].equals(want[key][0])
         assert got[key][1] == want[key][1]
-    dead = read_output(str(out / "d")).to_pylist()
+    dead = read_output(str(out / "dead")).to_pylist()
     assert {reason: sum(d["reason"] == reason for d in dead) for reason in bad} == bad
     assert len(dead) == sum(bad.values())
-    rows = read_output(str(out / "p")).to_pylist()
+    rows = read_output(str(out / "pred")).to_pylist()
     assert sorted(r["id"] for r in rows if r["served"]) == sorted(f"e-{i}" for i in range(500))
     # the expired examples: learned with the expired label, at their features record's place
     # in its topic and their expiry time
@@ -221,8 +205,8 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
                     "--expired-label", "-1", "--format", "jsonl", "--model-key-column", "key",
                     "--model-groups", "2", "--models-in-memory", "1")
     try:
-        produce_timed(bootstrap, "live-features", features, start)
-        produce_timed(bootstrap, "live-labels", labels, start)
+        send(bootstrap, "live-features", timed(features, start))
+        send(bootstrap, "live-labels", timed(labels, start))
         counts, quiet_since = None, time.time()
 
         def quiet():  # (every model's checkpoint unchanged for 10 s, every example served)
@@ -239,7 +223,7 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
     prefix.write_text("".join(json.dumps(r) + "\n" for k, (learned, _) in zip(KEYS, counts)
                               for r in mine[k][:learned]))
     got, want = final_models(str(models)), final_models(str(train(
-        tmp_path, "plain", [prefix], "--format", "jsonl") / "models"))
+        tmp_path / "plain", "--input", prefix, *JOINED, "--format", "jsonl") / "models"))
     for k, (learned, _) in zip(KEYS, counts):
         assert learned >= 0.8 * len(mine[k])  # (only the last few seconds' examples wait)
         assert got[k][0].equals(want[k][0]) and got[k][1] == want[k][1] == learned

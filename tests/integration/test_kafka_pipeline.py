@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send, train  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
@@ -30,21 +30,23 @@ def examples(n, seed):
              "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
 
 
-def create_topics(bootstrap, *names, partitions=2):
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    admin.close()
 
-
-def produce(bootstrap, topic, rows, bad=()):
-    """JSON examples keyed by model key; ``bad`` raw values are sent between them."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+def keyed(rows, bad=()):
+    """JSON examples keyed by model key; ``bad`` raw values between them."""
+    out = []
     for i, row in enumerate(rows):
-        producer.send(topic, key=row["segment"].encode(), value=json.dumps(row).encode())
+        out.append((row["segment"].encode(), json.dumps(row).encode()))
         if i < len(bad):
-            producer.send(topic, key=b"alpha", value=bad[i])
-    producer.flush()
-    producer.close()
+            out.append((b"alpha", bad[i]))
+    return out
+
+
+def topic_run(bootstrap, topic):
+    """Options of a run over ``topic``, its predictions and dead letters on topics beside it."""
+    return ["--input", f"kafka://{bootstrap}/{topic}", "--format", "jsonl", "--id-column", "id",
+            "--model-key-column", "segment", "--chunk-size", "100",
+            "--predictions", f"kafka://{bootstrap}/{topic}-predictions",
+            "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]
 
 
 def consume_all(bootstrap, topic, expected, timeout=60):
@@ -58,15 +60,6 @@ def consume_all(bootstrap, topic, expected, timeout=60):
     return out
 
 
-def train(tmp_path, bootstrap, topic, *extra, name="run"):
-    code = main(["train", "--input", f"kafka://{bootstrap}/{topic}", "--format", "jsonl",
-                 "--id-column", "id", "--model-key-column", "segment",
-                 "--model-dir", str(tmp_path / name / "models"),
-                 "--predictions", f"kafka://{bootstrap}/{topic}-predictions",
-                 "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--chunk-size", "100",
-                 *extra])
-    assert code == 0
-
 
 def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path):
     bootstrap = broker.bootstrap_servers
@@ -77,8 +70,8 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     bad = [b"{not json", b"\xff\xfe{binary, not UTF-8",
            json.dumps({"id": "x", "segment": "alpha", "label": "nan", "a": 1}).encode(),
            json.dumps({"id": "y", "segment": "alpha", "label": 5, "a": 1}).encode()]
-    produce(bootstrap, topic, rows, bad)
-    train(tmp_path, bootstrap, topic)
+    send(bootstrap, topic, keyed(rows, bad))
+    train(tmp_path / "run", *topic_run(bootstrap, topic))
 
     messages = consume_all(bootstrap, f"{topic}-predictions", len(rows))
     assert len(messages) == len(rows)
@@ -120,17 +113,18 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     # replays, and it must not leave a start record holding the partition back)
     first = examples(600, seed=2)
     second = [r for r in examples(450, seed=3) if r["segment"] != "gamma"]
-    produce(bootstrap, topic, first)
-    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="resumed")
+    send(bootstrap, topic, keyed(first))
+    train(tmp_path / "resumed", *topic_run(bootstrap, topic), "--checkpoint-every", "50")
     # the reading stage's start records are gone once every model's restart position passed
     # them (at the end of the input at the latest): a resume restarts from the checkpoints
     starts = starts_dir(str(tmp_path / "resumed" / "models"))
     assert os.path.isdir(starts) and read_starts(starts) == {}
-    produce(bootstrap, topic, second)
-    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", "--resume", name="resumed")
+    send(bootstrap, topic, keyed(second))
+    train(tmp_path / "resumed", *topic_run(bootstrap, topic), "--checkpoint-every", "50",
+          "--resume")
     assert read_starts(starts) == {}
     # one uninterrupted run over everything, into a fresh model dir
-    train(tmp_path, bootstrap, topic, "--checkpoint-every", "50", name="whole")
+    train(tmp_path / "whole", *topic_run(bootstrap, topic), "--checkpoint-every", "50")
     for key in KEYS:
         a = load_latest(str(tmp_path / "resumed" / "models"), key)[1]
         b = load_latest(str(tmp_path / "whole" / "models"), key)[1]
@@ -168,7 +162,7 @@ def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_
     for r in fresh[::2]:
         del r["label"]
     unknown = dict(fresh[0], id="u", segment="delta")
-    produce(bootstrap, topic, fresh + [unknown], bad=[b"{broken"])
+    send(bootstrap, topic, keyed(fresh + [unknown], bad=[b"{broken"]))
     assert main(["score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
                  "--model-key-column", "segment", "--model-dir", models,
                  "--predictions", f"kafka://{bootstrap}/{topic}-scores",
@@ -205,7 +199,7 @@ def test_score_takes_the_model_key_from_the_message_key(broker, tmp_path):
                  "segment", "--model-dir", models, "--predictions", str(tmp_path / "pred"),
                  "--dead-letter", str(tmp_path / "dead")]) == 0
     fresh = [{k: v for k, v in r.items() if k != "label"} for r in examples(60, seed=7)]
-    produce(bootstrap, topic, fresh)  # (keyed by segment; the field is a feature here)
+    send(bootstrap, topic, keyed(fresh))  # (keyed by segment; the field is a feature here)
     assert main(["score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
                  "--model-dir", models, "--predictions", f"kafka://{bootstrap}/{topic}-scores",
                  "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]) == 0
@@ -230,7 +224,7 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
     bootstrap = broker.bootstrap_servers
     topic = "tiles"
     create_topics(bootstrap, topic, partitions=1)
-    produce(bootstrap, topic, examples(250, seed=4))
+    send(bootstrap, topic, keyed(examples(250, seed=4)))
     cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
                     model_key_column="segment", chunk_size=100)
     source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,
@@ -281,7 +275,7 @@ def test_a_range_split_off_by_the_runner_starts_at_or_past_every_stamp_it_leaves
     bootstrap = broker.bootstrap_servers
     topic = "split"
     create_topics(bootstrap, topic, partitions=1)
-    produce(bootstrap, topic, examples(250, seed=5))
+    send(bootstrap, topic, keyed(examples(250, seed=5)))
     cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
                     model_key_column="segment")
     source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
@@ -34,30 +34,22 @@ def labeled(key, total):
     return sum(1 for i in range(total) if KEYS[i % 2] == key and not is_served(i))
 
 
-def produce(bootstrap, topic, start, n, per_second=None):
-    """Produce examples start..start+n-1 (every send checked: a test whose own producer lost
-    an example says so, rather than wait for it)."""
+def messages(start, n):
+    """Examples start..start+n-1, keyed by model key (every fifth without its label)."""
     rng = np.random.default_rng(start)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    began, sent = time.time(), []
+    out = []
     for i in range(start, start + n):
-        if per_second:
-            time.sleep(max(0.0, began + (i - start) / per_second - time.time()))
         x = rng.normal(size=2) * [1e3, 1e-2]
         row = {"id": str(i), "label": 1 if x[0] * 1e-3 - x[1] * 1e2 > 0 else -1,
                "x": float(x[0]), "z": float(x[1])}
         if is_served(i):
             del row["label"]
-        sent.append(producer.send(topic, key=KEYS[i % 2].encode(),
-                                  value=json.dumps(row).encode()))
-    producer.flush()
-    for future in sent:
-        future.get(timeout=60)
-    producer.close()
+        out.append((KEYS[i % 2].encode(), json.dumps(row).encode()))
+    return out
 
 
 class Producing(threading.Thread):
-    """``produce`` in a thread; ``join`` raises what it raised."""
+    """``send`` in a thread; ``join`` raises what it raised."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(target=self._produce, args=args, kwargs=kwargs)
@@ -65,7 +57,7 @@ class Producing(threading.Thread):
 
     def _produce(self, *args, **kwargs):
         try:
-            produce(*args, **kwargs)
+            send(*args, **kwargs)
         except Exception as err:  # (handed to the test by join)
             self.error = err
 
@@ -129,9 +121,9 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
     """Three SIGKILLs at random points of a stream (more examples arriving while it is down),
     each followed by --resume."""
     bootstrap, topic = broker.bootstrap_servers, "live"
-    create_topics(bootstrap, topic, partitions=2)
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total, kills = 4000, 3
-    produce(bootstrap, topic, 0, 1000)
+    send(bootstrap, topic, messages(0, 1000))
     models = tmp_path / "models"
     rng = random.Random()
     for k in range(kills):
@@ -142,7 +134,7 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
             assert wait_for(lambda: seen(models, "north") >= kill_after, 120, pipeline)
         finally:
             kill_group(pipeline)
-        produce(bootstrap, topic, 1000 * (k + 1), 1000)  # more arrives while it is down
+        send(bootstrap, topic, messages(1000 * (k + 1), 1000))  # more arrives while it is down
     last = streaming(bootstrap, topic, models, "--resume")
     try:
         done = wait_for(lambda: caught_up(models, total), 180, last)
@@ -158,15 +150,15 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
 
 def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "bounce"
-    create_topics(bootstrap, topic, partitions=2)
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total = 3000
-    produce(bootstrap, topic, 0, 1000)
+    send(bootstrap, topic, messages(0, 1000))
     models = tmp_path / "models"
     pipeline = streaming(bootstrap, topic, models)
     try:
         assert wait_for(lambda: all(seen(models, k) >= 300 for k in KEYS), 120, pipeline)
         # examples keep arriving (the producer buffers and retries) while the broker restarts
-        arriving = Producing(bootstrap, topic, 1000, total - 1000, per_second=200)
+        arriving = Producing(bootstrap, topic, messages(1000, total - 1000), per_second=200)
         arriving.start()
         time.sleep(1)
         broker.stop()  # clean shutdown, same ports and data on start
@@ -185,9 +177,9 @@ def test_a_stream_gone_quiet_is_checkpointed_after_checkpoint_seconds(broker, tm
     """--checkpoint-seconds holds when nothing more arrives: a burst's examples, learned and
     served, are in a checkpoint soon after the stream goes quiet, with no count due."""
     bootstrap, topic = broker.bootstrap_servers, "quiet"
-    create_topics(bootstrap, topic, partitions=2)
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total = 230
-    produce(bootstrap, topic, 0, total)
+    send(bootstrap, topic, messages(0, total))
     models = tmp_path / "models"
     pipeline = streaming(bootstrap, topic, models, "--checkpoint-every", "0")
     try:
@@ -203,18 +195,18 @@ def test_idle_models_leave_state_and_return_across_a_kill(broker, tmp_path):
     --resume go on from their checkpoints: the models of an uninterrupted run, every example
     predicted."""
     bootstrap, topic = broker.bootstrap_servers, "idle"
-    create_topics(bootstrap, topic, partitions=2)
+    create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     models = tmp_path / "models"
-    produce(bootstrap, topic, 0, 400)
+    send(bootstrap, topic, messages(0, 400))
     pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s")
     try:
         assert wait_for(lambda: caught_up(models, 400), 120, pipeline)
         assert wait_for(lambda: models_left(pipeline) == 2, 60, pipeline)
-        produce(bootstrap, topic, 400, 400)
+        send(bootstrap, topic, messages(400, 400))
         assert wait_for(lambda: caught_up(models, 800), 120, pipeline)
     finally:
         kill_group(pipeline)
-    produce(bootstrap, topic, 800, 400)
+    send(bootstrap, topic, messages(800, 400))
     pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s", "--resume")
     try:
         assert wait_for(lambda: caught_up(models, 1200), 120, pipeline)
@@ -229,12 +221,6 @@ def models_left(pipeline):
     return sum(int(n) for n in re.findall(r"([0-9]+) models? idle for .* left state",
                                           Path(pipeline.log).read_text()))
 
-
-def create_topics(bootstrap, topic, partitions):
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(t, partitions, 1)
-                         for t in (topic, f"{topic}-pred", f"{topic}-dead")])
-    admin.close()
 
 
 def assert_equals_an_uninterrupted_run(bootstrap, topic, models, whole, total):
@@ -285,7 +271,7 @@ def test_a_reader_or_sink_started_while_the_broker_is_away_waits_for_it(broker, 
     from unitless.connectors.kafka import KafkaTopic
     from unitless.connectors.kafka_clients import open_producer, open_reader
     bootstrap, name = broker.bootstrap_servers, "away"
-    create_topics(bootstrap, name, partitions=1)
+    create_topics(bootstrap, name, f"{name}-pred", f"{name}-dead", partitions=1)
     settings = {"bootstrap_timeout_ms": 2000} if kafka_client == "kafka-python" else {}
     topic = KafkaTopic.parse(f"kafka://{bootstrap}/{name}", settings)
     broker.stop()

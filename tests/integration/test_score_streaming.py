@@ -8,22 +8,20 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.integration.test_kafka_pipeline import (consume_all, create_topics,  # noqa: E402
-                                                   examples, produce)
+from tests.commands import create_topics, send, train  # noqa: E402
+from tests.integration.test_kafka_pipeline import consume_all, examples, keyed  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
-from unitless.cli import main  # noqa: E402
 from unitless.store.by_group import GroupWriter, group_counts, group_key, taken  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 
 
-def train(tmp_path, name, rows, *extra):
+def train_jsonl(tmp_path, name, rows, *extra):
+    """A run over these rows as JSON lines, its models in tmp_path/models, all runs' alike."""
     data = tmp_path / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-                 "segment", "--model-dir", str(tmp_path / "models"), "--predictions",
-                 str(tmp_path / name / "pred"), "--dead-letter", str(tmp_path / name / "dead"),
-                 *extra]) == 0
+    train(tmp_path / name, "--input", data, "--id-column", "id", "--model-key-column", "segment",
+          "--model-dir", tmp_path / "models", *extra)
 
 
 def scores_of(bootstrap, topic, ids, timeout=120):
@@ -42,7 +40,7 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
     create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
     rows = examples(900, seed=1)
     alpha = [r for r in rows if r["segment"] == "alpha"]
-    train(tmp_path, "first", alpha[:150])  # alpha@150; beta and gamma have no model yet
+    train_jsonl(tmp_path, "first", alpha[:150])  # alpha@150; beta and gamma have no model yet
     scoring = subprocess.Popen(
         [sys.executable, "-m", "unitless.cli", "score", "--input", f"kafka://{bootstrap}/{topic}",
          "--id-column", "id", "--model-key-column", "segment", "--model-dir",
@@ -54,16 +52,16 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
     try:
         probe = examples(60, seed=2)
         first = [dict(r, id=f"1-{i}", segment="alpha") for i, r in enumerate(probe[:20])]
-        produce(bootstrap, topic, first)
+        send(bootstrap, topic, keyed(first))
         got = scores_of(bootstrap, f"{topic}-scores", [r["id"] for r in first])
         assert {got[r["id"]]["checkpoint_id"] for r in first} == {"alpha@150"}
         # training goes on meanwhile: alpha's newer checkpoint, beta's first
-        train(tmp_path, "more", alpha[150:] + [r for r in rows if r["segment"] == "beta"],
+        train_jsonl(tmp_path, "more", alpha[150:] + [r for r in rows if r["segment"] == "beta"],
               "--resume")
         time.sleep(0.5)
         second = [dict(r, id=f"2-{i}", segment="alpha" if i % 2 else "beta")
                   for i, r in enumerate(probe[20:40])]
-        produce(bootstrap, topic, second)
+        send(bootstrap, topic, keyed(second))
         got = scores_of(bootstrap, f"{topic}-scores", [r["id"] for r in second])
         assert {got[r["id"]]["checkpoint_id"] for r in second} == {"alpha@300", "beta@300"}
         assert all(got[r["id"]]["checkpoint_id"].startswith(r["segment"]) for r in second)
@@ -80,7 +78,7 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
         damaged.write_bytes(damaged.read_bytes()[:200])
         time.sleep(0.5)
         third = [dict(r, id=f"3-{i}", segment="alpha") for i, r in enumerate(probe[40:])]
-        produce(bootstrap, topic, third)
+        send(bootstrap, topic, keyed(third))
         got = scores_of(bootstrap, f"{topic}-scores", [r["id"] for r in third])
         assert {got[r["id"]]["checkpoint_id"] for r in third} == {"alpha@300"}
         assert scoring.poll() is None, (tmp_path / "score.log").read_text()[-3000:]

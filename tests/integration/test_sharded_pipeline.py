@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.commands import create_topics, send, train  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import pipeline  # noqa: E402
 from tests.sharding import (KEYS, PRISM, feedback_topic, reference,  # noqa: E402
@@ -37,24 +36,22 @@ def examples(tmp_path_factory):
     return write_examples(tmp_path_factory.mktemp("sharded") / "examples.csv", 72, 14)
 
 
-def train(out, data, *extra):
-    code = main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
-                 "segment", "--chunk-size", "10", "--model-dir", str(out / "models"),
-                 "--predictions", str(out / "predictions"), "--dead-letter", str(out / "dead"),
-                 *extra])
-    assert code == 0
-    return read_output(str(out / "predictions")).sort_by([("model_key", "ascending"),
-                                                    ("examples_seen", "ascending")])
+def predictions(out, data, *extra):
+    """A run's predictions, by model key and examples seen."""
+    train(out, "--input", data, "--id-column", "id", "--model-key-column", "segment",
+          "--chunk-size", "10", *extra)
+    return read_output(str(out / "pred")).sort_by([("model_key", "ascending"),
+                                              ("examples_seen", "ascending")])
 
 
 def train_sharded(out, data, broker, shards, delay, *extra):
-    return train(out, data, "--shards", str(shards), "--max-delay", str(delay),
+    return predictions(out, data, "--shards", str(shards), "--max-delay", str(delay),
                  "--feedback-topic", feedback_topic(broker.bootstrap_servers),
                  "--runner", "PrismRunner", "--prism_location", PRISM, "--streaming", *extra)
 
 
 def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples, broker):
-    alone = train(tmp_path / "alone", examples)
+    alone = predictions(tmp_path / "alone", examples)
     sharded = train_sharded(tmp_path / "one", examples, broker, 1, 0)
     for column in ("id", "model_key", "prediction", "loss", "examples_seen", "position"):
         assert sharded.column(column).equals(alone.column(column)), column
@@ -68,7 +65,7 @@ def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples, broker):
 
 
 def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, broker, capsys):
-    alone = train(tmp_path / "alone", examples)
+    alone = predictions(tmp_path / "alone", examples)
     sharded = train_sharded(tmp_path / "four", examples, broker, 4, 0)
     assert sharded.column("id").equals(alone.column("id"))
     expected = alone.column("prediction").to_numpy()
@@ -144,7 +141,7 @@ def test_sharding_refuses_what_it_cannot_do(tmp_path, examples, broker, capsys):
                      *extra]) == 2
         assert says in capsys.readouterr().err
     # --resume continues models as they were trained: with shards or without, never switching
-    train(tmp_path / "plain", examples)
+    predictions(tmp_path / "plain", examples)
     (tmp_path / "sharded" / "shards" / "0-of-3").mkdir(parents=True)
     for models, extra, says in (
             ("plain", ["--shards", "2", "--feedback-topic", "kafka://h:1/t"], "without --shards"),
@@ -235,19 +232,15 @@ def test_a_kafka_stream_over_shards_without_delay_equals_the_unsharded_run(tmp_p
              "a": float(rng.normal() * 1e-3), "b": float(rng.normal() * 1e4),
              "c": float(rng.normal())} for i in range(50)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    alone = train(tmp_path / "alone", tmp_path / "rows.jsonl", "--format", "jsonl")
+    alone = predictions(tmp_path / "alone", tmp_path / "rows.jsonl", "--format", "jsonl")
     alone = {r["id"]: r for r in alone.to_pylist()}
     topic = f"sharded-in-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
-    admin.create_topics([NewTopic(topic, 2, 1), NewTopic(topic + ".unitless-feedback", 1, 1)])
-    admin.close()
+    create_topics(broker.bootstrap_servers, topic)
+    create_topics(broker.bootstrap_servers, topic + ".unitless-feedback", partitions=1)
 
     def produce(part):
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
-        for row in part:
-            producer.send(topic, key=row["segment"].encode(), value=json.dumps(row).encode())
-        producer.flush()
-        producer.close()
+        send(broker.bootstrap_servers, topic,
+             [(row["segment"].encode(), json.dumps(row).encode()) for row in part])
 
     def same_as_alone(got):
         for row in got.to_pylist():

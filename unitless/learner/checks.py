@@ -129,7 +129,7 @@ def check_batch_sizes(algorithm):
 def check_model_dimension(algorithm):
     """The same features at the same indices in a space of 7 or of 4,096 coordinates (--bits 3 or
     12 without collisions) give the same predictions: no learner may read the number of
-    coordinates it could have (README "Choices made")."""
+    coordinates it could have (docs/design.md "Choices made")."""
     X, y = stream(n=200)
     small, _ = run(algorithm, X, y)
     wide = np.zeros((X.shape[0], 4096))

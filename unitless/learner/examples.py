@@ -6,6 +6,7 @@ into 2^bits with the bias at the index of the name ``constant``.
 """
 import zlib
 from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -41,7 +42,8 @@ class Batch:
                      self.labels[rows], self.weights[rows])
 
 
-def make_batch(indptr, indices, values, labels, weights=None):
+def make_batch(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: np.ndarray,
+               weights: Optional[np.ndarray] = None) -> "Batch":
     """A batch from CSR arrays; explicit zero values are dropped (a zero is an absent feature)."""
     labels = np.ascontiguousarray(labels, dtype=np.float64)
     if weights is None:
@@ -64,7 +66,8 @@ def dense_dim(n_columns, bias=True):
     return n_columns + (1 if bias else 0)
 
 
-def dense_batch(X, labels, weights=None, bias=True):
+def dense_batch(X: np.ndarray, labels: np.ndarray, weights: Optional[np.ndarray] = None,
+                bias: bool = True) -> "Batch":
     """Rows of X (n × d) as a batch; feature j is column j, the bias (value 1) is feature d."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
@@ -86,7 +89,8 @@ def bias_index(bits):
     return hash_feature(BIAS_NAME, bits)
 
 
-def hashed_batch(rows, labels, bits, weights=None, bias=True):
+def hashed_batch(rows: Sequence[Mapping[str, float]], labels: np.ndarray, bits: int,
+                 weights: Optional[np.ndarray] = None, bias: bool = True) -> "Batch":
     """rows: one mapping {feature name: value} per example, hashed into 2^bits.
 
     Names that collide share a coordinate and their values add up.

@@ -21,7 +21,7 @@ def kotlowski1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
 
     d is the number of features seen so far (d_t, this example's included), not the hashed
     dimension 2^bits: the paper's d is the number of features, and the result must not depend on
-    --bits (README "Choices made").
+    --bits (docs/design.md "Choices made").
     """
     w, s2, h = V[0, k], V[1, k], V[2, k]
     alpha = hp[0]

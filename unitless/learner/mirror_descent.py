@@ -15,7 +15,7 @@ def omd_diagonal_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
     """Scale-invariant AdaGrad (regulariser 13). V = (w, θ, b, Q); S = (d,); hp = (η, L).
 
     Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})². d is the number of features seen so far (this
-    example's included), not the hashed dimension 2^bits (README "Choices made").
+    example's included), not the hashed dimension 2^bits (docs/design.md "Choices made").
     """
     w, theta, b, Q = V[0, k], V[1, k], V[2, k], V[3, k]
     eta, L = hp[0], hp[1]

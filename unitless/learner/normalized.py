@@ -116,7 +116,7 @@ def snag_predict(V, M, S, k, idx, val, hp, memo):
     V = (w, s, G, t0); S = (t, N); hp = (η,). t_i = t − t0_i + 1 counts the trials since feature i
     first appeared (t0_i), so √(s_i/t_i) is its RMS over them: with the paper's global t a feature
     first seen at trial 30,000 would get a normaliser √30,000 too small and a step as large
-    (README "Choices made"). The max-rescaling step 1 of NAG has no analogue (the normaliser
+    (docs/design.md "Choices made"). The max-rescaling step 1 of NAG has no analogue (the normaliser
     moves with every example), so w is left as is.
     """
     w, s, t0 = V[0, k], V[1, k], V[3, k]

@@ -1,10 +1,13 @@
 """The public learner calls: validate a batch, learn from it in order, predict with frozen weights."""
 from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 from numba import njit
 
+from .examples import Batch
 from .kernel import run_batch
+from .state import LearnerState
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
 
 # The largest |value| a feature value, label or importance weight may have: squares and products
@@ -104,7 +107,7 @@ def learner_labels(state, labels):
     return labels
 
 
-def learn(state, batch):
+def learn(state: LearnerState, batch: Batch) -> BatchResult:
     """Predict then update on every example of the batch, in order; returns a BatchResult.
 
     The whole batch is checked first: an invalid example raises InvalidExampleError and the
@@ -141,7 +144,8 @@ def count_learned(state, losses):
     state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
 
 
-def learn_or_refuse(state, batch, served=None):
+def learn_or_refuse(state: LearnerState, batch: Batch,
+                    served: Optional[np.ndarray] = None):
     """Learn every example of the batch that the learner can take, in order, and refuse the
     others, leaving the state as if they had never come.
 
@@ -235,7 +239,7 @@ class _Snapshot:
         state.examples_seen, state.cumulative_loss = self.counters
 
 
-def predict_next(state, batch):
+def predict_next(state: LearnerState, batch: Batch) -> np.ndarray:
     """Each example's scores [n, K] as the model would predict it were it the next example it
     learns: its whole step (a scale update before the prediction included) run on the state
     and undone (``run_batch``'s served examples), so the state is as it was after every
@@ -246,7 +250,7 @@ def predict_next(state, batch):
     return _learn_checked(state, batch, state.map_features(batch.indices), served).scores
 
 
-def predict(state, batch):
+def predict(state: LearnerState, batch: Batch) -> np.ndarray:
     """Scores ŷ = wᵀx with the weights as they are, learning nothing: shape [n, K]. Not what
     the model itself predicts for a learner whose step rescales or derives its weights before
     predicting (``predict_next``)."""
@@ -259,12 +263,12 @@ def predict(state, batch):
     return scores
 
 
-def probability(scores):
+def probability(scores: np.ndarray) -> np.ndarray:
     """P(y = +1) for logistic-loss scores."""
     return 1.0 / (1.0 + np.exp(-scores))
 
 
-def predicted_class(scores):
+def predicted_class(scores: np.ndarray) -> np.ndarray:
     """Class 1..K with the highest one-against-all score (or the sign for K = 1)."""
     if scores.shape[1] == 1:
         return np.where(scores[:, 0] >= 0, 1.0, -1.0)

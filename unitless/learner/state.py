@@ -7,7 +7,7 @@ the algorithm, loss, hyperparameters, dimension, scalars, examples seen and cumu
 """
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -195,7 +195,8 @@ def model_metadata(settings, S, examples_seen, cumulative_loss):
 INITIAL_CAPACITY = 16
 
 
-def new_state(algorithm, dim, loss="logistic", n_classes=1, bias_index=-1, **hyperparameters):
+def new_state(algorithm: str, dim: int, loss: str = "logistic", n_classes: int = 1,
+              bias_index: int = -1, **hyperparameters: float) -> "LearnerState":
     """A fresh learner. Unknown hyperparameters are an error; missing ones take defaults."""
     spec = get_algorithm(algorithm)
     if loss not in LOSS_CODES:
@@ -235,7 +236,7 @@ def initial_values(spec, hp):
         yield name, hp[init] if isinstance(init, str) else float(init)
 
 
-def to_arrow(state, extra_metadata=None):
+def to_arrow(state: "LearnerState", extra_metadata: Optional[dict] = None) -> pa.Table:
     """The state as an Arrow table (see module docstring); ``state`` a LearnerState, or one
     model of many (``many.RowState``)."""
     if not isinstance(state, LearnerState):
@@ -294,7 +295,7 @@ def with_metadata(table, meta):
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
 
 
-def read_metadata(table_or_schema):
+def read_metadata(table_or_schema: Union[pa.Table, pa.Schema]) -> dict:
     schema = getattr(table_or_schema, "schema", table_or_schema)
     raw = (schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
@@ -302,7 +303,7 @@ def read_metadata(table_or_schema):
     return json.loads(raw)
 
 
-def from_arrow(table):
+def from_arrow(table: pa.Table) -> "LearnerState":
     """Rebuild the exact state written by ``to_arrow``.
 
     Everything read is checked before it is used: a table that ``to_arrow`` could not have

@@ -1,5 +1,7 @@
 """Beam ML's ``RunInference`` over a unitless model directory: every model key's model, new keys
 and newer checkpoints included, as ``Score`` predicts."""
+from typing import Any
+
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from ..connectors.formats import parse_records
@@ -20,7 +22,8 @@ class ModelDirectoryHandler(ModelHandler):
     no model, has ``refused`` (the reason) and nothing else. The model is the whole directory;
     RunInference's model-update side input (``ModelMetadata.model_id``) may name another."""
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, **options):
+    def __init__(self, model_dir: str, refresh_seconds: float = REFRESH_SECONDS,
+                 **options: Any):
         super().__init__()
         self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
         self.spec = configure(scoring=True, dead_letter=None, **options).spec

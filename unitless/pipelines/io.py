@@ -10,6 +10,7 @@ the dead letters at or before ``logged_through[source]``.
 import bisect
 import logging
 import time
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
@@ -441,7 +442,9 @@ class ReadExamples(beam.PTransform):
     read a Kafka topic without end.
     """
 
-    def __init__(self, inputs=None, *, streaming=False, learner=None, **options):
+    def __init__(self, inputs: Union[str, Sequence[str], None] = None, *,
+                 streaming: bool = False, learner: Optional[beam.PTransform] = None,
+                 **options: Any):
         super().__init__()
         if not inputs:
             raise ValueError("ReadExamples needs inputs: file paths or globs, or a kafka:// URL")
@@ -483,7 +486,8 @@ class WritePredictions(beam.PTransform):
     model key, JSON value). Each bundle's output is made durable when the bundle ends."""
     kind, default_format = "predictions", "parquet"
 
-    def __init__(self, target, output_format=None, kafka_config=None):
+    def __init__(self, target: str, output_format: Optional[str] = None,
+                 kafka_config: Union[Mapping[str, Any], Sequence[str], None] = None):
         super().__init__()
         self.target = target
         self.output_format = output_format or self.default_format

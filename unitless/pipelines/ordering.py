@@ -117,24 +117,8 @@ class InOrder(beam.DoFn):
     """(key, ExampleBlock) -> what its ``handler`` makes of each key's blocks, handed to it in
     input order; the key's state is the handler's (a model group, a model's rounds).
 
-    Order, by construction: Beam promises no order between a key's elements after the shuffle
-    (Flink's batch mode, Dataflow and retries do reorder them), so a block is not handed on when
-    it arrives. It waits in the key's state until the watermark passes its timestamp; then every
-    waiting block the watermark has passed is handed on, in (timestamp, source, position)
-    order.
-    Sources give a source's blocks strictly increasing timestamps (a Kafka partition's reader
-    advances its watermark with them) or all one timestamp (files, whose blocks then wait for
-    the end of the input and are learned in file and line order). So a model learns each
-    source's examples in input order on every runner, and the replay check (examples at or
-    before the position a model learned) drops only examples it learned before a restart.
-    One exception, for streaming latency and rate and for memory: a block whose ``span`` (the
-    positions its reader read whole into it: a Kafka partition's offsets, a run's one file's
-    lines or rows) starts right after what the model has learned from that source, or where
-    this run started reading it (``KeyedModel.continues``), holds all of the model's next
-    examples there, so it is learned as it arrives, without waiting in state for the
-    watermark; blocks that must follow it wait as before. Only the order between different
-    Kafka partitions' examples then follows their arrival, not stamps (several files' blocks
-    carry no span, so files are still learned in the order of their names).
+    Each source's blocks are handed on in input order however the runner delivers them (why:
+    docs/design.md, "Order").
 
     The handler: ``learns_on_arrival`` (whether a block that continues the key's state may skip
     the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from

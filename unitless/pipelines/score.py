@@ -2,6 +2,7 @@
 a newer checkpoint, and a key's first, are taken up while it runs."""
 import logging
 import time
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -147,7 +148,8 @@ class Score(beam.PTransform):
     ``WriteDeadLetters``). Reading options as for ``Learn`` (``label_column``, ``bits``, ...);
     a label is optional."""
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, **options):
+    def __init__(self, model_dir: str, refresh_seconds: float = REFRESH_SECONDS,
+                 **options: Any):
         super().__init__()
         if not refresh_seconds >= 0:
             raise ValueError(f"--refresh-seconds wants 0 or more, got {refresh_seconds}")

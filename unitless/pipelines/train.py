@@ -7,6 +7,7 @@ import typing
 from collections import OrderedDict
 from functools import partial
 from dataclasses import replace
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -32,7 +33,7 @@ from ..store.starts import prune_starts, starts_dir, write_starts
 from .accounting import (ACCOUNTS, RANGES, CheckAccounts, CountOverlaps, Tally, count_as,
                          count_predictions, models_left)
 from .bundles import hold_each_key_in_one_bundle
-from .config import check_resume, configure, learner_check, new_learner
+from .config import TrainConfig, check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .ordering import InOrder
 
@@ -43,22 +44,7 @@ class KeyByModel(beam.DoFn):
     """ExampleBlock -> (model key, block): a key's examples of one source, gathered over the
     bundle's blocks into blocks of up to ``size`` examples, in position order.
 
-    Many keys cut each input block into many small pieces, and each element costs a keyed step
-    the same fixed work (Beam state and timers) whatever its size: gathered, a key pays it per
-    ``size`` examples or per bundle, not per input block. Only blocks with the same source,
-    timestamp and window are gathered (all of a file's blocks; a Kafka partition stamps each
-    block later), so ``InOrder`` orders a key's blocks by their timestamps as before.
-
-    A group's blocks are held (``ExampleBlock.compact``: a CSV's feature indices once per
-    block, not once per example, so that ``gather_bytes`` holds 1.7 times the examples) and
-    split by key together, one gather for all of them (``ExampleBlock.by_key``): when the
-    group holds ``size`` examples for each key in it (one key: as soon as it holds ``size``),
-    when all groups together hold ``gather_bytes``, and at the bundle's end.
-
-    With ``model_groups``, the keys handed on are not the model keys but which of that many
-    groups each falls in (``by_group.group_key``), each block holding a group's examples: a keyed
-    step's fixed work (its state, timers and commits) is then paid per group, not per model
-    key, which 10,000 model keys of 100 examples each would pay 10,000 times.
+    Why blocks are gathered, and model keys grouped: docs/design.md, "Keying and gathering".
     """
 
     def __init__(self, size, gather_bytes=256 << 20, starts=None, covered=(), model_groups=0):
@@ -211,28 +197,8 @@ class LearnBlocks:
     of a group; a block is learned on arrival only when it continues every model it holds
     examples of.
 
-    Delivery: a checkpoint records the input positions its model learned up to, and a resumed
-    run starts after them. So before any checkpoint is written, everything this step wrote to
-    its sinks is flushed (durable); a crash then loses no prediction: those not yet durable
-    belong to examples after the last checkpoint, which a resumed run learns and predicts again
-    (at least once; a duplicate has the same source, position and examples_seen). And as soon
-    as a block of a Kafka partition the model has not learned from arrives, before anything
-    waits to be learned, a checkpoint records where the model starts there (lowered if an
-    earlier block arrives later): a restarted partition then starts no later than that, even
-    when other models have checkpointed far past it (see ``resume_positions``); a file is read
-    again from its start. A retried bundle starts from the state of the last committed one and
-    repeats the same deterministic work.
-
-    Periodic checkpoints (``--checkpoint-every``, ``--checkpoint-seconds``) are written when
-    due. Those recording where a model starts in a source, and those at the end of input, are
-    taken then and written together before the bundle ends (the sinks flushed first, once): no
-    other model can restart a source past this block's before the bundle holding it ends, so
-    that is early enough, and many keys starting or ending together write one prediction part
-    file, not one each. (A model learning on arrival does learn past it before then; so a
-    checkpoint records, apart from the positions its model learned, where a resumed run may
-    restart each partition: what it learned once the watermark passed it, which waits for the
-    bundle holding any other key's start. A block learned on arrival leaves a mark in the
-    waiting state for that: ``KeyedModel.restart``, ``resume_positions``.)
+    When it flushes its sinks and takes and writes checkpoints, and why that loses no
+    prediction: docs/design.md, "Delivery and checkpoints".
     """
     learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
@@ -686,33 +652,14 @@ class Learn(beam.PTransform):
     a PCollection of predictions (Arrow tables, one row per example, made before the model
     learned it; ``Rows()`` turns them into dicts).
 
-    One model per model key, held in Beam state (the model keys share ``model_groups`` keys of
-    the keyed step, default 1,024; 0: a key each; see ``KeyByModel``), learning every example
-    exactly once and each source's examples in input order, however the runner delivers them
-    (see ``InOrder``; the user's own records, which have no positions, in the order they
-    arrive); checkpoints in ``model_dir`` every ``checkpoint_every`` examples or
-    ``checkpoint_seconds`` and at the end of input. Options are those of ``unitless train`` as
-    keywords, with its defaults (``algorithm="nag"``, ``loss="logistic"``, ``bits=18``,
-    ``learning_rate=None`` for the algorithm's own, ...; see ``config.configure``). The
-    predictions and dead letters are also written to ``predictions`` and ``dead_letter`` (a
-    directory, a Kafka URL, or None for neither), durably before every checkpoint: that is
-    what lets a killed run resume (``resume=True``) without losing a prediction. The examples
-    refused here are ``transform.dead_letters`` once it is applied.
-
-    The user's own records carry no input positions: a resumed model cannot tell which of them
-    it already learned, so the source must not hand them over again.
-
-    With ``labels`` (files, ``--labels``), the blocks read from those files are labels for the
-    other blocks' examples, joined by id (``store/join.py``): read them as inputs too.
-
-    Whatever runner and options the pipeline has: applying it sets on the pipeline's options
-    what runners need to give each key of its stateful steps to one bundle at a time, and its
-    steps refuse a second bundle of a key at once (``bundles``); once a bounded input has ended,
-    a run whose examples do not add up (read = learned + refused + replayed, each model's
-    learning one unbroken range of its examples_seen: ``accounting``) fails.
+    One model per model key, learning every example exactly once and each source's examples in
+    input order, checkpointed in ``model_dir``; options are ``unitless train``'s flags as
+    keywords, with its defaults (``config.configure``); the examples refused are
+    ``transform.dead_letters`` once it is applied. What it guarantees whatever the runner and
+    its options: docs/usage.md ("In your own Beam pipeline") and docs/guarantees.md.
     """
 
-    def __init__(self, config=None, **options):
+    def __init__(self, config: Optional[TrainConfig] = None, **options: Any):
         super().__init__()
         self.cfg = config if config is not None else configure(**options)
         self.dead_letters = None

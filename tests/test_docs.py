@@ -1,0 +1,102 @@
+"""The docs say what the command does: docs/options.md is the command's own parser, and matches
+`unitless <command> --help` option by option."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from unitless import options_reference
+from unitless.learner.registry import ALGORITHMS
+
+from tests.readme import README, ROOT
+
+OPTIONS = ROOT / "docs" / "options.md"
+COMMANDS = ("train", "score", "inspect", "curve")
+
+
+def test_the_options_reference_is_the_one_the_parser_writes():
+    assert OPTIONS.read_text() == options_reference.render(), (
+        "docs/options.md is stale: python -m unitless.options_reference > docs/options.md")
+
+
+def _sections(text):
+    """{command: [(option names, meaning)]} from the reference's tables."""
+    out, command = {}, None
+    for line in text.splitlines():
+        heading = re.match(r"## `unitless (\w+)`", line)
+        if heading:
+            command = out.setdefault(heading.group(1), [])
+        elif command is not None and line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            command.append((re.findall(r"`([^`]+)`", cells[0]), cells[3].replace("\\|", "|")))
+    return out
+
+
+def _help(command):
+    env = {**os.environ, "COLUMNS": "10000"}  # (one line an option: nothing wrapped)
+    return subprocess.run([sys.executable, "-m", "unitless.cli", command, "--help"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_option_of_the_help_is_in_the_reference_with_its_meaning(command):
+    reference = _sections(OPTIONS.read_text())
+    assert set(reference) == set(COMMANDS)
+    shown = _help(command)
+    listed = {name for line in shown.splitlines()
+              for name in re.findall(r"^\s+(--[\w-]+)", line)} - {"--help"}
+    documented = {name for names, _ in reference[command] for name in names
+                  if name.startswith("--")}
+    assert listed == documented
+    flat = " ".join(shown.split())
+    for names, meaning in reference[command]:
+        assert meaning in flat, (names, meaning)
+    assert len(reference[command]) >= len(listed) > 0
+
+
+def test_the_readme_is_short_and_its_links_lead_somewhere():
+    text = README.read_text()
+    assert len(text.splitlines()) < 200
+    for page in (*re.findall(r"\]\(([^)#]+)\)", text), *re.findall(
+            r"\]\(([^)#:]+)\)", "".join(p.read_text() for p in (ROOT / "docs").glob("*.md")))):
+        assert (ROOT / page).exists() or (ROOT / "docs" / page).exists(), page
+
+
+def test_the_readme_learner_table_says_what_the_registry_does():
+    rows = {}
+    for line in README.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for name in re.findall(r"`(\w+)`", cells[0]) if line.startswith("| `") else ():
+            rows[name] = cells
+    assert set(rows) == set(ALGORITHMS)
+    invariance = {"diagonal": "any per-feature scale", "linear": "any invertible linear map",
+                  "none": "nothing"}
+    for name, (_, tuning, invariant, shards, cost) in rows.items():
+        a = ALGORITHMS[name]
+        assert invariant == invariance[a.invariance], name
+        assert shards == ("yes" if a.shardable else "no"), name
+        assert (cost == "its features") == (not a.scans_all), name
+        first = next(iter(a.hyperparameters))
+        assert f"--{first.replace('_', '-')}" in tuning or tuning == "nothing", name
+
+
+def test_the_benchmarks_page_lists_every_result_with_its_command():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import index
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert (ROOT / "docs" / "benchmarks.md").read_text() == index.render(), (
+        "docs/benchmarks.md is stale: .venv/bin/python benchmarks/index.py > docs/benchmarks.md")
+    assert len(list(index.entries())) == len(list((ROOT / "benchmarks" / "results").glob("*.md")))
+
+
+def test_every_metric_the_job_exports_is_documented():
+    exported = set()
+    for path in (ROOT / "unitless").rglob("*.py"):
+        exported |= set(re.findall(r'Metrics\.\w+\("unitless", "(\w+)"\)', path.read_text()))
+    documented = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "operations.md").read_text(),
+                                re.MULTILINE))
+    assert exported and exported == documented
