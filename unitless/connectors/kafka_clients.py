@@ -5,7 +5,7 @@ fastest installed, confluent-kafka when present; or the environment's UNITLESS_K
 
 * ``open_reader(topic, partition, max_records)``: one partition, ``seek`` and ``poll``, giving
   the messages as ``Records`` (columns: offsets, keys, values as bytes or None, timestamps in
-  ms).
+  ms); ``poll_any``: a poll that returns as soon as a message has come.
 * ``partition_offsets(topic, timeout_s)``: {partition: (first offset, end offset)}.
 * ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``send_all``
   (keys, values: one message each, in order), ``flush``
@@ -222,6 +222,10 @@ class _PythonReader:
         return Records([r.offset for r in got], [r.key for r in got], [r.value for r in got],
                        [r.timestamp for r in got])
 
+    def poll_any(self, timeout_ms):
+        """(kafka-python's poll returns once a fetch brings any message)"""
+        return self.poll(timeout_ms)
+
     def close(self):
         self.consumer.close()
 
@@ -249,8 +253,21 @@ class _ConfluentReader:
             self.position = offset
 
     def poll(self, timeout_ms):
+        return self._records(self.consumer.consume(self.max_records, timeout_ms / 1000.0))
+
+    def poll_any(self, timeout_ms):
+        """The messages fetched already (up to max_records), or else the first to come within
+        ``timeout_ms`` and those fetched with it: ``consume`` waits for max_records or its whole
+        timeout, however many have come (a feedback part waited 20 ms in a round of 46)."""
+        got = self.consumer.consume(self.max_records, 0)
+        if not got and timeout_ms > 0:
+            first = self.consumer.poll(timeout_ms / 1000.0)
+            if first is not None:
+                got = [first, *self.consumer.consume(self.max_records - 1, 0)]
+        return self._records(got)
+
+    def _records(self, got):
         from confluent_kafka import KafkaError
-        got = self.consumer.consume(self.max_records, timeout_ms / 1000.0)
         if any(m.error() is not None for m in got):
             for error in [m.error() for m in got if m.error() is not None]:
                 if error.fatal():
@@ -309,24 +326,25 @@ def _confluent_offsets(topic, timeout_s):
 
 # --- writing -----------------------------------------------------------------------------------
 
-def open_producer(topic, timeout_s=None):
+def open_producer(topic, timeout_s=None, linger_ms=5):
     """A producer to ``topic`` that waits for every in-sync replica (acks=all), giving up on a
     broker after ``timeout_s``; None (a running pipeline's sinks): the client's defaults, and a
-    broker away as it starts is waited for (``BROKER_WAIT_S``). ConnectionError if it cannot
-    start."""
+    broker away as it starts is waited for (``BROKER_WAIT_S``). ``linger_ms``: how long a sent
+    message waits for more to batch with before it goes (0: at once; ``flush`` then only
+    waits for the acknowledgements). ConnectionError if it cannot start."""
     return _with_client(topic, "starting a producer",
                         {"kafka-python": _PythonProducer, "confluent-kafka": _ConfluentProducer},
-                        timeout_s, wait_s=BROKER_WAIT_S if timeout_s is None else 0.0)
+                        timeout_s, linger_ms, wait_s=BROKER_WAIT_S if timeout_s is None else 0.0)
 
 
 class _PythonProducer:
-    def __init__(self, topic, timeout_s):
+    def __init__(self, topic, timeout_s, linger_ms):
         from kafka import KafkaProducer
         self.topic = topic
         ms = {} if timeout_s is None else {
             k: int(timeout_s * 1000) for k in ("max_block_ms", "request_timeout_ms",
                                                "bootstrap_timeout_ms")}
-        self.producer = KafkaProducer(**topic.client_args(acks="all", linger_ms=5, **ms))
+        self.producer = KafkaProducer(**topic.client_args(acks="all", linger_ms=linger_ms, **ms))
         self.pending = []
 
     def send(self, key, value, partition=None, headers=None):
@@ -359,13 +377,13 @@ class _PythonProducer:
 
 
 class _ConfluentProducer:
-    def __init__(self, topic, timeout_s):
+    def __init__(self, topic, timeout_s, linger_ms):
         from confluent_kafka import Producer
         self.topic = topic
         self.timeout_s = 10.0 if timeout_s is None else timeout_s  # (metadata requests)
         # murmur2_random: keyed messages partitioned as Kafka's Java client and kafka-python do
         self.producer = Producer(_confluent_config(topic, **{
-            "acks": "all", "linger.ms": 5, "partitioner": "murmur2_random"}))
+            "acks": "all", "linger.ms": linger_ms, "partitioner": "murmur2_random"}))
         self.failed = None
 
     def _delivered(self, err, _):

@@ -309,7 +309,9 @@ class ReadFeedback(beam.DoFn):
     offset order, until this run's end marker (a splittable DoFn, unbounded until then).
 
     Messages of other runs and anything else on the topic are skipped (counted, and logged
-    once a minute). Polls are short: every round of a sharded model waits for this reader."""
+    once a minute). Every round of a sharded model waits for this reader: a poll returns as
+    soon as a message has come, and a bundle ends (its parts go on to the shards) as soon as
+    the messages fetched with them are read, without waiting for more."""
 
     def __init__(self, topic, run, shards, poll_ms=20, idle_resume_s=0.01, max_bundle_s=0.1):
         self.topic, self.run, self.shards = topic, run, shards
@@ -336,7 +338,8 @@ class ReadFeedback(beam.DoFn):
         ends = time.time() + self.max_bundle_s
         read_any = False
         while True:
-            records = reader.poll(self.poll_ms)
+            # once some are read, only those fetched already: the shards wait for them
+            records = reader.poll_any(0 if read_any else self.poll_ms)
             if not records:
                 _advance(watermark, Timestamp.now())
                 tracker.defer_remainder(None if read_any else Duration.of(self.idle_resume_s))

@@ -36,6 +36,7 @@ Needs a streaming runner (Prism, Flink): the shards and the feedback reader run 
 """
 import logging
 import pickle
+import threading
 import time
 import typing
 import uuid
@@ -68,7 +69,7 @@ from ..store.resume import Cut, sharded_cuts
 from ..store.shards import load_shard, shard_counts, shard_dir
 from ..store.starts import starts_dir, write_starts
 from .accounting import ACCOUNTS, Tally
-from .bundles import KeyGuard, new_step
+from .bundles import KeyGuard, new_step, send_elements_within
 from .config import check_resume, new_learner
 from .io import ReadFeedback
 from .ordering import InOrder, weigh_state_without_scanning_modules
@@ -325,6 +326,48 @@ def apply_delta(state, data):
     state.name_features(names)
 
 
+class _SharedShards:
+    """The decoded shards (``DecodedModels``) of one step in this worker process, shared by
+    all its DoFn instances: the SDK runs concurrent bundles on instances of their own, and a
+    runner may give a key's next bundle to another (Prism does, once a round's parts come in
+    bundles of their own): a cache per instance then decoded the shard again from Beam state,
+    its whole learner state and every delta since (0.2-1.8 s a round, 12 MiB a shard). Each
+    key is in one bundle at a time (``KeyGuard``), and a kept shard is used only while its
+    token is still Beam state's, whichever instance kept it."""
+    _lock = threading.Lock()
+    _steps = {}  # step -> [_SharedShards, DoFn instances set up]
+
+    def __init__(self, count, mib):
+        self.models, self.lock = DecodedModels(count, mib), threading.Lock()
+
+    @classmethod
+    def open(cls, step, count, mib):
+        with cls._lock:
+            entry = cls._steps.setdefault(step, [None, 0])
+            if entry[0] is None:
+                entry[0] = cls(count, mib)
+            entry[1] += 1
+            return entry[0]
+
+    @classmethod
+    def close(cls, step):
+        """One instance of the step torn down; the last drops the shards."""
+        with cls._lock:
+            entry = cls._steps.get(step)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del cls._steps[step]
+
+    def pop(self, key):
+        with self.lock:
+            return self.models.pop(key)
+
+    def keep(self, key, shard, nbytes):
+        with self.lock:
+            self.models.keep(key, shard, nbytes)
+
+
 class ShardDoFn(beam.DoFn):
     """((model key, shard), Round | End | PartMessage) -> predictions (shard 0), and the
     model key to ``DONE`` when shard 0 has learned the model's last round; see the module."""
@@ -346,13 +389,16 @@ class ShardDoFn(beam.DoFn):
         weigh_state_without_scanning_modules()
         self.keys = KeyGuard(self.step)
         self.topic = KafkaTopic.parse(self.cfg.feedback_topic, self.cfg.kafka_settings)
-        self.producer = open_producer(self.topic)
+        # parts go at once (no linger), and the bundle ends once the broker has them all
+        self.producer = open_producer(self.topic, linger_ms=0)
         self.sink = open_sink(self.cfg.predictions, self.cfg.output_format, "predictions",
                               self.cfg.kafka_settings)
-        self.kept = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
+        self.kept = _SharedShards.open(self.step, self.cfg.models_in_memory,
+                                       self.cfg.model_memory_mib)
 
     def teardown(self):
         self.keys.release()
+        _SharedShards.close(self.step)
         self.producer.close()
         self.sink.close()
 
@@ -360,6 +406,9 @@ class ShardDoFn(beam.DoFn):
         self.sink.discard()
 
     def finish_bundle(self):
+        # the parts sent are durable before this bundle's state is: a shard whose state says
+        # a round is in flight has sent its part (decoding it sends none again)
+        self.producer.flush()
         self.sink.flush()
         self.keys.release()
 
@@ -386,9 +435,7 @@ class ShardDoFn(beam.DoFn):
             shard.parts[message.round, message.shard] = message
             parts.add(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         first = shard.next_round
-        sent = yield from self._advance(key, s, shard, base, deltas)
-        if sent:
-            self.producer.flush()  # now: the other shards wait for these parts
+        yield from self._advance(key, s, shard, base, deltas)
         if shard.next_round != first:  # rounds applied: drop what they used
             if not shard.waiting and shard.in_flight is None:
                 rounds.clear()  # (all learned; learned rounds stay till then, read by a decode
@@ -567,6 +614,7 @@ def learn_over_shards(blocks, cfg):
         raise ValueError("--shards runs a feedback loop through Kafka, which needs a streaming "
                          "runner: add --runner PrismRunner --streaming (or a Flink runner with "
                          "--streaming)")
+    send_elements_within(blocks.pipeline)  # (a round waits for its parts)
     run = uuid.uuid4().hex
     topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet
