@@ -113,12 +113,14 @@ def check_predictions(name, out, n):
 def largest_state_mib(model_dir, shards):
     """The learner state (arrays) of the largest shard, or of the unsharded model."""
     from unitless.learner import from_arrow
-    from unitless.store.per_key import load_latest, model_keys
+    from unitless.store import models, per_key
     from unitless.store.shards import shard_dir
+    # (shards keep a directory per key; an unsharded model is in its group's checkpoints)
+    store = per_key if shards else models
     dirs = [shard_dir(str(model_dir), s, shards) for s in range(shards)] if shards else [
         str(model_dir)]
-    return max(from_arrow(load_latest(d, key)[1]).nbytes for d in dirs
-               for key in model_keys(d)) / 2**20
+    return max(from_arrow(store.load_latest(d, key)[1]).nbytes for d in dirs
+               for key in store.model_keys(d)) / 2**20
 
 
 def runs(delays):
