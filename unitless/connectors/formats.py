@@ -35,8 +35,8 @@ BOM = b"\xef\xbb\xbf"
 MAX_JSON_NESTING = 2
 # Arrow's JSON reader takes a chunk only when its records have no fields but those of the
 # chunk's first lines (at most JSON_SAMPLE_LINES lines and JSON_SAMPLE_BYTES bytes), at most
-# MAX_JSON_COLUMNS of them: its time and memory grow with rows × distinct fields (one line of
-# 100k distinct fields among 8192 lines took it 108 s and 13 GB)
+# MAX_JSON_COLUMNS of them: its time and memory grow with rows × distinct fields, so one
+# hostile line of many distinct fields would cost a whole chunk's rows that many columns
 JSON_SAMPLE_LINES = 64
 JSON_SAMPLE_BYTES = 64 << 10
 MAX_JSON_COLUMNS = 256

@@ -181,8 +181,8 @@ class ExampleBlock:
             if uniform:  # (whole rows of 2-D views: no index per entry)
                 k = int(lengths[0])
                 source = slice(None)
-                if len(keys) > 1024:  # (measured: rows in order, or the writes go to 10,000
-                    source = np.argsort(rows)  # places at once: 8 times slower)
+                if len(keys) > 1024:  # (rows in order: else the writes scatter over as many
+                    source = np.argsort(rows)  # places as keys, a cache miss each)
                     rows = rows[source]
                 if not shared:
                     grouped.indices.reshape(-1, k)[rows] = (

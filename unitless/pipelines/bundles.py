@@ -39,7 +39,7 @@ def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
     data_buffer_time_limit_ms=N``). Each round of a sharded model waits for its parts: Flink
     streams a bundle's elements to the worker through a 1 MB buffer sent when full or when
     the bundle ends (by default after 1,000 elements or 1 s), so a part reached its shard up
-    to a second after it was read (0.7 s a round, measured). A bundle still commits its state
+    to a second after it was read. A bundle still commits its state
     and outputs as a whole when it ends; only when the worker sees its elements changes.
     Not on Prism, which gives a bundle all its elements at once (and failed a run with it:
     its worker's outputs sent in pieces were not decoded)."""

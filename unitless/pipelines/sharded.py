@@ -1,38 +1,14 @@
 """One model over feature shards in a Beam pipeline (``--shards S``, ``--max-delay τ``): each
 model's state split over S keys (model key, shard), which a runner spreads over its workers.
 
-The learner's three parts (``learner/sharded.py``) run in three places:
-
-* the sequencer (``InOrder(CutRounds)``, keyed by model) orders the model's examples as
-  ``Learn`` does (they wait for the watermark, then go in input order) and cuts them into
-  rounds of τ + 1 examples, numbered
-  0, 1, ...; each shard gets every round, with only its own features (``split_batch``).
-* ``ShardDoFn`` (keyed by (model, shard)) computes its part of round r's ŷ once it has applied
-  the gradients of every round before r, and writes the part to the feedback topic (Kafka).
-  Beam graphs have no cycles: the parts come back through the topic (``io.ReadFeedback``) to
-  every other shard of the model. A shard holding all S parts of round r combines them, as
-  every shard does, into ŷ, the loss and the gradient (``combine``: a pure function of the
-  parts in shard order, so every shard gets the same bits) and applies the gradient to its
-  features. Shard 0 also writes the round's predictions. One round per model is in flight: an
-  example's part misses at most the τ gradients of the examples before it in its round.
-* ``FinishDoFn`` (one key) writes the end marker to the feedback topic once every model's last
-  round is learned, for a bounded input: the feedback reader then ends, and the run with it.
-
-Exactly once: rounds and parts carry their numbers, and a shard takes each once (Beam may
-deliver an element again after a retry; a retried bundle sends its parts again, the same bits,
-since they follow from the committed state); its state says which rounds it has applied. So
-every shard applies every example's gradient once and shard 0 predicts each example once
-(its prediction sink, like ``Learn``'s, writes a retried bundle's rows again: at least once,
-the same rows).
-
-Checkpoints: every shard counts every example, so after the same examples all shards hold a
-checkpoint of the same number, ckpt-<examples>: MODEL_DIR/shards/<s>-of-<S>/<key directory>/
-(``shard_dir``). The newest number every shard of a model holds is a consistent cut
-(``consistent_cut``). Rounds that end a checkpoint interval (``--checkpoint-every`` examples,
-``--checkpoint-seconds``; the sequencer marks them, so the shards agree) and the last round
-take one.
-
-Needs a streaming runner (Prism, Flink): the shards and the feedback reader run together.
+The learner's three parts (``learner/sharded.py``) run in three places: the sequencer
+(``InOrder(CutRounds)``, keyed by model) orders a model's examples and cuts them into rounds
+of τ + 1; ``ShardDoFn`` (keyed by (model, shard)) computes its part of each round's ŷ, sends
+it through the feedback topic (``io.ReadFeedback`` brings the parts back: a Beam graph has no
+cycles), combines the S parts and applies the gradient to its features; ``FinishDoFn`` ends
+the feedback reader once a bounded input's last rounds are learned. How rounds are taken
+exactly once, checkpointed as a consistent cut and resumed: docs/design.md, "In the pipeline:
+--shards". Needs a streaming runner (Prism, Flink).
 """
 import logging
 import pickle

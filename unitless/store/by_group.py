@@ -1,36 +1,7 @@
 """Model checkpoints by model group: the models that share one key of the keyed step
 (``group_key``) are checkpointed together, a few files per group per checkpoint, not a file
-and a pointer per model key.
-
-Layout: MODEL_DIR/groups/<G>/<group directory>/, G the run's number of model groups (0: a
-group per model key) and the group directory ``per_key.key_dir_name`` of the group's key:
-
-* part-<seq>-<token>.arrow: one Arrow IPC file holding the models of the group that changed
-  since their last checkpoint, each model's rows together, a ``model_key`` column (dictionary
-  encoded) before its own columns, and in its schema metadata (``PART_KEY``), per model, its
-  first row, its row count and the metadata its own checkpoint table has (``to_arrow``: the
-  algorithm, settings, examples seen, positions, restart positions, ...; the model key; a
-  checksum of its rows and that metadata, ``checkpoint_file.seal``);
-* manifest-<seq>-<token>.json, written after its parts: for each of the group's models, the
-  part holding its newest state (an unchanged model names an older part), its index there, its
-  examples seen and its checksum; and, under "figures", what a run's summary shows of it
-  (``FIGURES``).
-
-<seq> is 12 digits, one more than the group's newest file; <token> makes a name no other
-writer can take (a retried bundle may run beside the one it retries). Files are written whole
-or not at all and never change (``storage.atomic_write_many``), and only the worker that owns
-the group writes it (the keyed step's key), so no manifest has two writers; readers take the
-newest manifests (several of the newest seq: a retried bundle's; per model the one with most
-examples), and a model whose part is missing or damaged falls back to its entry in an older
-manifest. A writer keeps the newest ``keep`` manifests and the parts they name; a part is read
-as a model's checkpoint only when its own metadata's checksum matches the manifest's.
-
-Every part is a table with a ``model_key`` column, so parts read as one dataset with pyarrow,
-pandas or DuckDB; a part may also hold older states of models whose newest state is in a newer
-part (``models.newest_models`` takes the rows the manifests name). A group whose manifest names
-more than COMPACT_PARTS parts has all its models rewritten as one part on its next write. A
-model's rows are the table its own checkpoint file held in the per-key layout (``per_key``),
-which is still read.
+and a pointer per model key. The layout, file by file (parts, manifests, names, who writes
+and who reads what): docs/compatibility.md, "The group layout, file by file".
 """
 import json
 import logging
