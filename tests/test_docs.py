@@ -100,3 +100,13 @@ def test_every_metric_the_job_exports_is_documented():
     documented = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "operations.md").read_text(),
                                 re.MULTILINE))
     assert exported and exported == documented
+
+
+def test_each_guarantee_names_the_tests_that_show_it_and_they_exist():
+    text = (ROOT / "docs" / "guarantees.md").read_text()
+    named = set()
+    for bullet in re.split(r"\n(?=\* )", text)[1:]:
+        tests = re.findall(r"`(tests/[\w/]+\.py)`", bullet)
+        assert tests or "(same tests)" in bullet, bullet[:80]
+        named |= set(tests)
+    assert named and all((ROOT / path).exists() for path in named), named
