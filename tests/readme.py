@@ -29,10 +29,11 @@ def commands(section):
             if line.strip()]
 
 
-def run(command, cwd, replace=(), timeout=600, background=False, **popen):
+def run(command, cwd, replace=(), timeout=600, background=False, merged=False, **popen):
     """``command`` through bash in ``cwd``, its ``./unitless.sh`` the clone's and each of
-    ``replace``'s (text, by) pairs replaced; the finished process, or with ``background`` the
-    running one (``popen``: Popen's arguments)."""
+    ``replace``'s (text, by) pairs replaced; the finished process (``merged``: its stderr in
+    its stdout, in the order a terminal shows them), or with ``background`` the running one
+    (``popen``: Popen's arguments)."""
     command = command.replace("./unitless.sh", str(ROOT / "unitless.sh"))
     command = command.replace("python deploy/", f"python {ROOT}/deploy/")
     for text, by in replace:
@@ -40,7 +41,8 @@ def run(command, cwd, replace=(), timeout=600, background=False, **popen):
         command = command.replace(text, by)
     if background:
         return subprocess.Popen(["bash", "-c", command], cwd=cwd, **popen)
-    done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True,
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                           timeout=timeout)
     assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     return done

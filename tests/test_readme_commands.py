@@ -6,7 +6,6 @@ import contextlib
 import io
 import os
 import re
-import subprocess
 
 from unitless.connectors.files import read_output
 
@@ -25,12 +24,7 @@ def _normalized(text, cwd):
 
 def test_the_main_command_prints_what_the_readme_shows(tmp_path):
     (command,) = commands("Install and run")
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-    done = subprocess.run(["bash", "-c", command.replace("./unitless.sh",
-                                                         str(ROOT / "unitless.sh"))],
-                          cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout
+    done = run(command, tmp_path, merged=True)
     shown = blocks("text", "Install and run")[0]
     assert _normalized(done.stdout, tmp_path) == _normalized(shown, tmp_path)
     assert len(read_output(str(tmp_path / "out" / "predictions"))) == 5000

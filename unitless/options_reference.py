@@ -59,9 +59,9 @@ def rows(sub):
 def render():
     top = parser()
     refused = "\n".join(f"* `--{name}`: {_flat(why)}" for name, why in runners.REFUSED.items())
-    text = [HEADER.format(job_servers=", ".join(f"`--runner {r}`" for r in
-                                                ("FlinkRunner", "PortableRunner")),
-                          refused=refused)]
+    job_servers = ", ".join(f"`--runner {name.capitalize()}Runner`"
+                            for name in runners.JOB_SERVER_RUNNERS)
+    text = [HEADER.format(job_servers=job_servers, refused=refused)]
     for name, summary, sub in _subcommands(top):
         text.append(f"## `unitless {name}`: {_flat(summary)}\n")
         text.append("| option | takes | default | meaning |\n|---|---|---|---|")
