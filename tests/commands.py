@@ -1,9 +1,12 @@
 """What many tests do the same way: run `unitless train` as a user does (``cli.main``, in this
-process) with its outputs under one directory, and make Kafka topics to run it on."""
+process) with its outputs under one directory, read what it wrote, and make Kafka topics to run
+it on."""
 import time
 
 from unitless.cli import main
+from unitless.connectors.files import read_output
 from unitless.connectors.storage import join
+from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
 OUTPUTS = {"--predictions": "pred", "--model-dir": "models", "--dead-letter": "dead"}
 
@@ -20,6 +23,25 @@ def train(out, *args, expect=0):
         return code
     assert code == expect, f"unitless train exited with {code}, not {expect}: {args}"
     return out
+
+
+def run_train(directory, *args, out="out"):
+    """``train`` into ``directory``/``out``, whatever its exit: (the exit code, that
+    directory)."""
+    out = directory / out
+    return train(out, *args, expect=None), out
+
+
+def dead_letters(out):
+    """The dead letters a run wrote into ``out``, as dicts ([] when there were none)."""
+    table = read_output(str(out / "dead"))
+    return [] if table is None else table.to_pylist()
+
+
+def latest_models(out):
+    """{model key: its newest checkpoint's table} of a run's models under ``out``."""
+    models = str(out / "models")
+    return {k: read_checkpoint(latest_checkpoint(models, k)) for k in model_keys(models)}
 
 
 def create_topics(bootstrap, *names, partitions=2):

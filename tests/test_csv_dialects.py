@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import RecordSpec, csv_table, parse_csv
 from unitless.store.models import latest_checkpoint, read_checkpoint
+
+from tests.commands import dead_letters, run_train
 
 WORK = ["State-gov", "Self-emp-not-inc", "Private", "Federal-gov"]
 EDUCATION = ["Bachelors", "HS-grad", "11th", "Masters"]
@@ -35,28 +36,16 @@ def write_adult(path, rows, delimiter=", ", bom=False):
         path.write_bytes(data)
 
 
-def run(tmp_path, *args, out="out"):
-    out = tmp_path / out
-    code = main(["train", "--predictions", str(out / "pred"), "--model-dir", str(out / "models"),
-                 "--dead-letter", str(out / "dead"), *args])
-    return code, out
-
-
 def feature_names(out, key=""):
     model = read_checkpoint(latest_checkpoint(str(out / "models"), key))
     return set(model.column("name").to_pylist())
-
-
-def dead_letters(out):
-    table = read_output(str(out / "dead"))
-    return [] if table is None else table.to_pylist()
 
 
 def test_headerless_comma_space_file_with_categories_and_a_dropped_column(tmp_path):
     rows = adult_rows()
     path = tmp_path / "adult.data"
     write_adult(path, rows)
-    code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
+    code, out = run_train(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--columns", ADULT_COLUMNS, "--delimiter", ", ",
                     "--categorical-columns", "workclass,education", "--ignore-columns", "fnlwgt",
                     "--chunk-size", "32")
@@ -76,7 +65,7 @@ def test_headerless_columns_are_numbered_and_the_first_line_is_data(tmp_path):
     rows = [(y, a, h) for a, _, _, _, h, y in adult_rows(50)]
     path = tmp_path / "numbers.txt"
     write_adult(path, rows)
-    code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
+    code, out = run_train(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--label-column", "0", "--delimiter", ", ")
     assert code == 0
     predictions = read_output(str(out / "pred"))
@@ -109,7 +98,7 @@ def test_comma_space_fast_path_equals_the_per_line_path(tmp_path):
 def test_values_are_stripped_with_a_one_character_delimiter(tmp_path):
     path = tmp_path / "spaced.csv"
     path.write_text("label , colour,  size\n1, red , 2\n-1,  blue,3 \n1,red,  4\n")
-    code, out = run(tmp_path, "--input", str(path), "--categorical-columns", "colour")
+    code, out = run_train(tmp_path, "--input", str(path), "--categorical-columns", "colour")
     assert code == 0
     assert read_output(str(out / "pred")).num_rows == 3
     assert feature_names(out) == {"constant", "colour=red", "colour=blue", "size"}
@@ -123,13 +112,13 @@ def test_unquoted_glob_gives_every_file(tmp_path):
                                                for i in range(10)))
         paths.append(str(path))
     # the shell expanded `--input dir/*.csv`; Beam options still pass through after them
-    code, out = run(tmp_path, "--input", *paths, "--direct_num_workers", "1")
+    code, out = run_train(tmp_path, "--input", *paths, "--direct_num_workers", "1")
     assert code == 0
     predictions = read_output(str(out / "pred"))
     assert predictions.num_rows == 30
     assert set(predictions.column("source").to_pylist()) == {os.path.realpath(p) for p in paths}
     # and --input stays repeatable
-    code, out = run(tmp_path, "--input", *paths[:2], "--input", paths[2], out="again")
+    code, out = run_train(tmp_path, "--input", *paths[:2], "--input", paths[2], out="again")
     assert code == 0
     assert read_output(str(out / "pred")).num_rows == 30
 
@@ -144,7 +133,7 @@ def test_an_unknown_option_or_argument_is_an_error(tmp_path, capsys, extra, name
     path = tmp_path / "data.csv"
     path.write_text("label,x\n1,2\n")
     with pytest.raises(SystemExit) as exc:
-        run(tmp_path, *extra[:1], "--input", str(path), *extra[1:])
+        run_train(tmp_path, *extra[:1], "--input", str(path), *extra[1:])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err and err.startswith("unitless: error:")
@@ -158,7 +147,7 @@ def test_flinks_own_checkpointing_is_refused_with_the_reason(tmp_path, capsys, r
     path = tmp_path / "data.csv"
     path.write_text("label,x\n1,2\n")
     with pytest.raises(SystemExit) as exc:
-        run(tmp_path, "--input", str(path), *runner, "--checkpointing_interval=1000")
+        run_train(tmp_path, "--input", str(path), *runner, "--checkpointing_interval=1000")
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(
@@ -181,11 +170,11 @@ def test_beam_options_pass_through():
 def test_any_extension_with_format_and_an_unknown_one_without(tmp_path, capsys):
     path = tmp_path / "adult.data"
     write_adult(path, [(y, a) for a, *_, y in adult_rows(20)], delimiter=",")
-    code, out = run(tmp_path, "--input", str(path), "--no-header", "--label-column", "0")
+    code, out = run_train(tmp_path, "--input", str(path), "--no-header", "--label-column", "0")
     assert code == 2
     err = capsys.readouterr().err
     assert str(path) in err and "--format" in err
-    code, out = run(tmp_path, "--input", str(path), "--no-header", "--label-column", "0",
+    code, out = run_train(tmp_path, "--input", str(path), "--no-header", "--label-column", "0",
                     "--format", "csv")
     assert code == 0
     assert read_output(str(out / "pred")).num_rows == 20
@@ -197,7 +186,7 @@ def test_a_bom_is_not_part_of_the_first_column_name(tmp_path):
     text = "label,age,hours\n" + "".join(",".join(map(str, r)) + "\n" for r in rows)
     with gzip.open(path, "wb") as f:
         f.write(b"\xef\xbb\xbf" + text.encode())
-    code, out = run(tmp_path, "--input", str(path))
+    code, out = run_train(tmp_path, "--input", str(path))
     assert code == 0
     assert read_output(str(out / "pred")).num_rows == len(rows)
     assert feature_names(out) == {"constant", "age", "hours"}
@@ -223,7 +212,7 @@ def test_bad_rows_of_a_headerless_file_keep_their_bytes(tmp_path):
     lines[7] = b"40, Private, 1, HS-grad, abc, 1\n"  # not a number
     lines[9] = b"41, Priv\xffate, 1, HS-grad, 3, 1\n"  # not UTF-8
     path.write_bytes(b"".join(lines))
-    code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
+    code, out = run_train(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--columns", ADULT_COLUMNS, "--delimiter", ", ",
                     "--categorical-columns", "workclass,education", "--ignore-columns", "fnlwgt")
     assert code == 0
@@ -238,9 +227,9 @@ def test_bad_rows_of_a_headerless_file_keep_their_bytes(tmp_path):
 def test_ignore_columns_must_name_columns_and_not_the_label(tmp_path, capsys):
     path = tmp_path / "data.csv"
     path.write_text("label,x,y\n1,2,3\n")
-    code, _ = run(tmp_path, "--input", str(path), "--ignore-columns", "z")
+    code, _ = run_train(tmp_path, "--input", str(path), "--ignore-columns", "z")
     assert code == 2 and "--ignore-columns z" in capsys.readouterr().err
-    code, _ = run(tmp_path, "--input", str(path), "--ignore-columns", "label")
+    code, _ = run_train(tmp_path, "--input", str(path), "--ignore-columns", "label")
     assert code == 2 and "label" in capsys.readouterr().err
 
 
@@ -248,14 +237,14 @@ def test_jsonl_ignore_columns(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("".join(json.dumps({"label": 1 if i % 2 else -1, "x": i, "junk": "a"}) + "\n"
                             for i in range(10)))
-    code, out = run(tmp_path, "--input", str(path), "--ignore-columns", "junk")
+    code, out = run_train(tmp_path, "--input", str(path), "--ignore-columns", "junk")
     assert code == 0
     assert feature_names(out) == {"constant", "x"}
 
 
 def test_a_bad_value_of_a_beam_option_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        run(tmp_path, "--input", "a.csv", "--direct_num_workers", "abc")
+        run_train(tmp_path, "--input", "a.csv", "--direct_num_workers", "abc")
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--direct_num_workers" in err
@@ -264,9 +253,9 @@ def test_a_bad_value_of_a_beam_option_is_one_line(tmp_path, capsys):
 def test_columns_rename_a_header(tmp_path, capsys):
     path = tmp_path / "data.csv"
     path.write_text("y,a,b\n1,2,3\n-1,4,5\n")
-    code, out = run(tmp_path, "--input", str(path), "--columns", "label,x,z")
+    code, out = run_train(tmp_path, "--input", str(path), "--columns", "label,x,z")
     assert code == 0
     assert feature_names(out) == {"constant", "x", "z"}
     capsys.readouterr()
-    code, _ = run(tmp_path, "--input", str(path), "--columns", "label,x", out="two")
+    code, _ = run_train(tmp_path, "--input", str(path), "--columns", "label,x", out="two")
     assert code == 2 and "--columns names 2 columns" in capsys.readouterr().err

@@ -13,7 +13,8 @@ from unitless.store import join as label_join
 
 from tests.commands import train
 from tests.runners import runner_args
-from tests.test_order import KEYS, final_models
+from tests.killing import final_models
+from tests.test_order import KEYS
 
 N = 600
 # the options of every run here: ids to join by, a model per key, small blocks, two groups
@@ -76,7 +77,8 @@ def assert_joined(joined, plain, label_sources, bad):
     label order (``plain``): its models bit for bit, its learned predictions those of the plain
     run; every example served once, each labeled one learned once from ``label_sources``; the
     dead letters exactly ``bad`` ({reason: count})."""
-    got, want = final_models(str(joined / "models")), final_models(str(plain / "models"))
+    got = final_models(KEYS, joined / "models")
+    want = final_models(KEYS, plain / "models")
     for key in KEYS:
         assert got[key][0].equals(want[key][0])
         assert got[key][1] == want[key][1]
@@ -132,7 +134,7 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
         f.writelines(f"{line},-1\n" for line in never)
     joined = train(tmp_path / "joined", "--input", features, *JOINED, "--labels", str(labels),
                    "--expired-label", "-1")
-    got, want = final_models(str(joined / "models")), final_models(str(
+    got, want = final_models(KEYS, joined / "models"), final_models(KEYS, str(
         train(tmp_path / "plain", "--input", reference, *JOINED) / "models"))
     for key in KEYS:
         assert got[key][0].equals(want[key][0]) and got[key][1] == want[key][1]
@@ -311,11 +313,11 @@ def test_a_join_resumed_after_its_end_learns_and_refuses_nothing_again(tmp_path)
     features, labels, _, _ = write_join(tmp_path, "features.csv")
     more = ("--labels", str(labels), "--checkpoint-every", "50")
     joined = train(tmp_path / "joined", "--input", features, *JOINED, *more)
-    before = final_models(str(joined / "models"))
+    before = final_models(KEYS, joined / "models")
     predictions = read_output(str(joined / "pred")).num_rows
     dead = read_output(str(joined / "dead")).num_rows
     train(tmp_path / "joined", "--input", features, *JOINED, *more, "--resume")
-    after = final_models(str(joined / "models"))
+    after = final_models(KEYS, joined / "models")
     for key in KEYS:
         assert after[key][0].equals(before[key][0]) and after[key][1:] == before[key][1:]
     assert read_output(str(joined / "pred")).num_rows == predictions

@@ -22,9 +22,8 @@ from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_ta
                                          _one_flat_object_per_line, parse_csv, parse_jsonl,
                                          parse_vw)
 from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
-from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
-from tests.commands import train
+from tests.commands import latest_models, train
 
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = b"id,segment,label,f1,f2,f3,f4"
@@ -613,11 +612,6 @@ def reading(fmt):
             *(["--model-key-column", "segment", "--id-column", "id"] if keyed else [])]
 
 
-def models(out):
-    keys = model_keys(str(out / "models"))
-    return {k: read_checkpoint(latest_checkpoint(str(out / "models"), k)) for k in keys}
-
-
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "vw", "libsvm", "parquet"])
 def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
     """Hostile records are dead letters, byte for byte; good ones are learned, those without a
@@ -643,8 +637,8 @@ def test_fuzz_the_pipeline_learns_only_the_good_records(tmp_path, fmt):
     assert sorted((p["position"], p["served"]) for p in predicted) == sorted(
         [(p, False) for p in good_at] + [(p, True) for p in served_at])
 
-    alone = models(train(tmp_path / "good-run", "--input", only_good, *reading(fmt)))
-    learned = models(out)
+    alone = latest_models(train(tmp_path / "good-run", "--input", only_good, *reading(fmt)))
+    learned = latest_models(out)
     assert set(learned) == set(alone) and learned
     for key, table in learned.items():
         want = alone[key]

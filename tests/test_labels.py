@@ -14,19 +14,9 @@ from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_j
 from unitless.store.models import load_latest
 from unitless.store.keyed_model import KeyedModel
 
+from tests.commands import dead_letters, run_train
+
 IRIS = ["setosa", "versicolor", "virginica"]
-
-
-def run(tmp_path, *args, out="out"):
-    out = tmp_path / out
-    code = main(["train", "--predictions", str(out / "pred"), "--model-dir", str(out / "models"),
-                 "--dead-letter", str(out / "dead"), *args])
-    return code, out
-
-
-def dead_letters(out):
-    table = read_output(str(out / "dead"))
-    return [] if table is None else table.to_pylist()
 
 
 def n_classes(out, key=""):
@@ -68,7 +58,7 @@ def test_named_classes_map_to_one_based_classes(tmp_path, fmt):
         path = tmp_path / "iris.parquet"
         pq.write_table(pa.table({"a": [r[0] for r in rows], "b": [r[1] for r in rows],
                                  "species": [r[2] for r in rows]}), path)
-    code, out = run(tmp_path, "--input", str(path), "--label-column", "species",
+    code, out = run_train(tmp_path, "--input", str(path), "--label-column", "species",
                     "--classes", ",".join(IRIS), "--chunk-size", "64")
     assert code == 0
     assert n_classes(out) == 3
@@ -87,7 +77,7 @@ def test_a_label_outside_the_named_classes_is_a_dead_letter(tmp_path):
                              for a, b, s in rows))
     reason = "label 'daisy' is not one of the classes setosa, versicolor, virginica"
     for path, name in ((path, "csv"), (jpath, "json")):
-        code, out = run(tmp_path, "--input", str(path), "--label-column", "species",
+        code, out = run_train(tmp_path, "--input", str(path), "--label-column", "species",
                         "--classes", ",".join(IRIS), out=name)
         assert code == 0
         dead = dead_letters(out)
@@ -103,7 +93,7 @@ def test_positive_label_with_labels_1_and_2(tmp_path):
         lines.append(f"{y} 1:{rng.normal(y * 2 - 3, 0.3):.3f} 2:{rng.normal(0, 1):.3f}")
     path = tmp_path / "data.libsvm"
     path.write_text("\n".join(lines) + "\n")
-    code, out = run(tmp_path, "--input", str(path), "--positive-label", "2")
+    code, out = run_train(tmp_path, "--input", str(path), "--positive-label", "2")
     assert code == 0
     labels = predictions(out).column("label").to_numpy()
     assert (labels == 1).sum() == 200 and (labels == -1).sum() == 200
@@ -121,7 +111,7 @@ def test_positive_label_in_csv_fast_and_per_line_paths_and_vw(tmp_path):
     vw.write_text("".join(f"{y} |f x:{x}\n" for x, y in rows))
     want = [1.0 if y == ">50K" else -1.0 for _, y in rows]
     for p, name in ((path, "fast"), (quoted, "lines"), (vw, "vw")):
-        code, out = run(tmp_path, "--input", str(p), "--label-column", "income",
+        code, out = run_train(tmp_path, "--input", str(p), "--label-column", "income",
                         "--positive-label", ">50K", out=name)
         assert code == 0
         assert predictions(out).column("label").to_pylist() == want
@@ -132,7 +122,7 @@ def test_true_false_labels_without_a_mapping(tmp_path):
     path = tmp_path / "tf.csv"
     path.write_text("x,label\n" + "".join(f"{i % 5},{'true' if i % 2 else 'false'}\n"
                                           for i in range(40)))
-    code, out = run(tmp_path, "--input", str(path))
+    code, out = run_train(tmp_path, "--input", str(path))
     assert code == 0
     assert predictions(out).column("label").to_pylist() == [1.0 if i % 2 else -1.0
                                                             for i in range(40)]
@@ -142,7 +132,7 @@ def test_missing_labels_stay_missing_with_a_mapping(tmp_path):
     """A record without a label is served, not mapped to the negative class."""
     path = tmp_path / "m.csv"
     path.write_text("x,y\n1,yes\n2,\n3,no\n")
-    code, out = run(tmp_path, "--input", str(path), "--label-column", "y",
+    code, out = run_train(tmp_path, "--input", str(path), "--label-column", "y",
                     "--positive-label", "yes")
     assert code == 0 and dead_letters(out) == []
     rows = read_output(str(out / "pred")).to_pylist()
@@ -167,7 +157,7 @@ def test_score_maps_named_labels_alike(tmp_path):
     rows = iris_rows(150)
     path = tmp_path / "iris.csv"
     write_csv(path, rows)
-    code, out = run(tmp_path, "--input", str(path), "--label-column", "species",
+    code, out = run_train(tmp_path, "--input", str(path), "--label-column", "species",
                     "--classes", ",".join(IRIS))
     assert code == 0
     unlabeled = tmp_path / "new.csv"
@@ -186,9 +176,9 @@ def test_score_maps_named_labels_alike(tmp_path):
 def test_bad_classes_and_positive_label_settings(tmp_path, capsys):
     path = tmp_path / "iris.csv"
     write_csv(path, iris_rows(10))
-    assert run(tmp_path, "--input", str(path), "--label-column", "species",
+    assert run_train(tmp_path, "--input", str(path), "--label-column", "species",
                "--classes", "a,a")[0] == 2
-    assert run(tmp_path, "--input", str(path), "--label-column", "species",
+    assert run_train(tmp_path, "--input", str(path), "--label-column", "species",
                "--classes", "3", "--positive-label", "setosa")[0] == 2
     assert "--positive-label" in capsys.readouterr().err
 
@@ -203,7 +193,7 @@ def head(source, dest, n, gz=False):
 def test_real_letter_named_classes(tmp_path, shared_data):
     path = head(f"{shared_data}/letter/letter-recognition.data", tmp_path / "letter.data", 2000)
     letters = ",".join(chr(ord("A") + i) for i in range(26))
-    code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
+    code, out = run_train(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--label-column", "0", "--classes", letters)
     assert code == 0
     assert n_classes(out) == 26
@@ -216,7 +206,7 @@ def test_real_letter_named_classes(tmp_path, shared_data):
 def test_real_bank_marketing_yes_no(tmp_path, shared_data):
     path = head(f"{shared_data}/bank_marketing/bank-additional.csv", tmp_path / "bank.csv", 2001)
     cats = ("job,marital,education,default,housing,loan,contact,month,day_of_week,poutcome")
-    code, out = run(tmp_path, "--input", str(path), "--delimiter", ";", "--label-column", "y",
+    code, out = run_train(tmp_path, "--input", str(path), "--delimiter", ";", "--label-column", "y",
                     "--positive-label", "yes", "--categorical-columns", cats)
     assert code == 0
     labels = predictions(out).column("label").to_numpy()
@@ -227,7 +217,7 @@ def test_real_bank_marketing_yes_no(tmp_path, shared_data):
 
 def test_real_shuttle_positive_label(tmp_path, shared_data):
     path = head(f"{shared_data}/shuttle/shuttle.trn", tmp_path / "shuttle.txt", 2000)
-    code, out = run(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
+    code, out = run_train(tmp_path, "--input", str(path), "--format", "csv", "--no-header",
                     "--delimiter", " ", "--label-column", "9", "--positive-label", "1")
     assert code == 0
     want = [1.0 if line.split()[-1] == "1" else -1.0 for line in path.read_text().splitlines()]

@@ -11,8 +11,8 @@ from apache_beam.utils.timestamp import Timestamp
 
 from unitless.pipelines.config import configure
 
-from tests.test_order import (KEYS, assert_same_models, command_run, partition_blocks,
-                              stream_run)
+from tests.test_order import (KEYS, assert_beam_models_are_cli_models, command_run,
+                              partition_blocks, stream_run)
 
 BLOCK = 25
 
@@ -53,7 +53,7 @@ def test_an_idle_model_leaves_state_and_returns_bit_for_bit(tmp_path):
                              model_ttl="3s")
     assert len(got) == len(expected) == 300
     assert got == expected  # every example once, in order, by the same model: bit-identical
-    assert_same_models(tmp_path)
+    assert_beam_models_are_cli_models(tmp_path)
     # (all models may also leave at the end of the input, as the watermark passes every timer)
     assert counter(result, "models_evicted") >= 1
     assert counter(result, "models_returned") == 1

@@ -2,7 +2,6 @@
 delivers its blocks (Beam promises no order after the shuffle; Flink's batch mode reverses and
 interleaves them). Blocks fed to Learn shuffled, reversed and from two files interleaved give
 the predictions and checkpoints of the command's in-order run, and nothing is skipped."""
-import json
 import random
 
 import apache_beam as beam
@@ -13,10 +12,11 @@ from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
-from unitless.store.models import checkpoint_history, latest_checkpoint, read_checkpoint
+from unitless.store.models import checkpoint_history
 from unitless.pipelines.config import configure
 from unitless.pipelines.accounting import Tally
 
+from tests.killing import final_models
 from tests.runners import RUNNERS, pipeline
 
 KEYS = [f"k{i}" for i in range(5)]
@@ -30,15 +30,6 @@ def write_examples(path, n, seed):
             a, b = rng.normal() * 1e3, rng.normal() * 1e-2
             label = 1 if a / 1e3 + b / 1e-2 + rng.normal() > 0 else -1
             f.write(f"{path.stem}-{i},{KEYS[rng.integers(len(KEYS))]},{a},{b},{label}\n")
-
-
-def final_models(models):
-    out = {}
-    for key in KEYS:
-        table = read_checkpoint(latest_checkpoint(models, key))
-        meta = json.loads(table.schema.metadata[b"unitless"])
-        out[key] = (table.drop_columns(["name"]), meta["examples_seen"], meta["input_positions"])
-    return out
 
 
 def learned(directory):
@@ -57,10 +48,10 @@ def command_run(tmp_path, paths, chunk_size):
     return learned(tmp_path / "cli" / "p")
 
 
-def assert_same_models(tmp_path):
+def assert_beam_models_are_cli_models(tmp_path):
     """The final models under tmp_path/beam and tmp_path/cli are the same, bit for bit."""
-    beam_models = final_models(str(tmp_path / "beam" / "models"))
-    cli_models = final_models(str(tmp_path / "cli" / "models"))
+    beam_models = final_models(KEYS, tmp_path / "beam" / "models")
+    cli_models = final_models(KEYS, tmp_path / "cli" / "models")
     for key in KEYS:
         assert beam_models[key][0].equals(cli_models[key][0])
         assert beam_models[key][1:] == cli_models[key][1:]
@@ -120,7 +111,7 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
     got = learned(tmp_path / "beam" / "p")
     assert len(got) == len(expected) == 3000
     assert got == expected  # every example, learned in the same order: bit-identical
-    assert_same_models(tmp_path)
+    assert_beam_models_are_cli_models(tmp_path)
 
 
 @pytest.mark.parametrize("disorder", ["none", "reversed", "shuffled"])
@@ -153,7 +144,7 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     result = p.run()
     result.wait_until_finish()
     assert len(expected) == 1500 and learned(tmp_path / "beam" / "p") == expected
-    assert_same_models(tmp_path)
+    assert_beam_models_are_cli_models(tmp_path)
     on_arrival = result.metrics().query(MetricsFilter().with_name("blocks_learned_on_arrival"))
     learned_on_arrival = sum(c.committed or 0 for c in on_arrival["counters"])
     if disorder == "none":

@@ -9,11 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.commands import train
+from tests.commands import latest_models, train
 from tests.runners import RUNNERS, runner_args
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import parse_csv
-from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 from unitless.pipelines.config import configure
 
 KEYS = ("a", "b", "c", "d")
@@ -45,11 +44,6 @@ def write_examples(path, twins):
 # the options of every run here
 SERVING = ("--id-column", "id", "--model-key-column", "segment", "--algorithm", "scinol2",
            "--chunk-size", "64")
-
-
-def models(out):
-    keys = model_keys(str(out / "models"))
-    return {k: read_checkpoint(latest_checkpoint(str(out / "models"), k)) for k in keys}
 
 
 def assert_same_models(got, want):
@@ -86,8 +80,8 @@ def test_a_served_example_is_predicted_as_its_labeled_twin_right_after_it(
     labeled = tmp_path / "labeled.csv"
     labeled.write_text("".join(line + "\n" for line in data.read_text().splitlines()
                                if ",," not in line))
-    assert_same_models(models(out), models(train(tmp_path / "labeled", "--input", labeled,
-                                                 *SERVING)))
+    assert_same_models(latest_models(out), latest_models(
+        train(tmp_path / "labeled", "--input", labeled, *SERVING)))
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -108,8 +102,8 @@ def test_served_examples_leave_the_models_of_the_labeled_records_alone(tmp_path,
     labeled = tmp_path / "labeled.csv"
     labeled.write_text("".join(line + "\n" for line in data.read_text().splitlines()
                                if ",," not in line))
-    assert_same_models(models(out), models(train(tmp_path / "labeled", "--input", labeled,
-                                                 *SERVING)))
+    assert_same_models(latest_models(out), latest_models(
+        train(tmp_path / "labeled", "--input", labeled, *SERVING)))
 
 
 def test_a_record_without_a_label_is_a_dead_letter_with_shards(tmp_path):

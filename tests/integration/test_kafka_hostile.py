@@ -13,9 +13,9 @@ import pytest
 from kafka import KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send, train  # noqa: E402
+from tests.commands import create_topics, latest_models, send, train  # noqa: E402
 from tests.test_hostile_records import (HEADER, MAX_REASON, good_rows, hostile,  # noqa: E402
-                                        models, text_record, unlabeled_record)
+                                        text_record, unlabeled_record)
 from unitless.connectors.files import read_output  # noqa: E402
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
@@ -132,9 +132,9 @@ def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     assert sorted((r["source"], r["position"], r["served"]) for r in predicted.to_pylist()) == \
         sorted((*place, kind == "served") for place, kind in kinds.items())
 
-    alone = models(train(tmp_path / "good", *options(bootstrap, good_topic, fmt)))
+    alone = latest_models(train(tmp_path / "good", *options(bootstrap, good_topic, fmt)))
     assert consume(bootstrap, f"{good_topic}-dead", 1, timeout=3) == []
-    learned = models(out)
+    learned = latest_models(out)
     assert set(learned) == set(alone) and learned
     for key, table in learned.items():
         assert table.drop_columns(["name"]).equals(alone[key].drop_columns(["name"])), key

@@ -17,7 +17,8 @@ from tests.integration.test_kafka_streaming import seen, streaming, wait_for
 from tests.killing import kill_group
 from tests.runners import prism_args, runner_args
 from tests.test_delayed_outcomes import JOINED, assert_joined, write_join
-from tests.test_order import KEYS, final_models
+from tests.killing import final_models
+from tests.test_order import KEYS
 
 
 def rows_of(path, fields):
@@ -167,7 +168,7 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
     train(out, "--input", inputs[0], "--labels", inputs[1], "--label-wait", f"{WAIT:g}s",
           "--expired-label", "-1", "--format", "jsonl", *JOINED,
           *(["--time-column", "ts"] if times != "kafka" else []), *runner_args)
-    got, want = final_models(str(out / "models")), final_models(str(train(
+    got, want = final_models(KEYS, str(out / "models")), final_models(KEYS, str(train(
         tmp_path / "plain", "--input", plain, *JOINED, "--format", "jsonl") / "models"))
     for key in KEYS:
         assert got[key][0].equals(want[key][0])
@@ -222,7 +223,7 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
     prefix = tmp_path / "prefix.jsonl"
     prefix.write_text("".join(json.dumps(r) + "\n" for k, (learned, _) in zip(KEYS, counts)
                               for r in mine[k][:learned]))
-    got, want = final_models(str(models)), final_models(str(train(
+    got, want = final_models(KEYS, str(models)), final_models(KEYS, str(train(
         tmp_path / "plain", "--input", prefix, *JOINED, "--format", "jsonl") / "models"))
     for k, (learned, _) in zip(KEYS, counts):
         assert learned >= 0.8 * len(mine[k])  # (only the last few seconds' examples wait)
