@@ -16,7 +16,7 @@ from unitless.store.models import latest_checkpoint, read_checkpoint
 from tests.runners import RUNNERS, pipeline
 
 
-def records(n=300, seed=0):
+def priced_records(n=300, seed=0):
     """Dicts of two model keys whose features differ in scale by 10^6."""
     rng = np.random.default_rng(seed)
     out = []
@@ -44,7 +44,7 @@ def run_cli(tmp_path, rows):
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_learn_on_dicts_gives_the_commands_predictions(tmp_path, runner):
-    rows = records()
+    rows = priced_records()
     expected = by_key_and_count(run_cli(tmp_path, rows))
     learn = Learn(algorithm="scinol2", model_key_column="region", id_column="id",
                   model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None)
@@ -99,7 +99,7 @@ def test_learn_takes_beam_rows_and_refuses_bad_records_to_dead_letters(tmp_path,
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_read_examples_learn_score_and_write_in_one_users_pipeline(tmp_path, runner):
-    rows = records(200, seed=1)
+    rows = priced_records(200, seed=1)
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
     learn = Learn(algorithm="nag", model_key_column="region", model_dir=str(tmp_path / "m"),
@@ -150,7 +150,7 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     from apache_beam.metrics.metric import MetricsFilter
 
     from unitless.connectors.records import ExampleBlock
-    rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(records(600))]
+    rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(priced_records(600))]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     runs = {}

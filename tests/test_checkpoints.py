@@ -14,28 +14,21 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors import storage
-from unitless.learner import dense_batch, from_arrow, learn, new_state, read_metadata
+from unitless.learner import from_arrow, new_state, read_metadata
 from unitless.learner.state import METADATA_KEY, TableRows
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
-                                    load_checkpoint, load_latest, model_keys, read_checkpoint,
-                                    write_checkpoint, write_checkpoints)
+                                    load_latest, model_keys, read_checkpoint, write_checkpoint,
+                                    write_checkpoints)
 from unitless.store.resume import resume_offsets
 from unitless.pipelines.inspect import summary
 from unitless.store.keyed_model import KeyedModel
 from unitless.store import models as stored
 
+from tests.states import trained_state
+
 HOSTILE_KEYS = ["..", ".", "", "_default", "/", "a/b", "x" * 10_000, "€" * 30]
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-%ABCDEF")
-
-
-def trained_state(algorithm="nag", n=60, dim=6, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, dim - 1)) * 10.0 ** rng.integers(-2, 3, size=dim - 1)
-    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    state = new_state(algorithm, dim, "logistic")
-    learn(state, dense_batch(X, y))
-    return state
 
 
 def model_table(key, algorithm="nag", n=60, seed=0):

@@ -16,7 +16,7 @@ from unitless.pipelines.summary import model_lines
 from tests.commands import train
 
 
-def rows(n):
+def curve_rows(n):
     """Examples of three keys; every seventh without a label (served: not on the curve)."""
     return [f"e{i},{'abc'[i % 3] if i % 5 else 'a'},"
             f"{'' if i % 7 == 6 else 1 if (i * 7) % 5 < 3 else -1},"
@@ -27,13 +27,13 @@ def curve_run(out, fmt="jsonl"):
     """A run over 1,200 rows of two keys, its predictions in ``fmt``."""
     data = out / "d.csv"
     out.mkdir(parents=True, exist_ok=True)
-    data.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in rows(1200)))
+    data.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in curve_rows(1200)))
     return train(out, "--input", data, "--id-column", "id", "--model-key-column", "segment",
                  "--output-format", fmt, "--chunk-size", "100", "--checkpoint-every", "150")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def curve_out(tmp_path_factory):
     return curve_run(tmp_path_factory.mktemp("curve"))
 
 
@@ -51,15 +51,16 @@ def assert_matches_checkpoints(found, out):
         assert c["error"][-1] == pytest.approx(m.error_rate, rel=1e-9, abs=0)
 
 
-def test_the_curve_ends_at_the_checkpoints_progressive_loss_and_is_drawn(run, tmp_path, capsys):
+def test_the_curve_ends_at_the_checkpoints_progressive_loss_and_is_drawn(curve_out, tmp_path,
+                                                                         capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "out" / "curve.png"
-    assert main(["curve", str(run / "pred"), "--output", str(png)]) == 0
+    assert main(["curve", str(curve_out / "pred"), "--output", str(png)]) == 0
     out = capsys.readouterr().out.splitlines()
     data = png.read_bytes()
     assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
     assert out[-1] == f"curve: {png}"
-    for key, m in checkpointed(run).items():  # the table shows the checkpoint's figures
+    for key, m in checkpointed(curve_out).items():  # the table shows the checkpoint's figures
         line = next(line for line in out if line.startswith(repr(key)))
         _, n, last, loss, error = line.split()
         assert int(n.replace(",", "")) == int(last.replace(",", "")) == m.examples
@@ -67,8 +68,8 @@ def test_the_curve_ends_at_the_checkpoints_progressive_loss_and_is_drawn(run, tm
         assert float(error) == pytest.approx(m.error_rate, abs=1e-4)
 
 
-def test_the_curves_equal_the_checkpoints_in_every_output_format(run, tmp_path):
-    assert_matches_checkpoints(curves(read_predictions([str(run / "pred")])[0]), run)
+def test_the_curves_equal_the_checkpoints_in_every_output_format(curve_out, tmp_path):
+    assert_matches_checkpoints(curves(read_predictions([str(curve_out / "pred")])[0]), curve_out)
     for fmt in ("parquet", "csv"):
         out = curve_run(tmp_path / fmt, fmt)
         assert glob.glob(str(out / "pred" / f"part-*.{fmt}"))
@@ -76,12 +77,12 @@ def test_the_curves_equal_the_checkpoints_in_every_output_format(run, tmp_path):
 
 
 def test_duplicated_reordered_and_malformed_predictions_do_not_change_the_curves(
-        run, tmp_path, caplog):
-    before = curves(read_predictions([str(run / "pred")])[0])
-    parts = sorted(glob.glob(str(run / "pred" / "part-*.jsonl")))
+        curve_out, tmp_path, caplog):
+    before = curves(read_predictions([str(curve_out / "pred")])[0])
+    parts = sorted(glob.glob(str(curve_out / "pred" / "part-*.jsonl")))
     assert len(parts) > 1
     copy = tmp_path / "pred"
-    shutil.copytree(run / "pred", copy)
+    shutil.copytree(curve_out / "pred", copy)
     shutil.copy(parts[0], copy / "part-copy.jsonl")  # a part file delivered twice
     lines = open(parts[-1], encoding="utf-8").read().splitlines()
     (copy / "part-mixed.jsonl").write_text("\n".join(  # repeats, backwards, and garbage
@@ -99,7 +100,7 @@ def test_duplicated_reordered_and_malformed_predictions_do_not_change_the_curves
     # files named one by one give the same curves as their directory
     by_file = curves(read_predictions(parts)[0])
     assert all(np.array_equal(by_file[k]["loss"], before[k]["loss"]) for k in before)
-    assert_matches_checkpoints(after, run)
+    assert_matches_checkpoints(after, curve_out)
 
 
 def test_a_missing_path_or_no_predictions_is_one_line_and_exit_2(tmp_path, capsys):
@@ -113,9 +114,9 @@ def test_a_missing_path_or_no_predictions_is_one_line_and_exit_2(tmp_path, capsy
     assert not (tmp_path / "c.png").exists()
 
 
-def test_without_matplotlib_the_error_names_the_extra(run, tmp_path, capsys, monkeypatch):
+def test_without_matplotlib_the_error_names_the_extra(curve_out, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
-    assert main(["curve", str(run / "pred"), "--output", str(tmp_path / "c.png")]) == 2
+    assert main(["curve", str(curve_out / "pred"), "--output", str(tmp_path / "c.png")]) == 2
     captured = capsys.readouterr()
     assert "'a'" in captured.out  # the table comes first: useful without the picture
     assert captured.err.strip().splitlines() == [

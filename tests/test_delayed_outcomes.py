@@ -178,7 +178,7 @@ def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys
 
 
 
-def rows(source, *records, first=1):
+def source_block(source, *records, first=1):
     """Records (JSON lines) of ``source`` as a block, at positions ``first`` on."""
     items = [(first + i, line) for i, line in enumerate(records)]
     parsed, dead = parse_jsonl(RecordSpec(id="id", bits=10, require_label=False), source, items)
@@ -197,7 +197,7 @@ def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     """``LabelJoin`` alone: label order is kept whatever order features come in; a second
     label, a second features record and a label never served are dead letters."""
     join = label_join.LabelJoin()
-    labels = rows("labels", '{"id": "b", "label": 1}', '{"id": "a", "label": -1}',
+    labels = source_block("labels", '{"id": "b", "label": 1}', '{"id": "a", "label": -1}',
                   '{"id": "b", "label": -1}', '{"id": "z", "label": 1}', '{"id": "y"}',
                   '{"label": 1}', '{"id": "c", "label": 1}')
     joined, dead = join.labels(labels)  # (b's features have not come: all wait)
@@ -205,13 +205,13 @@ def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
         (5, label_join.NO_LABEL), (6, label_join.NO_ID)]
     # a features record that carries its own label is learned as it is: its id counts as
     # learned (its label, c's, later is a second one)
-    join.labeled("", rows("features", '{"id": "c", "label": 1, "x": 1.0}'))
-    served = rows("features", '{"id": "a", "x": 1.0}', '{"id": "a", "x": 2.0}', first=2)
+    join.labeled("", source_block("features", '{"id": "c", "label": 1, "x": 1.0}'))
+    served = source_block("features", '{"id": "a", "x": 1.0}', '{"id": "a", "x": 2.0}', first=2)
     kept, dead = join.screen("", served)
     assert kept.ids.to_pylist() == ["a"] and [d.reason for d in dead] == [
         label_join.SECOND_FEATURES]
     assert serve(join, served, kept, [[0.5]]) == ([], [])  # (behind b)
-    more = rows("features", '{"id": "b", "x": 3.0}', first=4)
+    more = source_block("features", '{"id": "b", "x": 3.0}', first=4)
     joined, dead = serve(join, more, more, [[-2.0]])
     (key, block, scores, expired), = joined
     assert key == "" and not expired
@@ -229,10 +229,10 @@ def test_a_models_labels_wait_behind_one_whose_features_have_not_come():
     assert not join.holds("")
 
 
-def timed(source, first, *records):
-    """``rows`` with record times: records (id, time, label or None)."""
-    block = rows(source, *(json.dumps({"id": i, **({} if y is None else {"label": y}), "x": 1.0})
-                           for i, _, y in records), first=first)
+def timed_block(source, first, *records):
+    """``source_block`` with record times: records (id, time, label or None)."""
+    block = source_block(source, *(json.dumps({"id": i, **({} if y is None else {"label": y}),
+                                               "x": 1.0}) for i, _, y in records), first=first)
     block.event_times = np.array([t for _, t, _ in records], dtype=np.float64)
     return block
 
@@ -280,9 +280,9 @@ def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, sn
         return [(block.ids.to_pylist(), block.labels.tolist(), expired)
                 for _, block, _, expired in joined]
 
-    assert features(timed("f/0", 1, ("a", 0, None), ("b", 1, None), ("c", 2, None),
+    assert features(timed_block("f/0", 1, ("a", 0, None), ("b", 1, None), ("c", 2, None),
                           ("d", 30, None), ("e", 31, None))) == ([], [])
-    joined, dead = join.labels(timed("l/0", 1, ("a", 5, 1), ("x", 6, 1), ("c", 13, 1),
+    joined, dead = join.labels(timed_block("l/0", 1, ("a", 5, 1), ("x", 6, 1), ("c", 13, 1),
                                      ("e", 29, -1)))
     # b and c expire as the labels' clock passes 11 and 12 (c's label at 13 is too late)
     assert learned(joined) == [(["a"], [1.0], False), (["b", "c"], [-1.0, -1.0], True),
@@ -293,8 +293,8 @@ def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, sn
     assert joined[1][1].event_times.tolist() == [11.0, 12.0]  # (when they expired)
     # labels first: g's waits for its features, and the labels behind it (d expires meanwhile,
     # at 40, and takes its place behind g's label, at 40, before h's, at 41)
-    assert join.labels(timed("l/0", 5, ("g", 40, 1), ("h", 41, 1), ("d", 55, 1))) == ([], [])
-    joined, dead = features(timed("f/0", 6, ("g", 45, None), ("h", 60, None)))
+    assert join.labels(timed_block("l/0", 5, ("g", 40, 1), ("h", 41, 1), ("d", 55, 1))) == ([], [])
+    joined, dead = features(timed_block("f/0", 6, ("g", 45, None), ("h", 60, None)))
     assert learned(joined) == [(["g"], [1.0], False), (["d"], [-1.0], True)]
     # h's features came 19 s after its label: the label expired once the features' clock
     # passed 51, and d's label came after d had expired

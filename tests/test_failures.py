@@ -17,7 +17,7 @@ KEYED = ("--id-column", "id", "--model-key-column", "segment")
 
 
 @pytest.fixture
-def data(tmp_path):
+def csv_file(tmp_path):
     path = tmp_path / "data.csv"
     with open(path, "w") as f:
         f.write("id,segment,label,x,z\n")
@@ -39,9 +39,9 @@ def examples_seen(models, key):
     return json.loads(table.schema.metadata[b"unitless"])["examples_seen"]
 
 
-def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, data, capsys):
+def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, csv_file, capsys):
     started = time.time()
-    train(tmp_path / "out", "--input", data, *KEYED, "--predictions",
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--predictions",
           "kafka://127.0.0.1:9/predictions", expect=2)
     assert time.time() - started < 30
     line = one_error_line(capsys)
@@ -51,10 +51,10 @@ def test_an_unreachable_broker_for_predictions_is_one_line(tmp_path, data, capsy
 
 
 @pytest.mark.parametrize("output", ["--predictions", "--dead-letter", "--model-dir"])
-def test_an_unwritable_output_directory_is_one_line(tmp_path, data, capsys, output):
+def test_an_unwritable_output_directory_is_one_line(tmp_path, csv_file, capsys, output):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    train(tmp_path / "out", "--input", data, *KEYED, output, str(blocker / "out"), expect=2)
+    train(tmp_path / "out", "--input", csv_file, *KEYED, output, str(blocker / "out"), expect=2)
     line = one_error_line(capsys)
     assert "Not a directory" in line and str(blocker) in line, line
 
@@ -74,9 +74,9 @@ def full_disk(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, data, capsys,
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, csv_file, capsys,
                                                                  full_disk):
-    train(tmp_path / "out", "--input", data, *KEYED, "--predictions", str(full_disk / "pred"),
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--predictions", str(full_disk / "pred"),
           "--output-format", "jsonl", expect=2)
     line = one_error_line(capsys)
     assert "No space left on device" in line and str(full_disk / "pred") in line, line
@@ -84,23 +84,23 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, data,
 
 
 def test_resume_refuses_other_settings_and_allows_a_hyperparameter_change_when_asked(
-        tmp_path, data, capsys):
-    train(tmp_path / "out", "--input", data, *KEYED, "--algorithm", "nag")
+        tmp_path, csv_file, capsys):
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--algorithm", "nag")
     capsys.readouterr()
-    train(tmp_path / "out", "--input", data, *KEYED, "--algorithm", "scinol2", "--resume",
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--algorithm", "scinol2", "--resume",
           expect=2)
     line = one_error_line(capsys)
     assert "was trained with --algorithm nag, not scinol2" in line, line
-    train(tmp_path / "out", "--input", data, *KEYED, "--bits", "20", "--resume", expect=2)
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--bits", "20", "--resume", expect=2)
     assert "--bits 18, not 20" in one_error_line(capsys)
-    train(tmp_path / "out", "--input", data, *KEYED, "--loss", "hinge", "--resume", expect=2)
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--loss", "hinge", "--resume", expect=2)
     assert "--loss logistic, not hinge" in one_error_line(capsys)
-    train(tmp_path / "out", "--input", data, *KEYED, "--learning-rate", "0.1", "--resume",
+    train(tmp_path / "out", "--input", csv_file, *KEYED, "--learning-rate", "0.1", "--resume",
           expect=2)
     line = one_error_line(capsys)
     assert "--learning-rate 0.5, not 0.1" in line and "--allow-hyperparameter-change" in line
     more = tmp_path / "more.csv"
-    more.write_text(data.read_text().replace("\ne", "\nmore-e"))  # new examples, new ids
+    more.write_text(csv_file.read_text().replace("\ne", "\nmore-e"))  # new examples, new ids
     train(tmp_path / "out", "--input", more, *KEYED, "--learning-rate", "0.1", "--resume",
           "--allow-hyperparameter-change")
     assert examples_seen(tmp_path / "out" / "models", "a") == ROWS
@@ -109,9 +109,9 @@ def test_resume_refuses_other_settings_and_allows_a_hyperparameter_change_when_a
         "learning_rate": 0.1}
 
 
-def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, data):
-    os.symlink(data, tmp_path / "link.csv")
-    train(tmp_path / "out", "--input", data, *KEYED)
+def test_the_same_file_by_another_name_is_not_learned_twice(tmp_path, csv_file):
+    os.symlink(csv_file, tmp_path / "link.csv")
+    train(tmp_path / "out", "--input", csv_file, *KEYED)
     models = tmp_path / "out" / "models"
     before = {k: examples_seen(models, k) for k in "ab"}
     assert before == {"a": ROWS // 2, "b": ROWS // 2}

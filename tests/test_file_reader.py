@@ -15,18 +15,18 @@ SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = "id,segment,label,f1,f2"
 
 
-def rows(n):
+def gappy_rows(n):
     rng = np.random.default_rng(3)
     return [f"e{i},{'ab'[i % 2]},{rng.choice([-1, 1])},{rng.normal() * 1e3!r},"
             f"{'' if i % 5 == 0 else repr(rng.normal() * 1e-3)}" for i in range(n)]
 
 
-def blocks(path, **kwargs):
+def read_blocks(path, **kwargs):
     out = list(read_file(str(path), "csv", SPEC, **kwargs))
     return [b for b, _ in out], [d for _, ds in out for d in ds]
 
 
-def per_line(path):
+def parse_per_line(path):
     """The careful per-line parser over the same lines: (line number, block)."""
     lines = path.read_bytes().decode().replace("\r\n", "\n").split("\n")
     items = [(i + 1, t) for i, t in enumerate(lines) if i > 0 and t.strip()]
@@ -78,9 +78,9 @@ def test_buffers_are_runs_of_whole_lines_that_add_up_to_the_file(monkeypatch):
 @pytest.mark.parametrize("buffer_bytes", [64, 1000, 1 << 20])
 def test_whole_buffer_csv_equals_the_per_line_parser(tmp_path, ending, buffer_bytes):
     path = tmp_path / "data.csv"
-    path.write_bytes((ending.join([HEADER, *rows(300)])).encode())  # no final newline
-    got, dead = blocks(path, chunk_size=64, buffer_bytes=buffer_bytes)
-    want, want_dead = per_line(path)
+    path.write_bytes((ending.join([HEADER, *gappy_rows(300)])).encode())  # no final newline
+    got, dead = read_blocks(path, chunk_size=64, buffer_bytes=buffer_bytes)
+    want, want_dead = parse_per_line(path)
     assert dead == want_dead == []
     assert max(len(b) for b in got) <= 64
     assert all(isinstance(b.raw, TextLines) for b in got)  # every buffer was parsed whole
@@ -88,21 +88,21 @@ def test_whole_buffer_csv_equals_the_per_line_parser(tmp_path, ending, buffer_by
 
 
 def test_blank_lines_and_quotes_keep_line_numbers(tmp_path):
-    lines = [HEADER, *rows(40)]
+    lines = [HEADER, *gappy_rows(40)]
     lines[7] = ""
     lines[12] = '"e11",b,1,2.5,"3"'
     lines[30] = "   "
     path = tmp_path / "data.csv"
     path.write_text("\n".join(lines) + "\n\n")
-    got, dead = blocks(path, chunk_size=16, buffer_bytes=200)
-    want, _ = per_line(path)
+    got, dead = read_blocks(path, chunk_size=16, buffer_bytes=200)
+    want, _ = parse_per_line(path)
     same_examples(got, want)
     assert not all(isinstance(b.raw, TextLines) for b in got)
     assert 8 not in want.positions and 13 in want.positions and 31 not in want.positions
 
 
 def test_rows_refused_where_they_are_read_keep_their_raw_line(tmp_path):
-    lines = [HEADER, *rows(50)]
+    lines = [HEADER, *gappy_rows(50)]
     lines[10] = "e9,b,1,nan,2"   # parses as numbers; the learner refuses it
     lines[20] = "e19,a,3,1,2"     # not a logistic label
     path = tmp_path / "data.csv"

@@ -12,25 +12,22 @@ import pyarrow.dataset as ds
 import pytest
 
 from unitless.cli import main
-from unitless.learner import dense_batch, learn, new_state, read_metadata
+from unitless.learner import read_metadata
 from unitless.store import by_group, models, per_key
 from unitless.store.by_group import GroupWriter, group_dir, group_key, group_keys, taken
 from unitless.store.checkpoint_file import seal
 from unitless.store.keyed_model import KeyedModel
 
+from tests.states import trained_state
+
 GROUPS = 4
 
 
-def trained(key, n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 5)) * 10.0 ** rng.integers(-2, 3, size=5)
-    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    state = new_state("nag", 8, "logistic")
-    learn(state, dense_batch(X, y))
-    return KeyedModel(key, state)
+def trained_model(key, n=60, seed=0):
+    return KeyedModel(key, trained_state("nag", n, seed=seed))
 
 
-def write(writer, *models_):
+def write_groups(writer, *models_):
     by_group = {}
     for model in models_:
         by_group.setdefault(group_key(model.key, GROUPS), []).append(
@@ -38,7 +35,7 @@ def write(writer, *models_):
     return writer.write(by_group)
 
 
-def files(model_dir, key):
+def group_files(model_dir, key):
     return sorted(os.listdir(group_dir(model_dir, GROUPS, group_key(key, GROUPS))))
 
 
@@ -68,8 +65,8 @@ def test_a_model_keys_group_is_the_same_computed_alone_or_for_an_array_at_once()
 def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_path):
     model_dir = str(tmp_path / "models")
     keys = [f"customer-{i}" for i in range(40)] + ["", "a/b", "..", "€" * 30]
-    trained_models = [trained(key, seed=i) for i, key in enumerate(keys)]
-    write(GroupWriter(model_dir, GROUPS), *trained_models)
+    trained_models = [trained_model(key, seed=i) for i, key in enumerate(keys)]
+    write_groups(GroupWriter(model_dir, GROUPS), *trained_models)
     assert sorted(os.listdir(os.path.join(model_dir, "groups", str(GROUPS)))) == sorted(
         {per_key.key_dir_name(group_key(k, GROUPS)) for k in keys})
     for directory in os.listdir(os.path.join(model_dir, "groups", str(GROUPS))):
@@ -87,13 +84,13 @@ def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):
     model_dir = str(tmp_path / "models")
     writer = GroupWriter(model_dir, GROUPS, keep=2)
     together = [k for k in map(str, range(40)) if group_key(k, GROUPS) == group_key("0", GROUPS)]
-    moving, still = [trained(k, seed=i) for i, k in enumerate(together[:2])]
-    write(writer, moving, still)
+    moving, still = [trained_model(k, seed=i) for i, k in enumerate(together[:2])]
+    write_groups(writer, moving, still)
     first = models.latest_checkpoint(model_dir, still.key)
     for _ in range(5):
         moving.state.examples_seen += 1
-        write(writer, moving)
-    names = files(model_dir, "0")
+        write_groups(writer, moving)
+    names = group_files(model_dir, "0")
     assert sum(n.startswith("manifest-") for n in names) == 2
     # the parts the two kept manifests name: the first (the unchanged model) and the last two
     assert sum(n.startswith("part-") for n in names) == 3
@@ -110,8 +107,8 @@ def test_the_summary_reads_the_manifests_figures_or_else_the_parts(tmp_path, mon
     model_dir = str(tmp_path / "models")
     writer = GroupWriter(model_dir, GROUPS)
     keys = [f"m{i}" for i in range(12)]
-    write(writer, *(trained(key, seed=i) for i, key in enumerate(keys)))
-    write(writer, trained("m3", n=90, seed=50))
+    write_groups(writer, *(trained_model(key, seed=i) for i, key in enumerate(keys)))
+    write_groups(writer, trained_model("m3", n=90, seed=50))
 
     def figures(listed):
         return [(key, where, {f: meta[f] for f in ("examples_seen",) + by_group.FIGURES})
@@ -149,11 +146,11 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
                                                                        damage):
     model_dir = str(tmp_path / "models")
     writer = GroupWriter(model_dir, GROUPS)
-    model = trained("k")
-    write(writer, model)
+    model = trained_model("k")
+    write_groups(writer, model)
     before = models.load_latest(model_dir, "k")[1]
     model.state.examples_seen += 7
-    where = write(writer, model)["k"]
+    where = write_groups(writer, model)["k"]
     part = where.rpartition("#")[0]
     data = open(part, "rb").read()
     if damage == "gone":
@@ -174,8 +171,8 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
 def test_an_unreadable_newest_manifest_falls_back_to_the_one_before(tmp_path, caplog, damage):
     model_dir = str(tmp_path / "models")
     writer = GroupWriter(model_dir, GROUPS)
-    model = trained("k")
-    write(writer, model)
+    model = trained_model("k")
+    write_groups(writer, model)
     before = models.load_latest(model_dir, "k")[1]
     directory = group_dir(model_dir, GROUPS, group_key("k", GROUPS))
     with open(os.path.join(directory, "manifest-000000000009-ff.json"), "wb") as f:
@@ -190,12 +187,12 @@ def test_a_stale_writer_never_moves_a_model_back(tmp_path):
     model's state of fewer examples: the newer one stays the model's newest."""
     model_dir = str(tmp_path / "models")
     ahead, stale = GroupWriter(model_dir, GROUPS), GroupWriter(model_dir, GROUPS)
-    model = trained("k")
-    write(stale, model)
+    model = trained_model("k")
+    write_groups(stale, model)
     model.state.examples_seen += 10
-    write(ahead, model)
+    write_groups(ahead, model)
     model.state.examples_seen -= 5
-    write(stale, model)
+    write_groups(stale, model)
     assert read_metadata(models.load_latest(model_dir, "k")[1])["examples_seen"] == 70
 
 
@@ -205,9 +202,9 @@ def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp
     model_dir = str(tmp_path / "models")
     keys = [f"c{i}" for i in range(30)]
     writer = GroupWriter(model_dir, GROUPS)
-    write(writer, *(trained(key, seed=i) for i, key in enumerate(keys)))
-    moved = trained("c17", n=90, seed=99)  # (its newest state in a newer part)
-    write(writer, moved)
+    write_groups(writer, *(trained_model(key, seed=i) for i, key in enumerate(keys)))
+    moved = trained_model("c17", n=90, seed=99)  # (its newest state in a newer part)
+    write_groups(writer, moved)
     weights = models.newest_models(model_dir)  # noqa: F841 (DuckDB reads it by its name)
     got = duckdb.sql("select name, w from weights where model_key = 'c17' "
                      "order by class, index").fetchall()

@@ -11,7 +11,7 @@ from unitless.store.keyed_model import KeyedModel, ModelGroup
 SPEC = RecordSpec(label="label", id="id", bits=10)
 
 
-def block(rows):
+def jsonl_block(rows):
     items = [(i + 1, line) for i, line in enumerate(rows)]
     parsed, dead = parse_jsonl(SPEC, "src", items)
     assert dead == []
@@ -28,13 +28,13 @@ def test_examples_the_model_refuses_become_dead_letters_and_never_touch_it():
     rows = ['{"id": "a", "label": 1, "x": 2.0}', '{"id": "b", "label": 3, "x": 1.0}',
             '{"id": "c", "label": -1, "x": 0.5}']
     m = model()
-    predictions, dead, skipped = m.learn_block(block(rows))
+    predictions, dead, skipped = m.learn_block(jsonl_block(rows))
     assert skipped == 0 and predictions.column("id").to_pylist() == ["a", "c"]
     assert [(d.position, d.reason) for d in dead] == [
         (2, "label 3.0 is not a logistic label (-1/+1, or 0/1)")]
     assert '"label": 3.0' in dead[0].raw  # the parsed values stand in for the raw record
     clean = model()
-    clean.learn_block(block([rows[0], rows[2]]))
+    clean.learn_block(jsonl_block([rows[0], rows[2]]))
     assert to_arrow(m.state).column("w").to_pylist() == to_arrow(clean.state).column("w").to_pylist()
     assert m.state.examples_seen == 2
 
@@ -42,8 +42,8 @@ def test_examples_the_model_refuses_become_dead_letters_and_never_touch_it():
 def test_a_replayed_block_is_skipped_up_to_the_last_learned_position():
     rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(6)]
     m = model()
-    m.learn_block(block(rows[:4]))
-    predictions, dead, skipped = m.learn_block(block(rows))  # a source replays from the start
+    m.learn_block(jsonl_block(rows[:4]))
+    predictions, dead, skipped = m.learn_block(jsonl_block(rows))  # a source replays from the start
     assert skipped == 4 and dead == [] and predictions.column("id").to_pylist() == ["e4", "e5"]
     assert predictions.column("examples_seen").to_pylist() == [5, 6]
 
@@ -55,7 +55,7 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     it learned, also after a round trip through Beam state; a model that learned nothing there
     only from the run's first block there (span from -1)."""
     rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(10)]
-    whole = block(rows)
+    whole = jsonl_block(rows)
     whole.restarts_midway, whole.span = True, (0, 12)
     parts = whole.parts(3)
     assert [p.span for p in parts] == [(0, 3), (4, 6), (7, 9), (10, 12)]
@@ -90,7 +90,7 @@ def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_th
     assert m.restart == {"src": 3}
     m.passed("src", 10)
     assert m.restart == {"src": 10}
-    after = block(rows[:1])
+    after = jsonl_block(rows[:1])
     after.restarts_midway, after.positions, after.span = True, np.array([13]), (13, 13)
     assert m.continues(after)
     after.span = (14, 14)  # offset 13 not read: what it held may come later
@@ -120,7 +120,7 @@ def test_a_groups_beam_state_holds_no_compiled_code_and_pickles_from_threads_at_
     groups = []
     for _ in range(8):
         m = model()
-        m.learn_block(block(rows))
+        m.learn_block(jsonl_block(rows))
         groups.append(ModelGroup({"k": m}))
     assert all(b"numba" not in g.to_bytes() for g in groups)
     with ThreadPoolExecutor(8) as pool:

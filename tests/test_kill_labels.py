@@ -11,7 +11,7 @@ import pytest
 from unitless.connectors.files import read_output
 
 from tests.commands import create_topics, send
-from tests.integration.test_kafka_labels import WAIT, timed, timed_join
+from tests.integration.test_kafka_labels import WAIT, timed_join, timed_messages
 from tests.killing import campaigns, final_models, run_complete
 from tests.runners import runner_args
 from tests.test_order import KEYS
@@ -38,8 +38,8 @@ def kill_campaigns(bootstrap, tmp_path, runner, runner_args, kills):
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, _, _, _ = timed_join(n, seed=11)
     start = time.time() - 3600
-    send(bootstrap, features_topic, timed(features, start))
-    send(bootstrap, labels_topic, timed(labels, start))
+    send(bootstrap, features_topic, timed_messages(features, start))
+    send(bootstrap, labels_topic, timed_messages(labels, start))
 
     def command(out, resume=True):
         return [sys.executable, "-m", "unitless.cli", "train",

@@ -25,7 +25,7 @@ def n_classes(out, key=""):
     return state.n_classes
 
 
-def predictions(out):
+def sorted_predictions(out):
     table = read_output(str(out / "pred"))
     return table.sort_by("position")
 
@@ -40,7 +40,7 @@ def iris_rows(n=300, seed=0):
     return rows
 
 
-def write_csv(path, rows, header="a,b,species"):
+def write_table_csv(path, rows, header="a,b,species"):
     path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
 
 
@@ -49,7 +49,7 @@ def test_named_classes_map_to_one_based_classes(tmp_path, fmt):
     rows = iris_rows()
     if fmt == "csv":
         path = tmp_path / "iris.csv"
-        write_csv(path, rows)
+        write_table_csv(path, rows)
     elif fmt == "jsonl":
         path = tmp_path / "iris.jsonl"
         path.write_text("".join(json.dumps({"a": a, "b": b, "species": s}) + "\n"
@@ -62,7 +62,7 @@ def test_named_classes_map_to_one_based_classes(tmp_path, fmt):
                     "--classes", ",".join(IRIS), "--chunk-size", "64")
     assert code == 0
     assert n_classes(out) == 3
-    table = predictions(out)
+    table = sorted_predictions(out)
     assert table.column("label").to_pylist() == [float(IRIS.index(r[2]) + 1) for r in rows]
     assert dead_letters(out) == []
     assert np.isfinite(table.column("loss").to_numpy()).all()
@@ -71,7 +71,7 @@ def test_named_classes_map_to_one_based_classes(tmp_path, fmt):
 def test_a_label_outside_the_named_classes_is_a_dead_letter(tmp_path):
     rows = iris_rows(60) + [(1.0, 2.0, "daisy")] + iris_rows(30, seed=1)
     path = tmp_path / "iris.csv"
-    write_csv(path, rows)
+    write_table_csv(path, rows)
     jpath = tmp_path / "iris.jsonl"
     jpath.write_text("".join(json.dumps({"a": a, "b": b, "species": s}) + "\n"
                              for a, b, s in rows))
@@ -82,7 +82,7 @@ def test_a_label_outside_the_named_classes_is_a_dead_letter(tmp_path):
         assert code == 0
         dead = dead_letters(out)
         assert [d["reason"] for d in dead] == [reason]
-        assert predictions(out).num_rows == len(rows) - 1
+        assert sorted_predictions(out).num_rows == len(rows) - 1
 
 
 def test_positive_label_with_labels_1_and_2(tmp_path):
@@ -95,7 +95,7 @@ def test_positive_label_with_labels_1_and_2(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     code, out = run_train(tmp_path, "--input", str(path), "--positive-label", "2")
     assert code == 0
-    labels = predictions(out).column("label").to_numpy()
+    labels = sorted_predictions(out).column("label").to_numpy()
     assert (labels == 1).sum() == 200 and (labels == -1).sum() == 200
     assert dead_letters(out) == []
 
@@ -114,7 +114,7 @@ def test_positive_label_in_csv_fast_and_per_line_paths_and_vw(tmp_path):
         code, out = run_train(tmp_path, "--input", str(p), "--label-column", "income",
                         "--positive-label", ">50K", out=name)
         assert code == 0
-        assert predictions(out).column("label").to_pylist() == want
+        assert sorted_predictions(out).column("label").to_pylist() == want
         assert dead_letters(out) == []
 
 
@@ -124,7 +124,7 @@ def test_true_false_labels_without_a_mapping(tmp_path):
                                           for i in range(40)))
     code, out = run_train(tmp_path, "--input", str(path))
     assert code == 0
-    assert predictions(out).column("label").to_pylist() == [1.0 if i % 2 else -1.0
+    assert sorted_predictions(out).column("label").to_pylist() == [1.0 if i % 2 else -1.0
                                                             for i in range(40)]
 
 
@@ -156,7 +156,7 @@ def test_label_map_alike_on_both_paths():
 def test_score_maps_named_labels_alike(tmp_path):
     rows = iris_rows(150)
     path = tmp_path / "iris.csv"
-    write_csv(path, rows)
+    write_table_csv(path, rows)
     code, out = run_train(tmp_path, "--input", str(path), "--label-column", "species",
                     "--classes", ",".join(IRIS))
     assert code == 0
@@ -175,7 +175,7 @@ def test_score_maps_named_labels_alike(tmp_path):
 
 def test_bad_classes_and_positive_label_settings(tmp_path, capsys):
     path = tmp_path / "iris.csv"
-    write_csv(path, iris_rows(10))
+    write_table_csv(path, iris_rows(10))
     assert run_train(tmp_path, "--input", str(path), "--label-column", "species",
                "--classes", "a,a")[0] == 2
     assert run_train(tmp_path, "--input", str(path), "--label-column", "species",
@@ -197,7 +197,7 @@ def test_real_letter_named_classes(tmp_path, shared_data):
                     "--label-column", "0", "--classes", letters)
     assert code == 0
     assert n_classes(out) == 26
-    labels = predictions(out).column("label").to_numpy()
+    labels = sorted_predictions(out).column("label").to_numpy()
     first = path.read_text().splitlines()
     assert labels.tolist() == [float(ord(line[0]) - ord("A") + 1) for line in first]
     assert dead_letters(out) == []
@@ -209,7 +209,7 @@ def test_real_bank_marketing_yes_no(tmp_path, shared_data):
     code, out = run_train(tmp_path, "--input", str(path), "--delimiter", ";", "--label-column", "y",
                     "--positive-label", "yes", "--categorical-columns", cats)
     assert code == 0
-    labels = predictions(out).column("label").to_numpy()
+    labels = sorted_predictions(out).column("label").to_numpy()
     assert len(labels) == 2000 and (labels == 1).sum() > 0 and (labels == -1).sum() > 0
     assert set(labels.tolist()) == {1.0, -1.0}
     assert dead_letters(out) == []
@@ -221,5 +221,5 @@ def test_real_shuttle_positive_label(tmp_path, shared_data):
                     "--delimiter", " ", "--label-column", "9", "--positive-label", "1")
     assert code == 0
     want = [1.0 if line.split()[-1] == "1" else -1.0 for line in path.read_text().splitlines()]
-    assert predictions(out).column("label").to_pylist() == want
+    assert sorted_predictions(out).column("label").to_pylist() == want
     assert {1.0, -1.0} == set(want)

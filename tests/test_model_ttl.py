@@ -17,7 +17,7 @@ from tests.test_order import (KEYS, assert_beam_models_are_cli_models, command_r
 BLOCK = 25
 
 
-def write_examples(path):
+def write_idle_key_examples(path):
     """300 examples, 12 blocks of 25: k0 has examples in the first two blocks and the last four
     only, the other keys in every block."""
     import numpy as np
@@ -40,7 +40,7 @@ def test_an_idle_model_leaves_state_and_returns_bit_for_bit(tmp_path):
     """k0 is not seen from the third block to the eighth (6 s on the blocks' clock; TTL 3 s):
     it leaves state, and returns when its examples do."""
     path = tmp_path / "p.csv"
-    write_examples(path)
+    write_idle_key_examples(path)
     expected = command_run(tmp_path, [path], BLOCK)
     blocks = partition_blocks(path, BLOCK, id_column="id", model_key_column="key")
     assert len(blocks) == 12

@@ -19,7 +19,7 @@ from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
 from tests.runners import pipeline, prism_args, runner_args
-from tests.test_order import write_examples
+from tests.test_order import write_random_key_examples
 
 OPTIONS = dict(id_column="id", model_key_column="key", chunk_size=64)
 
@@ -28,7 +28,7 @@ def reversed_blocks(tmp_path):
     """Two files' 3,000 examples as blocks, last first (each waits in state for the end)."""
     paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
     for seed, path in enumerate(paths):
-        write_examples(path, 1500, seed)
+        write_random_key_examples(path, 1500, seed)
     cfg = configure([str(p) for p in paths], **OPTIONS)
     blocks = [b for p in cfg.inputs for b, _ in read_file(p, "csv", cfg.spec, 64)]
     for b in blocks:
@@ -76,7 +76,7 @@ def test_a_second_bundle_of_a_key_at_once_fails_the_command_with_one_line(tmp_pa
     monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
     paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
     for seed, path in enumerate(paths):
-        write_examples(path, 1500, seed)
+        write_random_key_examples(path, 1500, seed)
     code = main(["train", "--input", *map(str, paths), "--id-column", "id", "--model-key-column",
                  "key", "--chunk-size", "64", "--model-groups", "2", "--model-dir",
                  str(tmp_path / "models"), "--predictions", str(tmp_path / "p"), *prism_args()])
@@ -136,7 +136,7 @@ def drop_model_key(monkeypatch, dropped):
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_examples_lost_fail_the_command_with_one_line(tmp_path, monkeypatch, capsys, runner):
     path = tmp_path / "a.csv"
-    write_examples(path, 1500, 0)
+    write_random_key_examples(path, 1500, 0)
     drop_model_key(monkeypatch, "k3")
     code = main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "key", "--model-dir", str(tmp_path / "models"), "--predictions",

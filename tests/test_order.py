@@ -22,7 +22,7 @@ from tests.runners import RUNNERS, pipeline
 KEYS = [f"k{i}" for i in range(5)]
 
 
-def write_examples(path, n, seed):
+def write_random_key_examples(path, n, seed):
     rng = np.random.default_rng(seed)
     with open(path, "w") as f:
         f.write("id,key,a,b,label\n")
@@ -90,7 +90,7 @@ def test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, diso
     puts four of the five in one group (``model_groups=2``): the same results either way."""
     paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
     for seed, path in enumerate(paths):
-        write_examples(path, 1500, seed)
+        write_random_key_examples(path, 1500, seed)
     options = dict(id_column="id", model_key_column="key", chunk_size=64)
     expected = command_run(tmp_path, paths, 64)  # the command: files read in order
     # the same blocks handed to Learn in another order, both files interleaved
@@ -123,7 +123,7 @@ def test_a_file_read_whole_is_learned_as_it_arrives_when_in_order(tmp_path, diso
     from apache_beam.metrics.metric import MetricsFilter
 
     path = tmp_path / "a.csv"
-    write_examples(path, 1500, 3)
+    write_random_key_examples(path, 1500, 3)
     options = dict(id_column="id", model_key_column="key", chunk_size=64)
     expected = command_run(tmp_path, [path], 64)
     cfg = configure([str(path)], **options)
@@ -169,7 +169,7 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
     from apache_beam.transforms.window import TimestampedValue
     from apache_beam.utils.timestamp import Timestamp
     path = tmp_path / "p.csv"
-    write_examples(path, 300, 7)
+    write_random_key_examples(path, 300, 7)
     expected = command_run(tmp_path, [path], 25)
     blocks = partition_blocks(path, 25, id_column="id", model_key_column="key")
     assert len(blocks) == 12

@@ -10,7 +10,7 @@ from unitless.learner import (ALGORITHMS, dense_batch, from_arrow, learn, learn_
 N = 150
 
 
-def stream(decades, seed=0, n=N + 10, d=5):
+def scaled_stream(decades, seed=0, n=N + 10, d=5):
     """Features of scales spread over ``decades`` (10^-3 up), a label from a linear rule."""
     rng = np.random.default_rng(seed)
     scales = np.logspace(-3, decades - 3, d)
@@ -19,7 +19,7 @@ def stream(decades, seed=0, n=N + 10, d=5):
     return X, y
 
 
-def trained(algorithm, loss, X, y, n_classes=1):
+def learned_first(algorithm, loss, X, y, n_classes=1):
     labels = y if n_classes == 1 else np.where(y > 0, 1.0, 2.0)
     state = new_state(algorithm, X.shape[1] + 1, loss, n_classes)
     learn(state, dense_batch(X[:N], labels[:N]))
@@ -39,8 +39,8 @@ CASES = [(a, "logistic", 1) for a in ALGORITHMS] + [(a, "squared", 1) for a in A
 def test_a_checkpoint_predicts_the_next_example_as_training_does(algorithm, loss, n_classes):
     # (squared loss on features of scales 10^7 apart makes the learners that are not invariant
     # diverge: their state would not be finite, nor a checkpoint of it)
-    X, y = stream(7 if loss != "squared" else 1)
-    state, labels = trained(algorithm, loss, X, y, n_classes)
+    X, y = scaled_stream(7 if loss != "squared" else 1)
+    state, labels = learned_first(algorithm, loss, X, y, n_classes)
     checkpoint = copy(state)
     unlabeled = dense_batch(X[N:], np.full(len(X) - N, np.nan))
     served = predict_next(checkpoint, unlabeled)
@@ -74,7 +74,7 @@ def test_served_examples_mixed_in_change_nothing_and_predict_as_their_twins(algo
     """A batch where a third of the examples have no label (served), some with a feature no
     labeled example has: the labeled ones are learned as a batch of them alone, bit for bit,
     and each served one gets the prediction its labeled twin placed right after it gets."""
-    X, y = stream(7 if loss != "squared" else 1, seed=5)
+    X, y = scaled_stream(7 if loss != "squared" else 1, seed=5)
     labels = y if n_classes == 1 else np.where(y > 0, 1.0, 2.0)
     served = np.random.default_rng(1).random(len(X)) < 1 / 3
     X = np.column_stack([X, np.where(served & (np.arange(len(X)) % 2 == 0), 3.0, 0.0)])

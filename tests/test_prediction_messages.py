@@ -22,7 +22,7 @@ def same(a, b):
     return type(a) is type(b) and a == b
 
 
-def rows_of(schema, n):
+def table_of(schema, n):
     columns = {}
     for i, field in enumerate(schema):
         if pa.types.is_floating(field.type):
@@ -39,7 +39,7 @@ def rows_of(schema, n):
 
 def test_messages_decode_to_what_json_dumps_of_each_row_made():
     for schema in (PREDICTION_SCHEMA, SCORE_SCHEMA):
-        table = rows_of(schema, 200)
+        table = table_of(schema, 200)
         for message, row in zip(prediction_messages(table), table.to_pylist(), strict=True):
             expected = json.loads(json.dumps({"schema": PREDICTION_SCHEMA_ID, **row}))
             got = json.loads(message)

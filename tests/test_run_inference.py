@@ -13,7 +13,7 @@ from unitless.beam import Learn, ModelDirectoryHandler, Score, WritePredictions
 from unitless.connectors.files import read_output
 
 
-def records(n, seed):
+def region_records(n, seed):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2)) * [1e-3, 1e4]
     return [{"id": f"r{seed}-{i}", "region": "abc"[i % 3],
@@ -21,9 +21,9 @@ def records(n, seed):
              "y": float(X[i, 1])} for i in range(n)]
 
 
-def trained(model_dir, n):
+def trained_model_dir(model_dir, n):
     with pipeline("fnapi") as p:
-        _ = p | beam.Create(records(n, 1)) | Learn(
+        _ = p | beam.Create(region_records(n, 1)) | Learn(
             algorithm="scinol2", model_dir=str(model_dir), model_key_column="region",
             predictions=None, dead_letter=None)
     return model_dir
@@ -36,8 +36,8 @@ def inferred(result):
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_run_inference_with_the_handler_equals_score(tmp_path, runner):
-    models = trained(tmp_path / "m", 300)
-    probe = records(60, 2)
+    models = trained_model_dir(tmp_path / "m", 300)
+    probe = region_records(60, 2)
     expected = score_rows(models, probe, tmp_path / "scores")
     odd = [("d", {"id": "bad", "x": [1, 2]}), ("z", {"id": "nokey", "x": 1.0})]
     with pipeline(runner) as p:
@@ -64,8 +64,9 @@ def score_rows(models, probe, out):
 
 
 def test_the_model_update_side_input_moves_the_handler_to_another_directory(tmp_path):
-    first, second = trained(tmp_path / "first", 90), trained(tmp_path / "second", 300)
-    probe = records(30, 3)
+    first = trained_model_dir(tmp_path / "first", 90)
+    second = trained_model_dir(tmp_path / "second", 300)
+    probe = region_records(30, 3)
     with pipeline("fnapi") as p:
         update = p | "update" >> beam.Create([ModelMetadata(model_id=str(second),
                                                             model_name="second")])

@@ -16,19 +16,19 @@ from tests.commands import train
 KEYED = ("--id-column", "id", "--model-key-column", "segment")
 
 
-def write(path, rows):
+def write_rows(path, rows):
     path.write_text("id,segment,label,x,z\n" + "".join(r + "\n" for r in rows))
     return path
 
 
-def good_rows(n, start=0):
+def csv_lines(n, start=0):
     return [f"e{i},{'ab'[i % 2]},{1 if (i * 7) % 5 < 3 else -1},{i % 11 - 5},{(i % 3) * 1e4}"
             for i in range(start, start + n)]
 
 
 
 def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, capsys):
-    train(tmp_path, "--input", write(tmp_path / "d.csv", good_rows(900)), *KEYED)
+    train(tmp_path, "--input", write_rows(tmp_path / "d.csv", csv_lines(900)), *KEYED)
     out = capsys.readouterr().out.splitlines()
     predictions = read_output(str(tmp_path / "pred")).to_pylist()
     for key in "ab":
@@ -50,8 +50,8 @@ def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, c
 
 
 def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, capsys):
-    rows = [r.replace(",1,", ",2,").replace(",-1,", ",2,") for r in good_rows(50)]
-    train(tmp_path, "--input", write(tmp_path / "d.csv", rows), *KEYED, expect=2)
+    rows = [r.replace(",1,", ",2,").replace(",-1,", ",2,") for r in csv_lines(50)]
+    train(tmp_path, "--input", write_rows(tmp_path / "d.csv", rows), *KEYED, expect=2)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("unitless: error: no example was learned: all 50 records were "
                           "refused; commonest reason: label 2.0 is not a logistic label")
@@ -59,8 +59,8 @@ def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, 
 
 
 def test_more_refused_than_the_allowed_fraction_fails_unless_allowed(tmp_path, capsys):
-    rows = good_rows(40) + [f"x{i},a,1,not-a-number,1" for i in range(60)]
-    path = write(tmp_path / "d.csv", rows)
+    rows = csv_lines(40) + [f"x{i},a,1,not-a-number,1" for i in range(60)]
+    path = write_rows(tmp_path / "d.csv", rows)
     train(tmp_path, "--input", path, *KEYED, expect=2)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "60 of 100 records were refused (60%, more than --max-dead-fraction 0.5)" in err
@@ -69,7 +69,7 @@ def test_more_refused_than_the_allowed_fraction_fails_unless_allowed(tmp_path, c
 
 
 def test_beams_own_warnings_are_not_shown_to_the_commands_user(tmp_path):
-    path = write(tmp_path / "d.csv", good_rows(20))
+    path = write_rows(tmp_path / "d.csv", csv_lines(20))
     done = subprocess.run([sys.executable, "-m", "unitless.cli", "train", "--input", str(path),
                            "--model-dir", str(tmp_path / "m"), "--predictions",
                            str(tmp_path / "p"), "--dead-letter", str(tmp_path / "dl"),

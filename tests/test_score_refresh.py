@@ -22,7 +22,7 @@ from unitless.pipelines.score import MissingModel, ScoringModels
 HEADER = "id,segment,label,x1,x2"
 
 
-def rows(n, keys, seed):
+def scaled_rows(n, keys, seed):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2)) * [1e-3, 1e3]
     y = np.where(X @ [1e3, -1e-3] > 0, 1, -1)
@@ -38,7 +38,7 @@ def train_csv(tmp_path, name, lines, *extra):
           "--model-dir", tmp_path / "models", "--algorithm", "nag", *extra)
 
 
-def block(lines):
+def csv_block(lines):
     spec = RecordSpec(label="label", id="id", model_key="segment", bits=18,
                       columns=HEADER.split(","), require_label=False)
     parsed, dead = parse_csv(spec, "s", list(enumerate(line.encode() for line in lines)))
@@ -54,14 +54,14 @@ def newest(models, key):
 def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp_path,
                                                                               caplog):
     models = tmp_path / "models"
-    train_csv(tmp_path, "first", rows(300, "a", 1))
+    train_csv(tmp_path, "first", scaled_rows(300, "a", 1))
     scoring = ScoringModels(str(models), refresh_seconds=0)
     assert scoring.get("a")[1] == "a@300" and scoring.get("b") is None
     # training goes on (a's newer checkpoint) and meets key b (its first)
-    train_csv(tmp_path, "more", rows(400, "ab", 2), "--resume")
+    train_csv(tmp_path, "more", scaled_rows(400, "ab", 2), "--resume")
     state, used = scoring.get("a")
     assert used == "a@500"
-    probe = block(rows(5, "a", 3))
+    probe = csv_block(scaled_rows(5, "a", 3))
     assert np.array_equal(predict_next(state, probe.batch()),
                           predict_next(newest(models, "a"), probe.batch()))
     assert scoring.get("b")[1] == "b@200"
@@ -81,7 +81,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     # a newer one of another learner: skipped with a warning naming both
     other = tmp_path / "other"
     other.mkdir()
-    train_csv(other, "other", rows(1000, "a", 4), "--bits", "12")
+    train_csv(other, "other", scaled_rows(1000, "a", 4), "--bits", "12")
     writer.write({group_key("a", groups): [taken("a", load_latest(str(other / "models"), "a")[1])]})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="unitless"):
@@ -90,25 +90,25 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
 
 
 def test_a_key_is_looked_for_again_only_after_refresh_seconds(tmp_path):
-    train_csv(tmp_path, "first", rows(100, "a", 1))
+    train_csv(tmp_path, "first", scaled_rows(100, "a", 1))
     scoring = ScoringModels(str(tmp_path / "models"), refresh_seconds=3600)
     missing = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
-    assert scoring.get("b") is None and len(missing(block(rows(2, "b", 5)))) == 2
-    train_csv(tmp_path, "more", rows(100, "ab", 2), "--resume")
+    assert scoring.get("b") is None and len(missing(csv_block(scaled_rows(2, "b", 5)))) == 2
+    train_csv(tmp_path, "more", scaled_rows(100, "ab", 2), "--resume")
     # within the hour nothing is looked for again; with no wait, both see the new key
     assert scoring.get("b") is None and scoring.get("a")[1] == "a@100"
-    assert len(missing(block(rows(2, "b", 5)))) == 2
+    assert len(missing(csv_block(scaled_rows(2, "b", 5)))) == 2
     scoring.refresh_seconds = missing.refresh_seconds = 0
     assert scoring.get("b")[1] == "b@50" and scoring.get("a")[1] == "a@150"
-    assert missing(block(rows(2, "b", 5))) == []
+    assert missing(csv_block(scaled_rows(2, "b", 5))) == []
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_every_score_names_the_checkpoint_it_used(tmp_path, runner):
-    train_csv(tmp_path, "first", rows(300, "ab", 1))
+    train_csv(tmp_path, "first", scaled_rows(300, "ab", 1))
     import apache_beam as beam
     with pipeline(runner) as p:
-        scores = (p | beam.Create([block(rows(40, "ab", 7))])
+        scores = (p | beam.Create([csv_block(scaled_rows(40, "ab", 7))])
                   | Score(str(tmp_path / "models"), model_key_column="segment"))
         used = scores | beam.FlatMap(lambda t: zip(t.column("model_key").to_pylist(),
                                                    t.column("checkpoint_id").to_pylist()))

@@ -19,7 +19,7 @@ KEYS = ("a", "b", "c", "d")
 N = 1_200
 
 
-def write_examples(path, twins):
+def write_unlabeled_first(path, twins):
     """CSV of N labeled examples over KEYS, features of scales 1e-3..1e4; a fifth of them come
     first without their label (``twins``: then right away again with it, else not at all).
     Returns the ids of the unlabeled records."""
@@ -60,7 +60,7 @@ def assert_same_models(got, want):
 def test_a_served_example_is_predicted_as_its_labeled_twin_right_after_it(
         tmp_path, runner, streaming, groups, capsys):
     data = tmp_path / "twins.csv"
-    served = write_examples(data, twins=True)
+    served = write_unlabeled_first(data, twins=True)
     out = train(tmp_path / "run", "--input", data, *SERVING, "--model-groups", groups,
                 *runner_args(runner, streaming))
     summary = capsys.readouterr().out
@@ -87,7 +87,7 @@ def test_a_served_example_is_predicted_as_its_labeled_twin_right_after_it(
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_served_examples_leave_the_models_of_the_labeled_records_alone(tmp_path, runner):
     data = tmp_path / "mixed.csv"
-    served = write_examples(data, twins=False)
+    served = write_unlabeled_first(data, twins=False)
     out = train(tmp_path / "run", "--input", data, *SERVING, *runner_args(runner))
     rows = read_output(str(out / "pred")).to_pylist()
     assert sorted(r["id"] for r in rows if r["served"]) == sorted(served)
@@ -110,7 +110,7 @@ def test_a_record_without_a_label_is_a_dead_letter_with_shards(tmp_path):
     """A model over feature shards serves nothing yet: its unlabeled records are refused, each
     with its reason, and the run goes on."""
     data = tmp_path / "mixed.csv"
-    served = write_examples(data, twins=False)
+    served = write_unlabeled_first(data, twins=False)
     sharded = configure([str(data)], algorithm="scinol2", shards=2, id_column="id",
                         model_key_column="segment",
                         feedback_topic="kafka://127.0.0.1:9/feedback")

@@ -10,7 +10,7 @@ from unitless.learner.sharded import (SHARDABLE, learn_with_delay, merge, new_sh
                                       split_batch)
 
 
-def data(n=500, seed=4, K=1):
+def sharded_batch(n=500, seed=4, K=1):
     X, y = stream(n=n, d=40, seed=seed)  # more features than a new state has room for
     rng = np.random.default_rng(seed)
     X[rng.random(X.shape) < 0.25] = 0.0  # examples without some shards' features
@@ -28,7 +28,7 @@ def close(got, expected):
 
 @pytest.mark.parametrize("algorithm", SHARDABLE)
 def test_one_shard_is_the_unsharded_learner_bit_for_bit(algorithm):
-    batch, dim = data()
+    batch, dim = sharded_batch()
     alone = new_state(algorithm, dim)
     expected = learn(alone, batch)
     shards = new_shards(1, algorithm, dim)
@@ -45,7 +45,7 @@ def test_one_shard_is_the_unsharded_learner_bit_for_bit(algorithm):
 @pytest.mark.parametrize("algorithm", SHARDABLE)
 @pytest.mark.parametrize("K", [1, 3])
 def test_four_shards_without_delay_equal_the_unsharded_learner(algorithm, K):
-    batch, dim = data(K=K)
+    batch, dim = sharded_batch(K=K)
     alone = new_state(algorithm, dim, n_classes=K)
     expected = learn(alone, batch)
     shards = new_shards(4, algorithm, dim, n_classes=K)
@@ -64,7 +64,7 @@ def test_a_delay_lets_a_part_miss_at_most_tau_gradients_and_each_is_applied_once
     """ScInOL2 starts at w = 0: with τ = 7 the first 8 predictions come from the initial model,
     the 9th does not. G_i = −Σ_t g_t x_{t,i} on every shard: each gradient applied exactly
     once to every coordinate."""
-    batch, dim = data(n=300)
+    batch, dim = sharded_batch(n=300)
     tau = 7
     shards = new_shards(3, "scinol2", dim)
     result = learn_with_delay(shards, batch, max_delay=tau)
@@ -83,7 +83,7 @@ def test_a_delay_lets_a_part_miss_at_most_tau_gradients_and_each_is_applied_once
 
 
 def test_counts_are_kept_alike_by_every_shard_and_sums_are_split_over_them():
-    batch, dim = data(n=200)
+    batch, dim = sharded_batch(n=200)
     shards = new_shards(4, "nag", dim)
     learn_with_delay(shards, batch, max_delay=5)
     assert [s.S[0, 0] for s in shards] == [len(batch)] * 4  # t
@@ -108,7 +108,7 @@ def test_a_learner_that_cannot_be_split_is_a_clear_error():
     with pytest.raises(ValueError, match="at least one shard"):
         new_shards(0, "nag", 4)
     with pytest.raises(ValueError, match="delay bound"):
-        batch, dim = data(n=5)
+        batch, dim = sharded_batch(n=5)
         learn_with_delay(new_shards(2, "nag", dim), batch, max_delay=-1)
 
 

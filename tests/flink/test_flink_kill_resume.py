@@ -35,7 +35,7 @@ from apache_beam.portability.api import beam_job_api_pb2_grpc as job_api_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.flink.test_flink_training import (KEYS, assert_same_checkpoints,  # noqa: E402
-                                             examples, file_predictions)
+                                             file_predictions, weighted_examples)
 from unitless.learner import read_metadata  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 
@@ -43,7 +43,7 @@ N = 6000  # 9 keys of 130 to 1,230 examples; 16 to 150 blocks of 8 per key
 CHECKPOINT_EVERY = "50"
 
 
-def command(inputs, out, *extra):
+def jsonl_command(inputs, out, *extra):
     return [sys.executable, "-m", "unitless.cli", "train", "--input", *map(str, inputs),
             "--format", "jsonl", "--id-column", "id", "--model-key-column", "segment",
             "--chunk-size", "8", "--checkpoint-every", CHECKPOINT_EVERY,
@@ -59,7 +59,7 @@ def resumable(models):
     return sum(meta["examples_seen"] + meta.get("examples_served", 0) for meta in found)
 
 
-def files(root):
+def file_stamps(root):
     return {(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in Path(root).rglob("*")}
 
 
@@ -105,28 +105,28 @@ def wait_until_over(job, jobs, job_server_log, timeout=60):
 
 def test_a_run_killed_while_learning_resumes_on_flink_to_the_fnapi_runners_models(
         flink_job_server, flink_args, tmp_path):
-    rows = examples(N, seed=7)
+    rows = weighted_examples(N, seed=7)
     inputs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for path, part in zip(inputs, (rows[:N // 2], rows[N // 2:])):
         path.write_text("".join(json.dumps(r) + "\n" for r in part))
     whole, crash = tmp_path / "whole", tmp_path / "crash"
-    subprocess.run(command(inputs, whole), check=True, capture_output=True)  # FnApiRunner
+    subprocess.run(jsonl_command(inputs, whole), check=True, capture_output=True)  # FnApiRunner
 
     jobs = job_api_grpc.JobServiceStub(grpc.insecure_channel(flink_job_server.endpoint))
     flink = [*flink_args, "--streaming"]
-    job, at_kill = kill_when_learning(command(inputs, crash, *flink), crash / "models", jobs,
+    job, at_kill = kill_when_learning(jsonl_command(inputs, crash, *flink), crash / "models", jobs,
                                       tmp_path / "killed.log")
     killed = time.time()
     state = wait_until_over(job, jobs, flink_job_server.log_path)
     print(f"killed at {at_kill} examples learned; the job ended {time.time() - killed:.1f} s "
           f"later (job service: {state})")
-    quiet = files(crash)
+    quiet = file_stamps(crash)
     time.sleep(1)
-    assert files(crash) == quiet, "the killed run's job still writes"
+    assert file_stamps(crash) == quiet, "the killed run's job still writes"
     assert N // 10 <= at_kill < N, at_kill  # killed mid-learning
     durable = len(file_predictions(crash))
 
-    resumed = subprocess.run(command(inputs, crash, *flink, "--resume"), capture_output=True,
+    resumed = subprocess.run(jsonl_command(inputs, crash, *flink, "--resume"), capture_output=True,
                              text=True)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     # it predicted (learned or served) exactly the examples the checkpoints did not cover

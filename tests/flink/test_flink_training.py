@@ -31,7 +31,7 @@ FLINK_RUN = ("--format", "jsonl", "--id-column", "id", "--model-key-column", "se
              "--chunk-size", CHUNK, "--checkpoint-every", CHECKPOINT_EVERY)
 
 
-def examples(n, seed):
+def weighted_examples(n, seed):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
     y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
@@ -43,9 +43,9 @@ def examples(n, seed):
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def jsonl_halves(tmp_path_factory):
     d = tmp_path_factory.mktemp("flink-data")
-    rows = examples(N, seed=7)
+    rows = weighted_examples(N, seed=7)
     half = N // 2
     for name, part in (("a.jsonl", rows[:half]), ("b.jsonl", rows[half:])):
         (d / name).write_text("".join(json.dumps(r) + "\n" for r in part))
@@ -54,9 +54,9 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(data, tmp_path_factory):
+def fnapi_run(jsonl_halves, tmp_path_factory):
     """The same run on Beam's in-process FnApiRunner (unitless's default)."""
-    d, _ = data
+    d, _ = jsonl_halves
     out = tmp_path_factory.mktemp("fnapi")
     return train(out, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN)
 
@@ -124,31 +124,31 @@ def assert_same_checkpoints(got_dir, want_dir, rows):
 
 
 @pytest.mark.parametrize("mode", ["batch", "streaming"])
-def test_files_on_flink_equal_the_fnapi_runner(mode, data, reference, flink_args, tmp_path):
+def test_files_on_flink_equal_the_fnapi_runner(mode, jsonl_halves, fnapi_run, flink_args, tmp_path):
     """Flink batch translates the stateful Learn stage into a groupBy that may deliver a key's
     blocks in any order; streaming keeps each subtask's order. Both must learn every block of
     every key in input order."""
-    d, rows = data
+    d, rows = jsonl_halves
     out = train(tmp_path, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN,
                 *flink_args,
                 *(["--streaming"] if mode == "streaming" else []))
-    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
-    assert_same_checkpoints(out / "models", reference / "models", rows)
+    assert_same_predictions(file_predictions(out), file_predictions(fnapi_run), rows)
+    assert_same_checkpoints(out / "models", fnapi_run / "models", rows)
 
 
 def test_the_job_servers_own_options_reach_the_job_and_no_other_passes(
-        data, reference, flink_args, flink_job_server, tmp_path, capsys):
+        jsonl_halves, fnapi_run, flink_args, flink_job_server, tmp_path, capsys):
     """Flink's own options are not Beam's Python SDK's: the job server declares them, and the
     command takes them (``runners``): the job server holds them among the job's options (its
     job list, ``GetJobs``), and the run is the same. An option the job server does not declare
     either is refused in one line: Flink's bundle time is ``max_bundle_time_mills``."""
     import grpc
     from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
-    d, rows = data
+    d, rows = jsonl_halves
     inputs = [str(d / "a.jsonl"), str(d / "b.jsonl")]
     out = train(tmp_path, "--input", *inputs, *FLINK_RUN, *flink_args, "--streaming",
                 "--max_bundle_size=3", "--max_bundle_time_mills", "40")
-    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
+    assert_same_predictions(file_predictions(out), file_predictions(fnapi_run), rows)
     with grpc.insecure_channel(flink_job_server.endpoint) as channel:
         jobs = beam_job_api_pb2_grpc.JobServiceStub(channel).GetJobs(
             beam_job_api_pb2.GetJobsRequest(), timeout=60).job_info
@@ -166,7 +166,7 @@ def test_the_job_servers_own_options_reach_the_job_and_no_other_passes(
 
 
 def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
-        data, reference, flink_jar, tmp_path, monkeypatch):
+        jsonl_halves, fnapi_run, flink_jar, tmp_path, monkeypatch):
     """`unitless train --runner FlinkRunner` as a user types it: the project's job server jar
     (Beam's own download of the job server is not reachable everywhere), Flink 1.19, an
     embedded cluster, LOOPBACK workers."""
@@ -185,11 +185,11 @@ def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
     assert (opts["flink_job_server_jar"], opts["flink_version"]) == ("/x.jar", "1.20")
 
     monkeypatch.delenv("UNITLESS_FLINK_JOB_SERVER_JAR")  # found by deploy/flink's script
-    d, rows = data
+    d, rows = jsonl_halves
     out = train(tmp_path, "--input", str(d / "a.jsonl"), str(d / "b.jsonl"), *FLINK_RUN,
                 "--runner", "FlinkRunner", "--parallelism", "2")
-    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
-    assert_same_checkpoints(out / "models", reference / "models", rows)
+    assert_same_predictions(file_predictions(out), file_predictions(fnapi_run), rows)
+    assert_same_checkpoints(out / "models", fnapi_run / "models", rows)
 
 
 def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args, tmp_path):
@@ -197,7 +197,7 @@ def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args
     partition an offset-range restriction of the splittable Kafka reader."""
     bootstrap, topic = broker.bootstrap_servers, "flink-examples"
     create_topics(bootstrap, topic)
-    rows = examples(2000, seed=11)
+    rows = weighted_examples(2000, seed=11)
     send(bootstrap, topic, [(row["segment"].encode(), json.dumps(row).encode()) for row in rows])
 
     source = [f"kafka://{bootstrap}/{topic}"]
@@ -207,15 +207,15 @@ def test_bounded_kafka_topic_on_flink_equals_the_fnapi_runner(broker, flink_args
     assert_same_checkpoints(got / "models", want / "models", rows)
 
 
-def test_inputs_and_outputs_on_s3_on_flink_equal_the_fnapi_runner(data, reference, flink_args,
-                                                                  bucket):
+def test_inputs_and_outputs_on_s3_on_flink_equal_the_fnapi_runner(jsonl_halves, fnapi_run,
+                                                                  flink_args, bucket):
     """Every file the job reads and writes on s3:// (a real S3 API server, tests/conftest.py):
     the Flink workers read the inputs and write the checkpoints, predictions and dead letters
     through Beam's S3 file system, as a cluster's workers would without a shared disk."""
-    d, rows = data
+    d, rows = jsonl_halves
     for name in ("a.jsonl", "b.jsonl"):
         atomic_write(f"{bucket}/in/{name}", (d / name).read_bytes())
     out = train(f"{bucket}/out", "--input", f"{bucket}/in/*.jsonl", *FLINK_RUN,
                 *flink_args, "--streaming")
-    assert_same_predictions(file_predictions(out), file_predictions(reference), rows)
-    assert_same_checkpoints(f"{out}/models", reference / "models", rows)
+    assert_same_predictions(file_predictions(out), file_predictions(fnapi_run), rows)
+    assert_same_checkpoints(f"{out}/models", fnapi_run / "models", rows)

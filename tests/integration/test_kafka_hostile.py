@@ -36,7 +36,7 @@ def kafka_hostile(fmt, rng, rows, nulls):
     return hostile(fmt, rng, rows[rng.integers(len(rows))])
 
 
-def messages(fmt, seed, n_good, n_bad, nulls):
+def mixed_messages(fmt, seed, n_good, n_bad, nulls):
     """[(key, value, kind: "good", "served" or "bad")] in the order to send them: good ones
     keyed by model key (one partition per key keeps each model's order), a fifth as many
     without a label (served) and hostile ones among them."""
@@ -108,7 +108,7 @@ def check_fuzz(bootstrap, tmp_path, fmt, n_good, n_bad, nulls, name):
     topic, good_topic = name, f"{name}-good"
     create_topics(bootstrap, topic, f"{topic}-dead", good_topic, f"{good_topic}-dead",
                   partitions=PARTITIONS)
-    batch = messages(fmt, 7, n_good, n_bad, nulls)
+    batch = mixed_messages(fmt, 7, n_good, n_bad, nulls)
     places = sent(bootstrap, topic, batch)
     bad = {place: value for place, (_, value, kind) in zip(places, batch) if kind == "bad"}
     kinds = {place: kind for place, (*_, kind) in zip(places, batch) if kind != "bad"}

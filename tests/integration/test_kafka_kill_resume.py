@@ -20,7 +20,7 @@ N = 30_000
 KILLS = 30
 
 
-def messages(n, seed=3):
+def example_messages(n, seed=3):
     """n JSON examples, keyed by model key."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
@@ -31,7 +31,7 @@ def messages(n, seed=3):
 
 
 
-def command(bootstrap, topic, out, resume=True):
+def topic_command(bootstrap, topic, out, resume=True):
     return [sys.executable, "-m", "unitless.cli", "train",
             "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
             "--model-key-column", "segment", "--chunk-size", "500", "--checkpoint-every", "1000",
@@ -41,7 +41,7 @@ def command(bootstrap, topic, out, resume=True):
             *(["--resume"] if resume else [])]
 
 
-def predictions(bootstrap, topic, at_least, timeout=60):
+def consume_predictions(bootstrap, topic, at_least, timeout=60):
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                              enable_auto_commit=False, group_id=None)
     rows, deadline = [], time.time() + timeout
@@ -61,13 +61,13 @@ def test_thirty_kills_on_kafka_lose_no_prediction_and_learn_every_example_once(b
     runs = [tmp_path / "whole"] + [tmp_path / f"crash{n}" for n in range(1, 11)]
     create_topics(bootstrap, topic, *[f"{r.name}-{kind}" for r in runs
                                        for kind in ("pred", "dead")])
-    send(bootstrap, topic, messages(N), linger_ms=20)
+    send(bootstrap, topic, example_messages(N), linger_ms=20)
     began = time.time()
-    subprocess.run(command(bootstrap, topic, runs[0], resume=False), check=True,
+    subprocess.run(topic_command(bootstrap, topic, runs[0], resume=False), check=True,
                    capture_output=True)
     duration = time.time() - began
     expected = final_models(KEYS, runs[0] / "models")
-    reference = {r["id"]: r for r in predictions(bootstrap, "whole-pred", N)}
+    reference = {r["id"]: r for r in consume_predictions(bootstrap, "whole-pred", N)}
     assert len(reference) == N
 
     def check(n):
@@ -75,14 +75,14 @@ def test_thirty_kills_on_kafka_lose_no_prediction_and_learn_every_example_once(b
         for key in KEYS:
             assert got[key][0].equals(expected[key][0]), key
             assert got[key][1:] == expected[key][1:] and got[key][1] == N // 3
-        rows = predictions(bootstrap, f"crash{n}-pred", N)
+        rows = consume_predictions(bootstrap, f"crash{n}-pred", N)
         assert {r["id"] for r in rows} == set(reference)
         for r in rows:  # duplicates (at least once) are identical to the original
             want = reference[r["id"]]
             assert (r["model_key"], r["examples_seen"], r["prediction"]) == (
                 want["model_key"], want["examples_seen"], want["prediction"])
 
-    campaigns(lambda n: command(bootstrap, topic, runs[n]), lambda n: runs[n] / "models",
+    campaigns(lambda n: topic_command(bootstrap, topic, runs[n]), lambda n: runs[n] / "models",
               check, KILLS, duration)
 
 
@@ -94,14 +94,14 @@ def test_a_resume_past_what_retention_kept_fails_in_one_line(broker, tmp_path, c
     from unitless.cli import main
     bootstrap, topic = broker.bootstrap_servers, "retention-input"
     create_topics(bootstrap, topic, "run-pred", "run-dead", partitions=1)
-    send(bootstrap, topic, messages(90))
+    send(bootstrap, topic, example_messages(90))
     out = tmp_path / "run"
-    assert main(command(bootstrap, topic, out, resume=False)[3:]) == 0
-    send(bootstrap, topic, messages(90, seed=4))
+    assert main(topic_command(bootstrap, topic, out, resume=False)[3:]) == 0
+    send(bootstrap, topic, example_messages(90, seed=4))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TopicPartition(topic, 0): 120})
     admin.close()
-    assert main(command(bootstrap, topic, out)[3:]) == 2
+    assert main(topic_command(bootstrap, topic, out)[3:]) == 2
     said = re.fullmatch(
         f"unitless: error: --resume: {topic}/0 must be read again from offset (\\d+), but its "
         "log starts at 120: (\\d+) records were deleted \\(retention\\) and would be lost; "

@@ -21,7 +21,7 @@ from tests.killing import final_models
 from tests.test_order import KEYS
 
 
-def rows_of(path, fields):
+def csv_messages(path, fields):
     """A CSV file's rows as JSON messages keyed by model key (a key's records on one partition,
     in file order); a field left empty is left out."""
     with open(path) as f:
@@ -36,8 +36,8 @@ def test_labels_on_a_topic_of_their_own_join_their_examples(broker, tmp_path, ru
     features_topic, labels_topic = f"features-{runner}", f"labels-{runner}"
     create_topics(bootstrap, features_topic, labels_topic)
     features, labels, reference, bad = write_join(tmp_path, "features.csv", seed=3)
-    send(bootstrap, features_topic, rows_of(features, ("id", "key", "a", "b")))
-    send(bootstrap, labels_topic, rows_of(labels, ("id", "key", "label")))
+    send(bootstrap, features_topic, csv_messages(features, ("id", "key", "a", "b")))
+    send(bootstrap, labels_topic, csv_messages(labels, ("id", "key", "label")))
     out = tmp_path / "joined"
     train(out, "--input", f"kafka://{bootstrap}/{features_topic}", "--labels",
           f"kafka://{bootstrap}/{labels_topic}", "--format", "jsonl", *JOINED,
@@ -112,7 +112,7 @@ def timed_join(n, seed):
     return features, labels, reference, expiries, dead
 
 
-def timed(records, start, stamp=None):
+def timed_messages(records, start, stamp=None):
     """Records [(key, t, record)] as JSON messages keyed by model key, timestamped ``start`` +
     t seconds (or all ``stamp``, s)."""
     return [(key.encode(), json.dumps(record).encode(),
@@ -161,7 +161,7 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
         create_topics(bootstrap, *(i.rsplit("/", 1)[1] for i in inputs))
         for url, records in zip(inputs, (features, labels)):
             send(bootstrap, url.rsplit("/", 1)[1],
-                 timed(records, start, stamp=time.time() if times == "column" else None))
+                 timed_messages(records, start, stamp=time.time() if times == "column" else None))
     plain = tmp_path / "reference.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for _, r in reference))
     out = tmp_path / "joined"
@@ -206,8 +206,8 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
                     "--expired-label", "-1", "--format", "jsonl", "--model-key-column", "key",
                     "--model-groups", "2", "--models-in-memory", "1")
     try:
-        send(bootstrap, "live-features", timed(features, start))
-        send(bootstrap, "live-labels", timed(labels, start))
+        send(bootstrap, "live-features", timed_messages(features, start))
+        send(bootstrap, "live-labels", timed_messages(labels, start))
         counts, quiet_since = None, time.time()
 
         def quiet():  # (every model's checkpoint unchanged for 10 s, every example served)

@@ -22,7 +22,7 @@ KEYS = ("alpha", "beta", "gamma")
 
 
 
-def examples(n, seed):
+def keyed_examples(n, seed):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
     y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
@@ -66,7 +66,7 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     topic = "examples"
     create_topics(bootstrap, topic, f"{topic}-dead")
     create_topics(bootstrap, f"{topic}-predictions", partitions=5)  # a partition for each key
-    rows = examples(900, seed=1)
+    rows = keyed_examples(900, seed=1)
     bad = [b"{not json", b"\xff\xfe{binary, not UTF-8",
            json.dumps({"id": "x", "segment": "alpha", "label": "nan", "a": 1}).encode(),
            json.dumps({"id": "y", "segment": "alpha", "label": 5, "a": 1}).encode()]
@@ -111,8 +111,8 @@ def test_restart_with_resume_learns_each_example_exactly_once(broker, tmp_path):
     create_topics(bootstrap, topic, f"{topic}-predictions", f"{topic}-dead")
     # (gamma has nothing new after the restart: what the resumed run reads again of it is all
     # replays, and it must not leave a start record holding the partition back)
-    first = examples(600, seed=2)
-    second = [r for r in examples(450, seed=3) if r["segment"] != "gamma"]
+    first = keyed_examples(600, seed=2)
+    second = [r for r in keyed_examples(450, seed=3) if r["segment"] != "gamma"]
     send(bootstrap, topic, keyed(first))
     train(tmp_path / "resumed", *topic_run(bootstrap, topic), "--checkpoint-every", "50")
     # the reading stage's start records are gone once every model's restart position passed
@@ -151,14 +151,14 @@ def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_
     bootstrap = broker.bootstrap_servers
     topic = "to-score"
     create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
-    rows = examples(600, seed=4)
+    rows = keyed_examples(600, seed=4)
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     models = str(tmp_path / "models")
     assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "segment", "--model-dir", models, "--predictions", str(tmp_path / "pred"),
                  "--dead-letter", str(tmp_path / "dead")]) == 0
-    fresh = examples(300, seed=5)
+    fresh = keyed_examples(300, seed=5)
     for r in fresh[::2]:
         del r["label"]
     unknown = dict(fresh[0], id="u", segment="delta")
@@ -193,12 +193,12 @@ def test_score_takes_the_model_key_from_the_message_key(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "score-by-message-key"
     create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
     path = tmp_path / "train.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in examples(300, seed=6)))
+    path.write_text("".join(json.dumps(r) + "\n" for r in keyed_examples(300, seed=6)))
     models = str(tmp_path / "models")
     assert main(["train", "--input", str(path), "--id-column", "id", "--model-key-column",
                  "segment", "--model-dir", models, "--predictions", str(tmp_path / "pred"),
                  "--dead-letter", str(tmp_path / "dead")]) == 0
-    fresh = [{k: v for k, v in r.items() if k != "label"} for r in examples(60, seed=7)]
+    fresh = [{k: v for k, v in r.items() if k != "label"} for r in keyed_examples(60, seed=7)]
     send(bootstrap, topic, keyed(fresh))  # (keyed by segment; the field is a feature here)
     assert main(["score", "--input", f"kafka://{bootstrap}/{topic}", "--id-column", "id",
                  "--model-dir", models, "--predictions", f"kafka://{bootstrap}/{topic}-scores",
@@ -224,7 +224,7 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
     bootstrap = broker.bootstrap_servers
     topic = "tiles"
     create_topics(bootstrap, topic, partitions=1)
-    send(bootstrap, topic, keyed(examples(250, seed=4)))
+    send(bootstrap, topic, keyed(keyed_examples(250, seed=4)))
     cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
                     model_key_column="segment", chunk_size=100)
     source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,
@@ -275,7 +275,7 @@ def test_a_range_split_off_by_the_runner_starts_at_or_past_every_stamp_it_leaves
     bootstrap = broker.bootstrap_servers
     topic = "split"
     create_topics(bootstrap, topic, partitions=1)
-    send(bootstrap, topic, keyed(examples(250, seed=5)))
+    send(bootstrap, topic, keyed(keyed_examples(250, seed=5)))
     cfg = configure([f"kafka://{bootstrap}/{topic}"], id_column="id",
                     model_key_column="segment")
     source = KafkaSourceConfig(KafkaTopic.parse(cfg.inputs[0]), cfg.format, cfg.spec,

@@ -29,12 +29,12 @@ def is_served(i):
     return i % SERVED == SERVED - 1
 
 
-def labeled(key, total):
+def learned_count(key, total):
     """How many of the first ``total`` examples of the model key have a label (are learned)."""
     return sum(1 for i in range(total) if KEYS[i % 2] == key and not is_served(i))
 
 
-def messages(start, n):
+def numbered_messages(start, n):
     """Examples start..start+n-1, keyed by model key (every fifth without its label)."""
     rng = np.random.default_rng(start)
     out = []
@@ -96,8 +96,9 @@ def caught_up(model_dir, total):
     """Every key's newest checkpoint covers all of the first ``total`` examples: those learned
     and those served. (A stream's last examples are served ones: the checkpoint that covers
     them is the one --checkpoint-seconds takes once the stream has gone quiet.)"""
-    return all(seen(model_dir, k) == labeled(k, total)
-               and seen(model_dir, k, "examples_served") == total_of(k, total) - labeled(k, total)
+    return all(seen(model_dir, k) == learned_count(k, total)
+               and seen(model_dir, k, "examples_served")
+               == total_of(k, total) - learned_count(k, total)
                for k in KEYS)
 
 
@@ -123,7 +124,7 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "live"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total, kills = 4000, 3
-    send(bootstrap, topic, messages(0, 1000))
+    send(bootstrap, topic, numbered_messages(0, 1000))
     models = tmp_path / "models"
     rng = random.Random()
     for k in range(kills):
@@ -134,7 +135,8 @@ def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):
             assert wait_for(lambda: seen(models, "north") >= kill_after, 120, pipeline)
         finally:
             kill_group(pipeline)
-        send(bootstrap, topic, messages(1000 * (k + 1), 1000))  # more arrives while it is down
+        # more arrives while it is down
+        send(bootstrap, topic, numbered_messages(1000 * (k + 1), 1000))
     last = streaming(bootstrap, topic, models, "--resume")
     try:
         done = wait_for(lambda: caught_up(models, total), 180, last)
@@ -152,13 +154,14 @@ def test_a_broker_restart_mid_stream_loses_nothing(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "bounce"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total = 3000
-    send(bootstrap, topic, messages(0, 1000))
+    send(bootstrap, topic, numbered_messages(0, 1000))
     models = tmp_path / "models"
     pipeline = streaming(bootstrap, topic, models)
     try:
         assert wait_for(lambda: all(seen(models, k) >= 300 for k in KEYS), 120, pipeline)
         # examples keep arriving (the producer buffers and retries) while the broker restarts
-        arriving = Producing(bootstrap, topic, messages(1000, total - 1000), per_second=200)
+        arriving = Producing(bootstrap, topic, numbered_messages(1000, total - 1000),
+                             per_second=200)
         arriving.start()
         time.sleep(1)
         broker.stop()  # clean shutdown, same ports and data on start
@@ -179,7 +182,7 @@ def test_a_stream_gone_quiet_is_checkpointed_after_checkpoint_seconds(broker, tm
     bootstrap, topic = broker.bootstrap_servers, "quiet"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     total = 230
-    send(bootstrap, topic, messages(0, total))
+    send(bootstrap, topic, numbered_messages(0, total))
     models = tmp_path / "models"
     pipeline = streaming(bootstrap, topic, models, "--checkpoint-every", "0")
     try:
@@ -197,16 +200,16 @@ def test_idle_models_leave_state_and_return_across_a_kill(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "idle"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", partitions=2)
     models = tmp_path / "models"
-    send(bootstrap, topic, messages(0, 400))
+    send(bootstrap, topic, numbered_messages(0, 400))
     pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s")
     try:
         assert wait_for(lambda: caught_up(models, 400), 120, pipeline)
         assert wait_for(lambda: models_left(pipeline) == 2, 60, pipeline)
-        send(bootstrap, topic, messages(400, 400))
+        send(bootstrap, topic, numbered_messages(400, 400))
         assert wait_for(lambda: caught_up(models, 800), 120, pipeline)
     finally:
         kill_group(pipeline)
-    send(bootstrap, topic, messages(800, 400))
+    send(bootstrap, topic, numbered_messages(800, 400))
     pipeline = streaming(bootstrap, topic, models, "--model-ttl", "2s", "--resume")
     try:
         assert wait_for(lambda: caught_up(models, 1200), 120, pipeline)
@@ -234,7 +237,7 @@ def assert_equals_an_uninterrupted_run(bootstrap, topic, models, whole, total):
         a = read_checkpoint(latest_checkpoint(str(models), key))
         b = read_checkpoint(latest_checkpoint(str(whole), key))
         ma, mb = (json.loads(t.schema.metadata[b"unitless"]) for t in (a, b))
-        assert ma["examples_seen"] == mb["examples_seen"] == labeled(key, total)
+        assert ma["examples_seen"] == mb["examples_seen"] == learned_count(key, total)
         assert ma["input_positions"] == mb["input_positions"]
         np.testing.assert_allclose(a.column("w").to_numpy(), b.column("w").to_numpy(),
                                    rtol=1e-12, atol=0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
-from tests.integration.test_kafka_pipeline import consume_all, examples, keyed  # noqa: E402
+from tests.integration.test_kafka_pipeline import consume_all, keyed, keyed_examples  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.store.by_group import GroupWriter, group_counts, group_key, taken  # noqa: E402
@@ -38,7 +38,7 @@ def scores_of(bootstrap, topic, ids, timeout=120):
 def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
     bootstrap, topic = broker.bootstrap_servers, "live-scores"
     create_topics(bootstrap, topic, f"{topic}-scores", f"{topic}-dead")
-    rows = examples(900, seed=1)
+    rows = keyed_examples(900, seed=1)
     alpha = [r for r in rows if r["segment"] == "alpha"]
     train_jsonl(tmp_path, "first", alpha[:150])  # alpha@150; beta and gamma have no model yet
     scoring = subprocess.Popen(
@@ -50,7 +50,7 @@ def test_a_streaming_score_takes_up_new_checkpoints_and_keys(broker, tmp_path):
         stdout=open(tmp_path / "score.log", "w"), stderr=subprocess.STDOUT,
         start_new_session=True)
     try:
-        probe = examples(60, seed=2)
+        probe = keyed_examples(60, seed=2)
         first = [dict(r, id=f"1-{i}", segment="alpha") for i, r in enumerate(probe[:20])]
         send(bootstrap, topic, keyed(first))
         got = scores_of(bootstrap, f"{topic}-scores", [r["id"] for r in first])

@@ -31,12 +31,12 @@ from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def examples(tmp_path_factory):
+def examples_csv(tmp_path_factory):
     """2 model keys, 36 examples each."""
     return write_examples(tmp_path_factory.mktemp("sharded") / "examples.csv", 72, 14)
 
 
-def predictions(out, data, *extra):
+def run_predictions(out, data, *extra):
     """A run's predictions, by model key and examples seen."""
     train(out, "--input", data, "--id-column", "id", "--model-key-column", "segment",
           "--chunk-size", "10", *extra)
@@ -45,14 +45,14 @@ def predictions(out, data, *extra):
 
 
 def train_sharded(out, data, broker, shards, delay, *extra):
-    return predictions(out, data, "--shards", str(shards), "--max-delay", str(delay),
+    return run_predictions(out, data, "--shards", str(shards), "--max-delay", str(delay),
                  "--feedback-topic", feedback_topic(broker.bootstrap_servers),
                  "--runner", "PrismRunner", "--prism_location", PRISM, "--streaming", *extra)
 
 
-def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples, broker):
-    alone = predictions(tmp_path / "alone", examples)
-    sharded = train_sharded(tmp_path / "one", examples, broker, 1, 0)
+def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples_csv, broker):
+    alone = run_predictions(tmp_path / "alone", examples_csv)
+    sharded = train_sharded(tmp_path / "one", examples_csv, broker, 1, 0)
     for column in ("id", "model_key", "prediction", "loss", "examples_seen", "position"):
         assert sharded.column(column).equals(alone.column(column)), column
     for key in KEYS:
@@ -64,9 +64,9 @@ def test_one_shard_is_the_unsharded_run_bit_for_bit(tmp_path, examples, broker):
                                                                 model.cumulative_loss)
 
 
-def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, broker, capsys):
-    alone = predictions(tmp_path / "alone", examples)
-    sharded = train_sharded(tmp_path / "four", examples, broker, 4, 0)
+def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples_csv, broker, capsys):
+    alone = run_predictions(tmp_path / "alone", examples_csv)
+    sharded = train_sharded(tmp_path / "four", examples_csv, broker, 4, 0)
     assert sharded.column("id").equals(alone.column("id"))
     expected = alone.column("prediction").to_numpy()
     scale = np.abs(expected).max()
@@ -89,7 +89,7 @@ def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, b
                                                  "ckpt-000000000036.arrow")
     scores = {}
     for name in ("alone", "four"):
-        assert main(["score", "--input", str(examples), "--id-column", "id",
+        assert main(["score", "--input", str(examples_csv), "--id-column", "id",
                      "--model-key-column", "segment", "--model-dir",
                      str(tmp_path / name / "models"), "--predictions",
                      str(tmp_path / f"scores-{name}"), "--dead-letter",
@@ -102,17 +102,17 @@ def test_four_shards_without_delay_equal_the_unsharded_run(tmp_path, examples, b
 
 
 def test_a_delay_learns_what_the_reference_protocol_learns_each_example_once(
-        tmp_path, examples, broker):
+        tmp_path, examples_csv, broker):
     shards, delay = 3, 4
     # one decoded shard kept per worker: every element decodes its shard from Beam state
-    got = train_sharded(tmp_path / "delay", examples, broker, shards, delay,
+    got = train_sharded(tmp_path / "delay", examples_csv, broker, shards, delay,
                         "--checkpoint-every", "10", "--keep-checkpoints", "10",
                         "--models-in-memory", "1")
     assert sorted(got.column("id").to_pylist()) == sorted(f"r{i}" for i in range(72))
     for key in KEYS:
         mine = got.filter(pa.compute.equal(got.column("model_key"), key))
         assert mine.column("examples_seen").to_pylist() == list(range(1, 37))
-        result, expected = reference(examples, key, shards, delay)
+        result, expected = reference(examples_csv, key, shards, delay)
         assert mine.column("prediction").to_numpy().tobytes() == result.scores[:, 0].tobytes()
         assert mine.column("loss").to_numpy().tobytes() == result.losses.tobytes()
         for state, want in zip(shard_states(tmp_path / "delay" / "models", key, shards), expected):
@@ -127,7 +127,7 @@ def test_a_delay_learns_what_the_reference_protocol_learns_each_example_once(
         assert consistent_cut(str(tmp_path / "delay" / "models"), key, shards) == 36
 
 
-def test_sharding_refuses_what_it_cannot_do(tmp_path, examples, broker, capsys):
+def test_sharding_refuses_what_it_cannot_do(tmp_path, examples_csv, broker, capsys):
     for extra, says in ((["--shards", "-1"], "--shards wants 0 or more"),
                         (["--shards", "2"], "pass --feedback-topic"),
                         (["--shards", "2", "--algorithm", "kotlowski1", "--bits", "8",
@@ -137,11 +137,11 @@ def test_sharding_refuses_what_it_cannot_do(tmp_path, examples, broker, capsys):
                           "kafka://h:1/t"], "at least 2 checkpoints"),
                         (["--shards", "2", "--feedback-topic",
                           feedback_topic(broker.bootstrap_servers)], "needs a streaming runner")):
-        assert main(["train", "--input", str(examples), "--model-dir", str(tmp_path / "m"),
+        assert main(["train", "--input", str(examples_csv), "--model-dir", str(tmp_path / "m"),
                      *extra]) == 2
         assert says in capsys.readouterr().err
     # --resume continues models as they were trained: with shards or without, never switching
-    predictions(tmp_path / "plain", examples)
+    run_predictions(tmp_path / "plain", examples_csv)
     (tmp_path / "sharded" / "shards" / "0-of-3").mkdir(parents=True)
     for models, extra, says in (
             ("plain", ["--shards", "2", "--feedback-topic", "kafka://h:1/t"], "without --shards"),
@@ -149,7 +149,7 @@ def test_sharding_refuses_what_it_cannot_do(tmp_path, examples, broker, capsys):
             ("sharded", ["--shards", "2", "--feedback-topic", "kafka://h:1/t"],
              "resume with --shards 3")):
         capsys.readouterr()
-        assert main(["train", "--input", str(examples), "--model-dir",
+        assert main(["train", "--input", str(examples_csv), "--model-dir",
                      str(tmp_path / models / "models" if models == "plain"
                          else tmp_path / models), "--resume", *extra]) == 2
         assert says in capsys.readouterr().err
@@ -200,7 +200,7 @@ def test_killed_and_resumed_every_shard_learns_every_example_once(tmp_path, brok
                 == result.scores[cuts[key]:, 0].tobytes())
 
 
-def stream(args, out, expected, log):
+def stream_until(args, out, expected, log):
     """Run `unitless train` ``args`` (streaming, without end) until ``out`` holds ``expected``
     predictions and a second more, then SIGKILL it (and its Prism runner): the predictions."""
     with open(log, "w") as f:
@@ -232,7 +232,7 @@ def test_a_kafka_stream_over_shards_without_delay_equals_the_unsharded_run(tmp_p
              "a": float(rng.normal() * 1e-3), "b": float(rng.normal() * 1e4),
              "c": float(rng.normal())} for i in range(50)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    alone = predictions(tmp_path / "alone", tmp_path / "rows.jsonl", "--format", "jsonl")
+    alone = run_predictions(tmp_path / "alone", tmp_path / "rows.jsonl", "--format", "jsonl")
     alone = {r["id"]: r for r in alone.to_pylist()}
     topic = f"sharded-in-{uuid.uuid4().hex[:8]}"
     create_topics(broker.bootstrap_servers, topic)
@@ -257,24 +257,22 @@ def test_a_kafka_stream_over_shards_without_delay_equals_the_unsharded_run(tmp_p
             "--checkpoint-every", "4", "--runner", "PrismRunner", "--prism_location", PRISM,
             "--streaming"]
     produce(rows[:40])
-    first = stream(args, tmp_path / "first", 40, tmp_path / "first.log")
+    first = stream_until(args, tmp_path / "first", 40, tmp_path / "first.log")
     assert first.column("id").to_pylist() == [f"k{i:02d}" for i in range(40)]
     same_as_alone(first)
     cuts = {key: consistent_cut(str(models), key, 2) or 0 for key in KEYS}
     produce(rows[40:])
-    second = stream(args + ["--resume"], tmp_path / "second",
+    second = stream_until(args + ["--resume"], tmp_path / "second",
                     sum(25 - cut for cut in cuts.values()), tmp_path / "second.log")
     assert sorted(second.column("id").to_pylist()) == sorted(
         r["id"] for r in rows if alone[r["id"]]["examples_seen"] > cuts[r["segment"]])
     same_as_alone(second)
 
 
-def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples, broker):
+def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples_csv, broker):
     """``Learn(shards=..., max_delay=...)`` in a Beam pipeline of one's own (Prism, streaming),
     reading with ``ReadExamples``: the reference protocol's predictions, bit for bit, in the
     transform's output as in its prediction files."""
-    import apache_beam as beam
-
     from unitless.beam import Learn, ReadExamples, Rows, WritePredictions
 
     shards, delay = 2, 5
@@ -284,7 +282,7 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples,
                   dead_letter=str(tmp_path / "dead"))
     # (no runner flag: Learn sets what Prism needs of it)
     with pipeline("prism", streaming=True) as p:
-        predictions = (p | ReadExamples(str(examples), model_key_column="segment",
+        predictions = (p | ReadExamples(str(examples_csv), model_key_column="segment",
                                         id_column="id", chunk_size=10, learner=learn)
                        | learn)
         _ = predictions | WritePredictions(str(tmp_path / "output"), "jsonl")
@@ -295,6 +293,6 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples,
         for key in KEYS:
             mine = got.filter(pa.compute.equal(got.column("model_key"), key)).sort_by(
                 "examples_seen")
-            result, _ = reference(examples, key, shards, delay)
+            result, _ = reference(examples_csv, key, shards, delay)
             assert mine.column("prediction").to_numpy().tobytes() == \
                 result.scores[:, 0].tobytes()
