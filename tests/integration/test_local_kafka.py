@@ -24,10 +24,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def kafka_client():
-    """The broker's own tests: no pipeline runs, so no client to vary (see conftest.py)."""
-    return None
+# The broker's own tests: no pipeline runs, so no client to vary (conftest.py would): the one
+# broker of the module, without a client set.
+pytestmark = pytest.mark.parametrize("kafka_client", [None], scope="module")
 
 if shutil.which("java") is None:  # the suite must not pass silently without a real broker
     raise RuntimeError("java is not on PATH: the Kafka integration tests need Java 17+")
