@@ -22,28 +22,24 @@ def one_line(capsys):
     return err[0]
 
 
-@pytest.mark.parametrize("header, says", [
+@pytest.mark.parametrize("fmt, header", [("csv", "header"), ("parquet", "schema")])
+@pytest.mark.parametrize("names, says", [
     ("id,id,label,x", "names column 'id' twice (columns 1 and 2)"),
     ("id,x,x,label", "names column 'x' twice (columns 2 and 3)"),
     ("id,,label,x", "gives column 2 no name"),
     (",x,label", "gives column 1 no name"),  # (pandas' to_csv writes its index so)
     ("label,x,label", "names column 'label' twice (columns 1 and 3)"),
 ])
-def test_a_header_naming_a_column_twice_or_not_at_all_is_one_line(tmp_path, capsys, header,
-                                                                  says):
-    path = tmp_path / "data.csv"
-    path.write_text(header + "\n" + ",".join(["1"] * len(header.split(","))) + "\n")
+def test_a_header_naming_a_column_twice_or_not_at_all_is_one_line(tmp_path, capsys, fmt,
+                                                                  header, names, says):
+    path = tmp_path / f"data.{fmt}"
+    names = names.split(",")
+    if fmt == "csv":
+        path.write_text(",".join(names) + "\n" + ",".join(["1"] * len(names)) + "\n")
+    else:
+        pq.write_table(pa.table([pa.array([1.0])] * len(names), names=names), path)
     train(tmp_path / "out", "--input", path, "--id-column", "id", expect=2)
-    assert f"{path}: the header {says}" in one_line(capsys)
-
-
-def test_a_parquet_schema_naming_a_column_twice_or_not_at_all_is_one_line(tmp_path, capsys):
-    for names, says in ((["id", "id", "label", "x"], "names column 'id' twice"),
-                        (["id", "", "label", "x"], "gives column 2 no name")):
-        path = tmp_path / "data.parquet"
-        pq.write_table(pa.table([pa.array(["1"])] + [pa.array([1.0])] * 3, names=names), path)
-        train(tmp_path / "out", "--input", path, "--id-column", "id", expect=2)
-        assert f"the schema {says}" in one_line(capsys)
+    assert f"{path}: the {header} {says}" in one_line(capsys)
 
 
 def test_one_column_in_two_roles_is_one_line(tmp_path, capsys):
