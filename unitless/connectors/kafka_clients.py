@@ -1,24 +1,10 @@
 """The Kafka client under unitless's reader and sinks, behind one small interface: kafka-python
-(always installed, the client this project is designed around) or confluent-kafka (librdkafka;
-the optional extra ``unitless[confluent]``), chosen per run by ``--kafka-client`` (default: the
-fastest installed, confluent-kafka when present; or the environment's UNITLESS_KAFKA_CLIENT).
-
-* ``open_reader(topic, partition, max_records)``: one partition, ``seek`` and ``poll``, giving
-  the messages as ``Records`` (columns: offsets, keys, values as bytes or None, timestamps in
-  ms); ``poll_any``: a poll that returns as soon as a message has come.
-* ``partition_offsets(topic, timeout_s)``: {partition: (first offset, end offset)}.
-* ``open_producer(topic, **settings)``: ``send`` (key, value, partition, headers), ``send_all``
-  (keys, values: one message each, in order), ``flush``
-  (returns once the broker acknowledged every message sent; raises ConnectionError for any
-  that failed), ``partitions``, ``close``.
-
-Keyed messages go to the partition Kafka's Java client gives their key (murmur2), whichever
-client sends them. Client errors surface as ConnectionError, whichever client; librdkafka's own
-log lines go to the ``unitless.kafka`` logger, each repeated line at most once in
-``LOG_REPEAT_S`` (a broker that is down for a minute is one line per cause, not thousands).
-Settings (``--kafka-config``) may use either client's names: those in ``SETTING_NAMES``
-(kafka-python's name: librdkafka's) are written the chosen client's way; any other name goes to
-the client as given.
+or confluent-kafka (librdkafka; the optional extra ``unitless[confluent]``), chosen per run by
+``--kafka-client`` (or the environment's UNITLESS_KAFKA_CLIENT). Either gives keyed messages the
+partition Kafka's Java client gives their key (murmur2), raises ConnectionError for its errors
+and takes settings (``--kafka-config``) in either client's names (``SETTING_NAMES``); librdkafka's
+log lines go to the ``unitless.kafka`` logger, a repeated one at most once in ``LOG_REPEAT_S``.
+The interface: docs/design.md, "Kafka clients"; choosing one: docs/operations.md.
 """
 import logging
 import os

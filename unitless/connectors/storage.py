@@ -1,27 +1,8 @@
 """Where unitless reads and writes files: the one module that touches a file system.
 
-Paths without a scheme are local files, handled with ``os``; a path with a scheme (gs://,
-s3://, hdfs://, azfs://, ...) goes through Beam's ``FileSystems``, which needs that file
-system's extra installed (``apache-beam[gcp]``, ``apache-beam[aws]``, ...) and its options
-(credentials, endpoint) in the pipeline options or the environment.
-
-``atomic_write`` writes a file whole or not at all, so a reader sees the old file or the new
-one, never part of one:
-
-* local: to a temporary name in the same directory, fsynced, renamed over the final name,
-  and the directory fsynced, so the new file also survives a machine crash once the call
-  returns (``atomic_write_many`` makes many files durable with one flush of the file
-  system). A process killed mid-write can leave a temporary file behind (nothing can remove
-  it at SIGKILL); ``remove_leftovers`` deletes those when the next run starts.
-* object stores (gs, s3, azfs): straight to the final name. An object appears only when its
-  upload completes, whole, and its rename would be a copy and a delete, not atomic. The data
-  is in memory before the upload starts, so a failed upload leaves the old object or none.
-* other file systems (hdfs): to a temporary name, then renamed. HDFS's rename does not
-  replace a file, so an existing one is deleted first: a reader may briefly find none (for a
-  checkpoint's `latest`, readers then fall back to the files themselves), never part of one.
-
-Object stores have no directories: a "directory" is a prefix, ``makedirs`` does nothing, and
-a directory exists while some object lies under it.
+Paths without a scheme are local files, handled with ``os``; a path with a scheme (gs://, s3://,
+hdfs://, azfs://, ...) goes through Beam's ``FileSystems``. ``atomic_write`` writes a file whole
+or not at all; how, on each kind of file system: docs/design.md, "Files and object stores".
 """
 import ctypes
 import gzip

@@ -1,27 +1,9 @@
 """Every learner by name: its step function, the names of its state arrays and hyperparameters.
 
 The order of ``vectors``/``matrices``/``scalars``/``hyperparameters`` is the index order the step
-function uses (V[0] is always the weight vector w).
-
-Adding a learner means two things and nothing else:
-
-1. write its ``xxx_step(V, M, S, k, idx, val, y, weight, loss, tau, hp)`` as an
-   ``@njit(cache=True)`` function in a step module (see ``normalized.py`` for the signature),
-   indexing V, M, S and hp positionally in the order of 2.;
-2. add an ``Algorithm(...)`` entry to ``ALGORITHMS`` below naming that step, its state arrays,
-   hyperparameters with defaults, and its ``invariance`` ("diagonal", "linear" or "none").
-
-A learner whose state is per feature, apart from counts every shard keeps alike (t) and sums
-over features (NAG's N) that only its update reads, can also be split over feature shards
-(``sharded.py``): write its step as ``xxx_predict`` and ``xxx_update`` around the loss (see
-``normalized.py``), name them in its entry (``predict``, ``update``) and list the scalars that
-are sums over features (``summed``).
-
-The compiled loop (``kernel.py``) dispatches on the position in ``ALGORITHMS`` (``code``) and
-recompiles by itself when a step module or this file changes; the check suite
-(``checks.py``, run by ``tests/test_learner_checks.py``) checks every entry, the invariance its
-entry claims included. Codes are positions, valid within one version of this file: checkpoints
-record the algorithm's name.
+function uses (V[0] is always the weight vector w); the compiled loop (``kernel.py``) dispatches
+on an entry's position (``code``). Adding a learner, one that can be split over feature shards
+included: docs/design.md, "The learner library".
 """
 from dataclasses import dataclass, field
 

@@ -1,26 +1,11 @@
 """One model's state split over feature shards, learned with a bounded delay.
 
 Each shard holds the state of the features ``shard_of`` gives it, as a LearnerState of its own.
-An example is learned in three parts, whoever runs them:
-
-1. ``predict_part``: every shard takes the example's features it holds and computes its part
-   of ŷ, ŷ_s = Σ_{i in s} w_i x_i (after the learner's steps before ŷ, such as NAG's rescaling).
-2. ``combine``: ŷ = Σ_s ŷ_s is the model's prediction; its loss and g = ∂ℓ/∂ŷ follow, and the
-   model's scalars: sums over features (NAG's N) added over the shards' parts, counts (t) as
-   every shard keeps them alike.
-3. ``update_part``: every shard applies g to its features, with the model's scalars of that
-   example.
-
-Every shard sees every example (one with none of its features still counts it), computes one
-part of its ŷ and applies its gradient once. With delay τ a shard may compute example t's part
-before it has applied the gradients of examples t−τ..t−1, never earlier ones: τ = 0 is the
-unsharded learner up to the order of the sums over shards (one shard: the same bits), larger τ
-lets shards compute parts without waiting for each ŷ (Langford, Smola, Zinkevich, "Slow
-learners are fast", NIPS 2009; Hsu et al., "Parallel online learning", 2011).
-
-``learn_with_delay`` runs the three parts in one process, in blocks of τ + 1 examples (a block's
-gradients are applied after its last part is computed, so example j of a block misses the
-gradients of the j before it): the reference a distributed run is checked against.
+An example is learned in three parts, whoever runs them: ``predict_part`` (every shard's part of
+ŷ), ``combine`` (ŷ, its loss and gradient, the model's scalars) and ``update_part`` (every shard
+applies the gradient). ``learn_with_delay`` runs them in one process with delay τ: the reference
+a distributed run is checked against. The protocol: docs/design.md, "One model over feature
+shards".
 """
 from typing import NamedTuple
 

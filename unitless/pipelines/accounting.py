@@ -1,25 +1,10 @@
 """Every example given to ``Learn`` accounted for, counted inside the pipeline.
 
-A run's identity: each example read is learned, served (predicted without a label, not
-learned), refused or replayed (skipped as learned before a resume, which only a resumed run may
-do), and the models grew by the examples learned. Delayed outcomes (``--labels``) add their
-terms: a labels record is read and its example learned; an example whose label never came is
-learned with ``--expired-label`` without a record read for it (``expired_learned``); and every
-served example that waited for its label has stopped waiting once the input has ended. The
-counts are taken from the steps' outputs themselves (the blocks going in, the prediction and
-dead-letter tables coming out, and each model's examples at the end of its input), so a retried
-or split bundle counts once, as its committed outputs do; Beam metrics may count a retry twice
-or, on some runners, not at all. Once a bounded input has ended, a run whose counts do not add
-up fails with one line (``AccountingError``).
-
-Counts alone can be fooled: a model whose state is lost in the middle of a run and started
-again learns the rest of its examples from nothing, and reports them as it leaves, as the
-first state did; examples lost and others learned twice add up too. So each model's learning
-is checked as a chain: every model reports the range of its ``examples_seen`` it covered in
-this run as it leaves state (``models_left``), the ranges of one model key may not overlap
-(checked per key of the keyed step, which all of a model key's reports come from), and the
-predictions' (model key, examples_seen) pairs must be exactly those ranges' (a fingerprint:
-a sum of 64-bit hashes, ``fingerprint``, on both sides).
+Each example read is learned, served, refused or replayed, and the models grew by the examples
+learned, counted from the steps' outputs; each model's learning is checked as an unbroken chain
+of ``examples_seen`` against the predictions (``fingerprint``). A bounded run whose counts do
+not add up fails with one line (``AccountingError``). Why it is counted so:
+docs/design.md, "Accounting"; what it promises: docs/guarantees.md.
 """
 import hashlib
 import typing

@@ -2,28 +2,8 @@
 (``checkpoint_file``) per checkpoint, written atomically, checked whenever it is read. Runs
 write models by group (``by_group``) and read this layout's checkpoints of earlier versions
 (``models``); each shard of a model over feature shards keeps its checkpoints in it
-(``shards``).
-
-Layout: MODEL_DIR/<key directory>/ckpt-<examples seen, 12 digits>.arrow, the last K kept, and
-MODEL_DIR/<key directory>/latest holding the name of the newest file; MODEL_DIR/starts holds
-start records of models in Kafka partitions (``starts``). MODEL_DIR may be local or
-any file system Beam knows (gs://, s3://, hdfs://); files are written whole or not at all
-(``storage.atomic_write``: locally to a temporary name, fsynced and renamed; on an object store
-as one upload), so a crash never leaves a half-written checkpoint or pointer. `latest` is the
-manifest naming a complete file; readers fall back to the files themselves, each checked.
-
-Key directories (``key_dir_name``) are built so that no key, however hostile, can name a path
-outside MODEL_DIR, share a directory with another key (also on case-insensitive file systems),
-or exceed a file system's name limit: "k-" and the key's UTF-8 bytes with every byte other than
-[a-z0-9_-] written as %XX (upper-case hex; so '.', '/', '~', '%' and upper-case letters are
-escaped too); when that is longer than 100 characters, "h-", its first 64 characters and the
-SHA-256 of the key (64 hex digits). Names are ASCII, at most 131 characters, never '.' or '..'.
-The key itself is read back from the checkpoints' metadata (``model_key``), never decoded from
-a directory name. This layout replaced the earlier one (the percent-quoted key, '_default' for
-the empty key), which is no longer read: models written before it must be retrained or moved.
-
-Readers take the newest valid checkpoint: the one `latest` names first, then the files newest
-first; each invalid one is skipped with a warning naming it and why.
+(``shards``). The files, the key directories' names (``key_dir_name``) and which checkpoint a
+reader takes: docs/compatibility.md, "The per-key layout, file by file".
 """
 import hashlib
 import logging
