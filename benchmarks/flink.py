@@ -11,10 +11,11 @@ under ``/usr/bin/time -v`` (wall, CPU, peak RSS of the client):
 * ``flink_p1``, ``flink_p2``: ``--runner PortableRunner --job_endpoint HOST:PORT
   --environment_type EXTERNAL --environment_config HOST:PORT --parallelism P
   --sdk_worker_parallelism P`` on a persistent job server (deploy/flink/job_server.FlinkJobServer,
-  an embedded Flink 1.19, started once per parallelism and warmed up with one small job before
-  the timed runs) and a Beam worker pool (``apache_beam.runners.worker.worker_pool_main``, the
-  venv first on PATH), which starts P Python SDK worker processes for the job: the layout of a
-  cluster (deploy/README.md), where each TaskManager has its own Python workers. The job server
+  an embedded Flink 1.19, started once per parallelism and warmed up with a small job and one
+  on the whole input before the timed runs) and a Beam worker pool
+  (``apache_beam.runners.worker.worker_pool_main``, the venv first on PATH), which starts P
+  Python SDK worker processes for the job: the layout of a cluster (deploy/README.md), where
+  each TaskManager has its own Python workers. The job server
   JVM's and the worker pool's peak RSS and CPU seconds are sampled during each run.
 
 Checked in the run: every run predicts each example exactly once with no dead letter, and the
@@ -50,6 +51,7 @@ KEYS = 8
 ETA = 0.5
 PARALLELISMS = (1, 2)
 WARMUP_ROWS = 2_000
+SMALL = "_small"  # a run's name + SMALL: the same runner on the warm-up file (its per-job cost)
 RUN_FIELDS = {"time", "token", "checksum"}  # checkpoint metadata that names when / which run
 
 
@@ -66,7 +68,8 @@ def make_data(work, n, seed, files):
     X, y, _ = artificial_stream(n, seed)
     keys = np.char.add("k", (np.arange(n) % KEYS).astype(str))
     cuts = np.linspace(0, n, files + 1).astype(int)
-    size = sum(write_csv(work / f"data-{i}.csv", X[a:b], y[a:b], keys[a:b], first_id=a).stat().st_size
+    size = sum(write_csv(work / f"data-{i}.csv", X[a:b], y[a:b], keys[a:b],
+                         first_id=a).stat().st_size
                for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])))
     m = min(WARMUP_ROWS, n)
     warm = write_csv(work / "warmup.csv", X[:m], y[:m], keys[:m])
@@ -109,29 +112,51 @@ class WorkerPool:
         self.log.close()
 
 
-def start_servers(work, warm, pool):
-    """One warm job server per parallelism: {p: server}."""
+def start_servers(work, warm, inp, pool):
+    """One warm job server per parallelism: {p: server}. Warmed up by a small job, then one
+    on the whole input: the JVM compiles the data path's code while it runs, job after job."""
     jar, servers = job_server_jar(), {}
     for p in PARALLELISMS:
         server = FlinkJobServer(jar=jar, parallelism=p, workdir=work / f"js{p}").start()
         servers[p] = server
         progress(f"job server p={p} at {server.endpoint} ({server.startup_seconds:.1f} s)")
-        r = run_timed(command(warm, work / f"warmup{p}", flink_args(server, p, pool)))
+        first, whole = (run_timed(command(data, work / f"warmup{p}", flink_args(server, p, pool)))
+                        for data in (warm, inp))
         server.warmup = {"startup_s": round(server.startup_seconds, 2),
-                         "first_job_wall_s": round(r["wall_s"], 2), "rows": WARMUP_ROWS}
+                         "first_job_wall_s": round(first["wall_s"], 2), "rows": WARMUP_ROWS,
+                         "whole_input_job_wall_s": round(whole["wall_s"], 2)}
     return servers
 
 
 def run_one(name, inp, out, n, beam_args, watch):
     """One timed run; its predictions and dead letters checked, its final checkpoints'
-    fingerprints kept."""
+    fingerprints kept, and the CPU seconds the JVM's JIT compiler threads used during it."""
     shutil.rmtree(out, ignore_errors=True)
+    jit = jit_cpu_s(watch.get("jvm"))
     with TreeWatch(watch) as w:
         r = run_timed(command(inp, out, beam_args))
     r.update(servers=w.result(), examples=check_outputs(name, out, n),
              checkpoints=final_checkpoints(out / "models"))
+    if jit is not None:
+        r["servers"]["jvm"]["jit_cpu_s"] = round(jit_cpu_s(watch["jvm"]) - jit, 2)
     shutil.rmtree(out, ignore_errors=True)
     return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
+
+
+def jit_cpu_s(pid):
+    """CPU seconds used so far by the JVM ``pid``'s JIT compiler threads (long-lived, so a
+    difference of two readings is what they used in between); None without a JVM."""
+    if pid is None:
+        return None
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if "CompilerThre" in (task / "comm").read_text():
+                fields = (task / "stat").read_text().rsplit(") ", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        except OSError:  # (a thread that ended)
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def check_outputs(name, out, n):
@@ -191,6 +216,7 @@ def summarize(tries, n):
             "max_rss_mib": max(t["max_rss_mib"] for t in tries),
             "jvm_max_rss_mib": max((j["max_rss_mib"] for j in jvm), default=None),
             "jvm_cpu_s": best["servers"].get("jvm", {}).get("cpu_s"),
+            "jvm_jit_cpu_s": best["servers"].get("jvm", {}).get("jit_cpu_s"),
             "workers_max_rss_mib": max((w["max_rss_mib"] for w in workers), default=None),
             "workers_cpu_s": best["servers"].get("workers", {}).get("cpu_s"),
             "command": best["command"], "tries": tries}
@@ -214,17 +240,31 @@ def run_all(args, n, work):
     pool = WorkerPool(work)
     servers = {}
     try:
-        servers = start_servers(work, warm, pool)
-        jobs = [("fnapi", lambda: run_one("fnapi", inp, work / "fnapi", n, [], {}))]
-        jobs += [(f"flink_p{p}", lambda p=p, s=s: run_one(
-            f"flink_p{p}", inp, work / f"flink_p{p}", n, flink_args(s, p, pool),
-            {"jvm": s.proc.pid, "workers": pool.proc.pid})) for p, s in servers.items()]
+        servers = start_servers(work, warm, inp, pool)
+        runners = {"fnapi": ([], {})}
+        runners.update({f"flink_p{p}": (flink_args(s, p, pool),
+                                        {"jvm": s.proc.pid, "workers": pool.proc.pid})
+                        for p, s in servers.items()})
+        jobs = []
+        for name, (beam_args, watch) in runners.items():
+            jobs += [(name, lambda a=(name, inp, work / name, n, beam_args, watch): run_one(*a)),
+                     (f"{name}{SMALL}", lambda a=(name, warm, work / name, WARMUP_ROWS, beam_args,
+                                                  watch): run_one(*a))]
         tries = interleaved(jobs, args.repeat)
     finally:
         for s in servers.values():
             s.stop()
         pool.stop()
-    runs = {name: summarize(t, n) for name, t in tries.items()}
+    runs = {name: summarize(t, n) for name, t in tries.items() if not name.endswith(SMALL)}
+    for name, r in runs.items():
+        small = [t["wall_s"] for t in tries[name + SMALL]]
+        r["small_job_wall_median_s"] = float(np.median(small))
+        r["small_job_tries"] = tries[name + SMALL]
+        cpu = np.median([all_cpu_s(t) for t in r["tries"]]) - np.median(
+            [all_cpu_s(t) for t in r["small_job_tries"]])
+        r["beyond_small_job_cpu_us_per_example"] = cpu / (n - WARMUP_ROWS) * 1e6
+        beyond = r["wall_median_s"] - r["small_job_wall_median_s"]  # (≤ 0 on tiny inputs)
+        r["beyond_small_job_examples_per_s"] = (n - WARMUP_ROWS) / beyond if beyond > 0 else None
     return {"examples": n, "keys": KEYS, "features": 21, "seed": args.seed, "eta": ETA,
             "repeat": args.repeat, "input_bytes": size, "files": args.files,
             "job_servers": {f"p{p}": s.warmup for p, s in servers.items()},
@@ -232,7 +272,19 @@ def run_all(args, n, work):
             "ratios": {"flink_p1_over_fnapi": runs["flink_p1"]["examples_per_s"]
                        / runs["fnapi"]["examples_per_s"],
                        "scaling_p2_over_p1": runs["flink_p2"]["examples_per_s"]
-                       / runs["flink_p1"]["examples_per_s"]}}
+                       / runs["flink_p1"]["examples_per_s"],
+                       "flink_p1_over_fnapi_beyond_small_job": ratio(
+                           runs["flink_p1"]["beyond_small_job_examples_per_s"],
+                           runs["fnapi"]["beyond_small_job_examples_per_s"])}}
+
+
+def all_cpu_s(run):
+    """CPU seconds of a run's client, job server JVM and SDK workers together."""
+    return run["cpu_s"] + sum(run["servers"].get(k, {}).get("cpu_s", 0) for k in ("jvm", "workers"))
+
+
+def ratio(a, b):
+    return None if a is None or b is None else a / b
 
 
 # --------------------------------------------------------------------------------------- report
@@ -242,20 +294,38 @@ LABELS = {"fnapi": "FnApiRunner (default)", "flink_p1": "Flink, parallelism 1",
 
 
 def results_table(data):
-    rows = [[LABELS[k], fmt(r["wall_s"]), fmt(r["wall_median_s"]), f"{r['examples_per_s']:,.0f}",
-             fmt(r["cpu_s"]), fmt(r["max_rss_mib"], 0), fmt(r["jvm_max_rss_mib"], 0),
-             fmt(r["jvm_cpu_s"], 1), fmt(r["workers_max_rss_mib"], 0), fmt(r["workers_cpu_s"], 1)]
-            for k, r in data["runs"].items()]
+    runs = data["runs"]
+    whole = [[LABELS[k], fmt(r["wall_s"]), fmt(r["wall_median_s"]), f"{r['examples_per_s']:,.0f}",
+              fmt(r["cpu_s"]), fmt(r["max_rss_mib"], 0), fmt(r["jvm_max_rss_mib"], 0),
+              fmt(r["jvm_cpu_s"], 1), fmt(r["jvm_jit_cpu_s"], 1), fmt(r["workers_max_rss_mib"], 0),
+              fmt(r["workers_cpu_s"], 1)] for k, r in runs.items()]
+    beyond = [[LABELS[k], fmt(r["small_job_wall_median_s"]),
+               fmt(r["beyond_small_job_examples_per_s"], 0),
+               fmt(r["beyond_small_job_cpu_us_per_example"], 2)] for k, r in runs.items()]
     q = data["ratios"]
     busy = {k: (r["cpu_s"] + (r["jvm_cpu_s"] or 0) + (r["workers_cpu_s"] or 0)) / r["wall_s"]
-            for k, r in data["runs"].items()}
+            for k, r in runs.items()}
     return table(["run", f"wall s (best of {data['repeat']})", "wall s (median)",
                   "examples/s (best wall)", "client CPU s (user+sys)", "client peak RSS MiB",
-                  "job server JVM peak RSS MiB", "JVM CPU s", "SDK workers peak RSS MiB",
-                  "SDK workers CPU s"], rows) + f"""
+                  "job server JVM peak RSS MiB", "JVM CPU s", "of which JIT compiling",
+                  "SDK workers peak RSS MiB", "SDK workers CPU s"], whole) + "\n\n" + table(
+        ["run", f"{WARMUP_ROWS:,}-example job: wall s (median)", "examples/s beyond that job",
+         "CPU µs per example beyond that job"], beyond) + f"""
 
 * **Flink p1 / FnApiRunner** (examples/s): **{q['flink_p1_over_fnapi']:.2f}**
+* **Flink p1 / FnApiRunner, examples/s beyond the per-job cost**:
+  **{fmt(q['flink_p1_over_fnapi_beyond_small_job'])}**
 * **scaling p2 / p1** (examples/s): **{q['scaling_p2_over_p1']:.2f}**
+
+The per-job cost is what a {WARMUP_ROWS:,}-example job takes on the same runner, run beside each
+large one: on Flink, a new embedded Flink cluster for the job (the job server's `[local]` mode),
+Python SDK worker processes started and importing Beam and unitless, the job's teardown; on the
+FnApiRunner, little beyond the command's own start. "Beyond the per-job cost" is
+(examples − {WARMUP_ROWS:,}) / (median wall − the small job's median wall): the rate a long
+or streaming job runs at, where the per-job cost is paid once; its CPU per example is the
+median CPU seconds of client, JVM and workers together less the small job's, over the same
+examples. On Flink the JVM's JIT compiler is still at work in these runs (its CPU falls from
+one job to the next on the same server: every try is in the JSON file).
 
 Cores kept busy (client, JVM and SDK workers' CPU seconds over the best wall time):
 {", ".join(f"{LABELS[k]} {v:.2f}" for k, v in busy.items())}, of the machine's
@@ -269,7 +339,8 @@ def render(data):
     R, js, eq = data["runs"], data["job_servers"], data["equal_checkpoints"]
     cmds = "\n".join(f"* {k}: `{relative_command(r['command'])}`" for k, r in R.items())
     warm = "; ".join(f"{p}: started in {w['startup_s']} s, warm-up job ({w['rows']:,} rows) "
-                     f"{w['first_job_wall_s']} s" for p, w in js.items())
+                     f"{w['first_job_wall_s']} s, then the whole input "
+                     f"{w['whole_input_job_wall_s']} s" for p, w in js.items())
     return f"""* data: the artificial stream (21 features, σ_i = 2⁻¹⁰…2¹⁰, seed {data['seed']}), \
 {data['examples']:,} examples in {data['files']} CSV files of consecutive rows \
 ({data['input_bytes'] / 2**20:.0f} MiB, read in parallel, a file per reader) with a \
@@ -297,7 +368,8 @@ A user with many jobs or one long job keeps one Flink job server (or cluster) ru
 to it (`python -m deploy.flink.job_server start`, then `--runner PortableRunner --job_endpoint`,
 as docs/operations.md advises), instead of `--runner FlinkRunner`, which starts a new job server
 JVM for every run. The measured jobs therefore exclude the JVM's start-up and its first,
-slower job (class loading, JIT): one server per parallelism, warmed up by a small job first ({warm}).
+slower jobs (class loading, JIT): one server per parallelism, warmed up by a small job and one
+on the whole input first ({warm}).
 The Python SDK workers come from a worker pool (`EXTERNAL`), P processes for parallelism P, as
 on a cluster where a worker pool runs beside every TaskManager (deploy/README.md). With the local
 default, LOOPBACK, every subtask's Python work runs in the one submitting process and its GIL,

@@ -19,7 +19,7 @@ Python API (e.g. a pytest fixture)::
 
 CLI (``start`` prints the job endpoint on stdout and leaves the server running)::
 
-    python deploy/flink/job_server.py start [--port N] [--parallelism N] [--dir D]
+    python deploy/flink/job_server.py start [--port N] [--parallelism N] [--conf K=V] [--dir D]
     python deploy/flink/job_server.py status [--dir D]
     python deploy/flink/job_server.py stop [--dir D]
     python deploy/flink/job_server.py run [--port N] ...    # in the foreground, until Ctrl-C
@@ -79,7 +79,7 @@ class FlinkJobServer:
     def __init__(self, jar: Optional[os.PathLike] = None, port: Optional[int] = None,
                  parallelism: Optional[int] = None, workdir: Optional[os.PathLike] = None,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
-                 extra_args: Optional[List[str]] = None):
+                 extra_args: Optional[List[str]] = None, conf: Optional[dict] = None):
         self.jar = Path(jar) if jar else None
         self.port = port
         self.parallelism = parallelism
@@ -87,6 +87,7 @@ class FlinkJobServer:
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="flink-js-"))
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
+        self.conf = dict(conf or {})  # Flink configuration entries of every job it runs
         self.proc: Optional[subprocess.Popen] = None
         self.log_path = self.workdir / "FlinkJobServer.log"
 
@@ -104,10 +105,12 @@ class FlinkJobServer:
                "--expansion-port", "-1",          # no Java expansion service
                "--flink-master", "[local]",
                "--artifacts-dir", str(self.workdir / "artifacts")]
-        if self.parallelism:
+        entries = {**self.conf, **({"parallelism.default": int(self.parallelism)}
+                                   if self.parallelism else {})}
+        if entries:
             conf = self.workdir / "conf"
             conf.mkdir(parents=True, exist_ok=True)
-            (conf / "config.yaml").write_text(f"parallelism.default: {int(self.parallelism)}\n")
+            (conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in entries.items()))
             cmd += ["--flink-conf-dir", str(conf)]
         return cmd + self.extra_args
 
@@ -223,6 +226,9 @@ def main(argv=None) -> int:
         p.add_argument("--parallelism", type=int, default=None,
                        help="Flink's default parallelism (a pipeline's --parallelism wins)")
         p.add_argument("--jar", default=None, help="job server jar (default: build/cached)")
+        p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Flink configuration entry for every job it runs, e.g. "
+                            "execution.buffer-timeout.interval='5 ms' (repeatable)")
         p.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT)
         p.add_argument("--dir", default=None)
     for name in ("status", "stop"):
@@ -246,8 +252,12 @@ def main(argv=None) -> int:
         print(state["endpoint"])
         return 0
     d.mkdir(parents=True, exist_ok=True)
+    try:
+        conf = dict(entry.split("=", 1) for entry in args.conf)
+    except ValueError:
+        ap.error(f"--conf wants KEY=VALUE, not {args.conf}")
     js = FlinkJobServer(jar=args.jar, port=args.port, parallelism=args.parallelism,
-                        workdir=d, startup_timeout=args.timeout)
+                        workdir=d, startup_timeout=args.timeout, conf=conf)
     try:
         js.start()
     except FlinkJobServerError as e:
