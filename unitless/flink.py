@@ -2,8 +2,11 @@
 Flink tests and benchmarks (deploy/flink/job_server.py). Beam's own download of the job server
 is not reachable everywhere, so the project assembles one from Maven Central
 (deploy/flink/build_job_server.sh: Beam's Flink 1.19 runner 2.70.0, cached)."""
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,6 +20,8 @@ JAVA_17_OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package
     "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
     "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
     "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED")
+# Flink sends a network buffer downstream once it is full or after this long (100 ms by default)
+BUFFER_TIMEOUT = "execution.buffer-timeout.interval"
 BUILD_SCRIPT = REPO / "deploy" / "flink" / "build_job_server.sh"
 CACHED = ("flink", "beam-2.70.0-flink-1.19", "beam-flink-job-server.jar")  # the script's place
 
@@ -48,3 +53,16 @@ def job_server_jar(build=True, timeout=1800.0):
                                 "$UNITLESS_FLINK_JOB_SERVER_JAR (deploy/flink/"
                                 "build_job_server.sh builds one)")
     return jar
+
+
+def embedded_buffer_timeout(ms):
+    """Have the Flink job server that Beam's FlinkRunner starts from this process (an embedded
+    cluster for this process's jobs) send network buffers within ``ms`` milliseconds: a job
+    server started without a configuration directory reads ``$FLINK_CONF_DIR``'s, so it names
+    one holding that entry, unless it is set already (the user's own configuration)."""
+    if os.environ.get("FLINK_CONF_DIR"):
+        return
+    conf = tempfile.mkdtemp(prefix="unitless-flink-conf-")
+    Path(conf, "config.yaml").write_text(f"{BUFFER_TIMEOUT}: {int(ms)} ms\n")
+    atexit.register(shutil.rmtree, conf, True)  # (read again by every job of that server)
+    os.environ["FLINK_CONF_DIR"] = conf

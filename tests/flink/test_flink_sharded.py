@@ -1,20 +1,34 @@
 """One model over feature shards on Apache Flink (streaming, 2 parallel subtasks, the shards'
 parts through a real Kafka topic): every (model, shard) learns exactly what the one-process
-reference protocol learns, and every example is predicted once, as on Prism."""
+reference protocol learns, and every example is predicted once, as on Prism; on the session's
+job server and on the embedded cluster `--runner FlinkRunner` starts, whose network buffers
+unitless sets to go within 5 ms."""
+import logging
 import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.sharding import (KEYS, feedback_topic, reference, shard_states,  # noqa: E402
                             write_examples)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
+from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
 
 
-def test_shards_on_flink_learn_what_the_reference_protocol_learns(broker, flink_args,
-                                                                   tmp_path):
+@pytest.mark.parametrize("runner", ["job server", "FlinkRunner"])
+def test_shards_on_flink_learn_what_the_reference_protocol_learns(broker, runner, request,
+                                                                   tmp_path, caplog,
+                                                                   monkeypatch):
+    if runner == "FlinkRunner":
+        flink_args = ["--runner", "FlinkRunner", "--parallelism", "2"]
+        monkeypatch.setenv("FLINK_CONF_DIR", "-")  # (so that it is unset again afterwards)
+        monkeypatch.delenv("FLINK_CONF_DIR")
+        caplog.set_level(logging.INFO)  # (the job server's log, which Beam logs line by line)
+    else:
+        flink_args = request.getfixturevalue("flink_args")
     data = write_examples(tmp_path / "examples.csv", 72, 21)
     shards, delay = 3, 2
     code = main(["train", "--input", str(data), "--id-column", "id", "--model-key-column",
@@ -35,3 +49,5 @@ def test_shards_on_flink_learn_what_the_reference_protocol_learns(broker, flink_
             assert state.examples_seen == 36
             assert state.dense_vectors().tobytes() == want.dense_vectors().tobytes()
             assert state.S.tobytes() == want.S.tobytes()
+    if runner == "FlinkRunner":
+        assert f"Loading configuration property: {BUFFER_TIMEOUT}, 5 ms" in caplog.text

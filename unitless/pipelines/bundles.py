@@ -42,8 +42,12 @@ def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
     to a second after it was read. A bundle still commits its state
     and outputs as a whole when it ends; only when the worker sees its elements changes.
     Not on Prism, which gives a bundle all its elements at once (and failed a run with it:
-    its worker's outputs sent in pieces were not decoded)."""
-    from apache_beam.options.pipeline_options import DebugOptions
+    its worker's outputs sent in pieces were not decoded).
+    And on the embedded Flink cluster Beam's FlinkRunner starts for this process, Flink's
+    network buffers between stages go within ``ms`` too (``flink.embedded_buffer_timeout``);
+    a job server of one's own is configured by whoever starts it (docs/operations.md)."""
+    from apache_beam.options.pipeline_options import DebugOptions, FlinkRunnerOptions
+    from apache_beam.runners.portability.flink_runner import FlinkRunner
     from apache_beam.runners.portability.portable_runner import PortableRunner
     from apache_beam.runners.portability.prism_runner import PrismRunner
     runner = pipeline.runner
@@ -52,6 +56,10 @@ def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
     debug = pipeline.options.view_as(DebugOptions)
     if not any(e.startswith(DATA_BUFFER_TIME) for e in debug.experiments or []):
         debug.add_experiment(f"{DATA_BUFFER_TIME}{ms}")
+    if (isinstance(runner, FlinkRunner)
+            and pipeline.options.view_as(FlinkRunnerOptions).flink_master == "[local]"):
+        from ..flink import embedded_buffer_timeout
+        embedded_buffer_timeout(ms)
 
 
 class TwoBundlesAtOnce(RuntimeError):
