@@ -13,7 +13,7 @@ from unitless.learner import new_state, read_metadata, to_arrow
 from unitless.store.models import load_latest, model_keys
 from unitless.store.per_key import checkpoint_files, key_dir, write_checkpoint
 from tests.commands import train
-from tests.test_pipeline import make_examples, write_csv, write_parquet
+from tests.examples import make_examples, write_csv, write_parquet
 
 STORED = ("--label-column", "label", "--id-column", "id", "--model-key-column", "segment",
           "--chunk-size", "50", "--checkpoint-every", "1000")

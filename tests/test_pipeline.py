@@ -7,8 +7,6 @@ import sys
 import time
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from unitless.cli import main
@@ -18,19 +16,9 @@ from unitless.learner.examples import bias_index
 from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint
 
 from tests.commands import train
+from tests.examples import FEATURES, make_examples, write_csv, write_parquet
 
 BITS = 18
-FEATURES = ["f1", "f2", "f3", "f4"]
-
-
-def make_examples(n=600, seed=0, keys=("a", "b", "c")):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4)) * [1e-3, 1.0, 1e3, 10.0]
-    X[rng.random(X.shape) < 0.1] = 0.0
-    w = np.array([1e3, -1.0, 1e-3, 0.2])
-    y = np.where(rng.random(n) < 1 / (1 + np.exp(-X @ w)), 1, -1)
-    key = [keys[i] for i in rng.integers(0, len(keys), size=n)]
-    return X, y, key
 
 
 def expected_predictions(X, y, keys, names=FEATURES, algorithm="nag"):
@@ -45,27 +33,12 @@ def expected_predictions(X, y, keys, names=FEATURES, algorithm="nag"):
     return out
 
 
-def write_csv(path, X, y, keys):
-    with open(path, "w") as f:
-        f.write("id,segment,label," + ",".join(FEATURES) + "\n")
-        for i in range(len(y)):
-            values = ",".join("" if v == 0 else repr(float(v)) for v in X[i])
-            f.write(f"e{i},{keys[i]},{y[i]},{values}\n")
-
-
 def write_jsonl(path, X, y, keys):
     with gzip.open(path, "wt") as f:
         for i in range(len(y)):
             row = {"id": f"e{i}", "segment": keys[i], "label": int(y[i]),
                    **{n: float(X[i, j]) for j, n in enumerate(FEATURES) if X[i, j] != 0}}
             f.write(json.dumps(row) + "\n")
-
-
-def write_parquet(path, X, y, keys):
-    columns = {"id": [f"e{i}" for i in range(len(y))], "segment": keys, "label": y.astype(float)}
-    for j, n in enumerate(FEATURES):
-        columns[n] = [None if v == 0 else float(v) for v in X[:, j]]
-    pq.write_table(pa.table(columns), path)
 
 
 def write_vw(path, X, y, keys):

@@ -34,8 +34,8 @@ from apache_beam.portability.api import beam_job_api_pb2 as job_api
 from apache_beam.portability.api import beam_job_api_pb2_grpc as job_api_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.flink.test_flink_training import (KEYS, assert_same_checkpoints,  # noqa: E402
-                                             file_predictions, weighted_examples)
+from tests.flink_runs import (KEYS, assert_same_checkpoints, file_predictions,  # noqa: E402
+                              weighted_examples)
 from unitless.learner import read_metadata  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 

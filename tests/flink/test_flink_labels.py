@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.integration.test_kafka_labels import check_timed_join  # noqa: E402
-from tests.test_kill_labels import kill_campaigns  # noqa: E402
 from tests.commands import train  # noqa: E402
-from tests.test_delayed_outcomes import JOINED, assert_joined, write_join  # noqa: E402
+from tests.labels import (JOINED, assert_joined, check_timed_join, kill_campaigns,  # noqa: E402
+                          write_join)
 
 
 def test_labels_files_joined_on_flink(flink_args, tmp_path):

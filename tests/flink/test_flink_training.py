@@ -7,39 +7,23 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
+from tests.flink_runs import (assert_same_checkpoints, file_predictions,  # noqa: E402
+                              weighted_examples)
 from unitless.cli import main  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
 from unitless.connectors.storage import atomic_write  # noqa: E402
-from unitless.store.models import (checkpoint_history, latest_checkpoint,  # noqa: E402
-                                    read_checkpoint)
 
 # 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
 # two files (so that a key's blocks come from both of Flink's reading subtasks)
-KEYS = [f"key-{i}" for i in range(9)]
 N = 3000
 CHUNK = "8"
 CHECKPOINT_EVERY = "120"
-# what a checkpoint's metadata may differ in between two runs: when and by which run
-RUN_FIELDS = {"time", "token", "checksum"}
 # the options of every run here (the inputs and the runner aside)
 FLINK_RUN = ("--format", "jsonl", "--id-column", "id", "--model-key-column", "segment",
              "--chunk-size", CHUNK, "--checkpoint-every", CHECKPOINT_EVERY)
-
-
-def weighted_examples(n, seed):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
-    y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
-    p = np.arange(1, len(KEYS) + 1, dtype=float)
-    keys = rng.choice(len(KEYS), size=n, p=p / p.sum())
-    return [{"id": f"{seed}-{i}", "segment": KEYS[keys[i]],
-             "label": None if i % 9 == 8 else int(y[i]),
-             "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +50,6 @@ def prediction_rows(rows):
                    r["id"]) for r in rows)
 
 
-def file_predictions(out):
-    return read_output(f"{out}/pred").to_pylist()
-
-
 def assert_same_predictions(got, want, rows):
     ids = [r["id"] for r in got]
     assert len(ids) == len(set(ids)), "an example was predicted more than once"
@@ -77,50 +57,6 @@ def assert_same_predictions(got, want, rows):
     # bit for bit: == on floats (NaN would fail, and there is none)
     assert prediction_rows(got) == prediction_rows(want)
     assert {r["id"] for r in got if r["served"]} == {r["id"] for r in rows if r["label"] is None}
-
-
-def checkpoint(path):
-    table = read_checkpoint(path)
-    meta = json.loads(table.schema.metadata[b"unitless"])
-    columns = {name: (table.column(name).to_numpy(zero_copy_only=False).tobytes()
-                      if table.schema.field(name).type != "string"
-                      else table.column(name).to_pylist())
-               for name in table.column_names}
-    # by file name: the same file anywhere
-    for field in ("input_positions", "unlearned_sources", "learned_through",
-                  "restart_positions"):
-        meta[field] = {source.rsplit("/", 1)[-1]: position
-                       for source, position in (meta.get(field) or {}).items()}
-    # where a resumed run may restart a partition lags what the model learned on arrival
-    # until the watermark passes it, and when that is depends on the runner: a lower bound
-    restart = meta.pop("restart_positions")
-    meta.pop("watermark_passed", None)
-    assert all(p <= meta["input_positions"].get(s, p) for s, p in restart.items()), meta
-    return {k: v for k, v in meta.items() if k not in RUN_FIELDS}, columns
-
-
-def kept_states(model_dir, key):
-    """{examples seen: where} of the model's kept checkpoints (the last of each count: a model
-    is checkpointed again at the same count when only its restart positions moved, which
-    depends on the runner's bundles)."""
-    return {meta["examples_seen"]: where for where, meta in checkpoint_history(str(model_dir),
-                                                                                 key)}
-
-
-def assert_same_checkpoints(got_dir, want_dir, rows):
-    for key in sorted({r["segment"] for r in rows}):
-        got, want = kept_states(got_dir, key), kept_states(want_dir, key)
-        assert max(got) == max(want), key
-        for examples in sorted(set(got) & set(want)):
-            assert checkpoint(got[examples]) == checkpoint(want[examples]), f"{key}@{examples}"
-        got = latest_checkpoint(str(got_dir), key)
-        meta, _ = checkpoint(got)  # the newest: every example of the key learned
-        assert meta["examples_seen"] == sum(r["segment"] == key and r["label"] is not None
-                                            for r in rows)
-        last = json.loads(read_checkpoint(got).schema.metadata[b"unitless"])
-        assert last.get("restart_positions", {}) == {  # (the watermark passed everything)
-            s: p for s, p in last["input_positions"].items()
-            if s in last.get("restart_positions", {})}
 
 
 @pytest.mark.parametrize("mode", ["batch", "streaming"])

@@ -14,9 +14,9 @@ from kafka import KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, latest_models, send, train  # noqa: E402
-from tests.test_hostile_records import (HEADER, MAX_REASON, good_rows, hostile,  # noqa: E402
-                                        text_record, unlabeled_record)
+from tests.records import HEADER, good_rows, hostile, text_record, unlabeled_record  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
+from unitless.connectors.records import MAX_REASON  # noqa: E402
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
 

@@ -5,20 +5,18 @@ import csv
 import json
 import time
 
-import numpy as np
 import pytest
 
 from unitless.cli import main
-from unitless.connectors.files import read_output
-from unitless.store import join as label_join
 
 from tests.commands import create_topics, send, train
-from tests.integration.test_kafka_streaming import seen, streaming, wait_for
+from tests.kafka_io import seen, streaming, wait_for
 from tests.killing import kill_group
 from tests.runners import prism_args, runner_args
-from tests.test_delayed_outcomes import JOINED, assert_joined, write_join
+from tests.labels import (JOINED, WAIT, assert_joined, check_timed_join, timed_join,
+                          timed_messages, write_join)
 from tests.killing import final_models
-from tests.test_order import KEYS
+from tests.ordered import KEYS
 
 
 def csv_messages(path, fields):
@@ -46,79 +44,6 @@ def test_labels_on_a_topic_of_their_own_join_their_examples(broker, tmp_path, ru
     assert_joined(out, train(tmp_path / "plain", "--input", reference, *JOINED), topic, bad)
 
 
-WAIT = 10.0  # s: --label-wait
-
-
-def timed_join(n, seed):
-    """Features and labels records with record times (s) for ``n`` examples, 1 s apart: most
-    labels within WAIT of their example, after it or before; some later than that, some too
-    early, some never; labels of unknown ids, second labels, repeated features records.
-    Returns (features [(key, t, record)], labels [(key, t, record)], the reference: each model
-    key's joined records in label order with the expired ones at their expiry time
-    [(key, record with label)], the expired examples [(id, expiry time)], {reason: count})."""
-    rng = np.random.default_rng(seed)
-    features, labels, rows = [], [], {}
-    for i in range(n):
-        key, t = KEYS[rng.integers(len(KEYS))], 1.0 * i + rng.uniform(0, 0.5)
-        a, b = rng.normal() * 1e3, rng.normal() * 1e-2
-        y = 1 if a / 1e3 + b / 1e-2 + rng.normal() > 0 else -1
-        rows[f"e-{i}"] = (key, t, a, b, y)
-        features.append((key, t, {"id": f"e-{i}", "key": key, "a": a, "b": b}))
-        if rng.random() < 0.02:  # (an at-least-once producer's retry)
-            features.append((key, t + 0.1, {"id": f"e-{i}", "key": key, "a": a + 1, "b": b}))
-        kind = rng.choice(["after", "before", "late", "early", "never"],
-                          p=[0.7, 0.1, 0.06, 0.06, 0.08])
-        delay = {"after": rng.uniform(0.2, 8), "before": -rng.uniform(0.2, 8),
-                 "late": rng.uniform(12, 18), "early": -rng.uniform(12, 18)}.get(kind)
-        if delay is not None:
-            labels.append((key, t + delay, {"id": f"e-{i}", "key": key, "label": y}))
-            if kind == "after" and rng.random() < 0.03:
-                labels.append((key, t + delay + 0.5, {"id": f"e-{i}", "key": key, "label": -y}))
-        if rng.random() < 0.02:
-            labels.append((key, t + 1.0, {"id": f"unknown-{i}", "key": key, "label": 1}))
-    features.sort(key=lambda e: e[1])
-    labels.sort(key=lambda e: e[1])
-    # the rule, model key by model key: an example and its label join when at most WAIT
-    # apart; an example not joined expires at its time + WAIT, learned then with label -1
-    dead, events, closed, first = {}, [], {}, set()
-
-    def bad(reason):
-        dead[reason] = dead.get(reason, 0) + 1
-    for key, t, f in features:
-        if f["id"] in first:
-            bad(label_join.SECOND_FEATURES)
-        first.add(f["id"])
-    for key, t, label in labels:
-        i = label["id"]
-        if i not in rows:
-            bad(label_join.NEVER_SERVED)
-        elif i in closed:
-            bad(label_join.SECOND_LABEL if closed[i] == "joined" else label_join.LATE_LABEL)
-        elif abs(t - rows[i][1]) <= WAIT:
-            closed[i] = "joined"
-            events.append((t, 0, key, i, label["label"]))
-        elif t > rows[i][1] + WAIT:
-            closed[i] = "expired"
-            bad(label_join.LATE_LABEL)
-        else:
-            bad(label_join.NEVER_SERVED)
-    for i, (key, t, *_) in rows.items():
-        if closed.get(i) != "joined":
-            events.append((t + WAIT, 1, key, i, -1))
-    events.sort(key=lambda e: e[:2])
-    reference = [(key, {"id": i, "key": key, "a": rows[i][2], "b": rows[i][3], "label": y})
-                 for _, _, key, i, y in events]
-    expiries = [(i, at) for at, expired, _, i, _ in events if expired]
-    return features, labels, reference, expiries, dead
-
-
-def timed_messages(records, start, stamp=None):
-    """Records [(key, t, record)] as JSON messages keyed by model key, timestamped ``start`` +
-    t seconds (or all ``stamp``, s)."""
-    return [(key.encode(), json.dumps(record).encode(),
-             int(1000 * (start + t if stamp is None else stamp))) for key, t, record in records]
-
-
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
     """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
@@ -137,55 +62,6 @@ def test_with_a_time_column_files_expire_on_record_time_too(tmp_path):
     """--time-column gives files record time: --label-wait then applies to them as to topics
     (see ``check_timed_join``; files by name, each in line order)."""
     check_timed_join(None, tmp_path, "files", [], "files")
-
-
-def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
-    """``timed_join``'s records on two topics, read to their ends by a run on ``runner_args``:
-    each model's final state equals a plain run over its joined records in label order and its
-    expired examples learned with --expired-label at their expiry time; the dead letters are
-    exactly the labels too late, too early, second or of unknown ids, and the repeated
-    features records. The records' times are their Kafka timestamps (``times`` "kafka"), or
-    a ``ts`` field read by --time-column on topics ("column") or in files ("files")."""
-    features, labels, reference, expiries, bad = timed_join(500, seed=5)
-    start = time.time() - 3600
-    if times != "kafka":
-        features, labels = [[(k, t, {**r, "ts": start + t}) for k, t, r in records]
-                            for records in (features, labels)]
-    if times == "files":
-        inputs = [tmp_path / "features.jsonl", tmp_path / "labels.jsonl"]
-        for path, records in zip(inputs, (features, labels)):
-            path.write_text("".join(json.dumps(r) + "\n" for _, _, r in records))
-        inputs = [str(p) for p in inputs]
-    else:
-        inputs = [f"kafka://{bootstrap}/timed-{part}-{name}" for part in ("features", "labels")]
-        create_topics(bootstrap, *(i.rsplit("/", 1)[1] for i in inputs))
-        for url, records in zip(inputs, (features, labels)):
-            send(bootstrap, url.rsplit("/", 1)[1],
-                 timed_messages(records, start, stamp=time.time() if times == "column" else None))
-    plain = tmp_path / "reference.jsonl"
-    plain.write_text("".join(json.dumps(r) + "\n" for _, r in reference))
-    out = tmp_path / "joined"
-    train(out, "--input", inputs[0], "--labels", inputs[1], "--label-wait", f"{WAIT:g}s",
-          "--expired-label", "-1", "--format", "jsonl", *JOINED,
-          *(["--time-column", "ts"] if times != "kafka" else []), *runner_args)
-    got, want = final_models(KEYS, str(out / "models")), final_models(KEYS, str(train(
-        tmp_path / "plain", "--input", plain, *JOINED, "--format", "jsonl") / "models"))
-    for key in KEYS:
-        assert got[key][0].equals(want[key][0])
-        assert got[key][1] == want[key][1]
-    dead = read_output(str(out / "dead")).to_pylist()
-    assert {reason: sum(d["reason"] == reason for d in dead) for reason in bad} == bad
-    assert len(dead) == sum(bad.values())
-    rows = read_output(str(out / "pred")).to_pylist()
-    assert sorted(r["id"] for r in rows if r["served"]) == sorted(f"e-{i}" for i in range(500))
-    # the expired examples: learned with the expired label, at their features record's place
-    # in its topic and their expiry time
-    features_source = inputs[0] if times == "files" else inputs[0].rsplit("/", 1)[1] + "/"
-    expired = {r["id"]: r for r in rows if not r["served"]
-               and r["source"].startswith(features_source)}
-    assert sorted(expired) == sorted(i for i, _ in expiries)
-    assert all(r["label"] == -1 and r["event_time"] == pytest.approx(start + at, abs=2e-3)
-               for r in expired.values() for at in [dict(expiries)[r["id"]]])
 
 
 def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_path):

@@ -7,38 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
+from tests.kafka_io import KEYS, consume_all, keyed, keyed_examples  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 from unitless.store.starts import read_starts, starts_dir  # noqa: E402
-
-KEYS = ("alpha", "beta", "gamma")
-
-
-
-
-def keyed_examples(n, seed):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3)) * [1e-3, 1.0, 1e4]
-    y = np.where(X @ [1e3, -1.0, 1e-4] + rng.normal(size=n) > 0, 1, -1)
-    return [{"id": f"{seed}-{i}", "segment": KEYS[i % 3], "label": int(y[i]),
-             "a": float(X[i, 0]), "b": float(X[i, 1]), "c": float(X[i, 2])} for i in range(n)]
-
-
-
-def keyed(rows, bad=()):
-    """JSON examples keyed by model key; ``bad`` raw values between them."""
-    out = []
-    for i, row in enumerate(rows):
-        out.append((row["segment"].encode(), json.dumps(row).encode()))
-        if i < len(bad):
-            out.append((b"alpha", bad[i]))
-    return out
 
 
 def topic_run(bootstrap, topic):
@@ -47,18 +24,6 @@ def topic_run(bootstrap, topic):
             "--model-key-column", "segment", "--chunk-size", "100",
             "--predictions", f"kafka://{bootstrap}/{topic}-predictions",
             "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]
-
-
-def consume_all(bootstrap, topic, expected, timeout=60):
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, group_id=None)
-    out, deadline = [], time.time() + timeout
-    while len(out) < expected and time.time() < deadline:
-        for records in consumer.poll(timeout_ms=500).values():
-            out.extend(records)
-    consumer.close()
-    return out
-
 
 
 def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path):

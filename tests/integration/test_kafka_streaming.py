@@ -5,7 +5,6 @@ and never learned."""
 import json
 import random
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -16,10 +15,10 @@ from kafka import KafkaConsumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send  # noqa: E402
+from tests.kafka_io import seen, streaming, wait_for  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
-from tests.runners import PRISM  # noqa: E402
 from unitless.cli import main  # noqa: E402
-from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint  # noqa: E402
+from unitless.store.models import latest_checkpoint, read_checkpoint  # noqa: E402
 
 KEYS = ("north", "south")
 SERVED = 5  # every fifth example has no label
@@ -67,31 +66,6 @@ class Producing(threading.Thread):
             raise AssertionError(f"the test's producer failed: {self.error!r}")
 
 
-def streaming(bootstrap, topic, model_dir, *extra):
-    log = open(Path(model_dir).parent / f"streaming-{time.time_ns()}.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "unitless.cli", "train", "--input", f"kafka://{bootstrap}/{topic}",
-         "--id-column", "id", "--model-dir", str(model_dir), "--chunk-size", "50",
-         "--predictions", f"kafka://{bootstrap}/{topic}-pred",
-         "--dead-letter", f"kafka://{bootstrap}/{topic}-dead", "--checkpoint-every", "100",
-         "--checkpoint-seconds", "1", "--runner", "PrismRunner", "--prism_location", PRISM,
-         "--streaming", *extra], stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)  # its own process group, with the Prism runner it starts
-    process.log = log.name
-    return process
-
-
-
-
-def seen(model_dir, key, count="examples_seen"):
-    """Examples the key's newest checkpoint has learned (or served) (read at once: the run may
-    prune a file it named a moment ago)."""
-    found = load_latest(str(model_dir), key)
-    if found is None:
-        return 0
-    return json.loads(found[1].schema.metadata[b"unitless"]).get(count, 0)
-
-
 def caught_up(model_dir, total):
     """Every key's newest checkpoint covers all of the first ``total`` examples: those learned
     and those served. (A stream's last examples are served ones: the checkpoint that covers
@@ -104,18 +78,6 @@ def caught_up(model_dir, total):
 
 def total_of(key, total):
     return sum(1 for i in range(total) if KEYS[i % 2] == key)
-
-
-def wait_for(condition, timeout, process):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return True
-        if process.poll() is not None:
-            tail = Path(process.log).read_text()[-3000:]
-            raise AssertionError(f"the streaming pipeline exited ({process.returncode}):\n{tail}")
-        time.sleep(0.2)
-    return False
 
 
 def test_kill_and_resume_learns_every_example_exactly_once(broker, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
-from tests.integration.test_kafka_pipeline import consume_all, keyed, keyed_examples  # noqa: E402
+from tests.kafka_io import consume_all, keyed, keyed_examples  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
 from tests.runners import PRISM  # noqa: E402
 from unitless.store.by_group import GroupWriter, group_counts, group_key, taken  # noqa: E402
