@@ -14,7 +14,6 @@ from unitless.store.shards import shard_dir
 from unitless.pipelines.config import configure, new_learner
 
 from tests.commands import create_topics
-from tests.runners import PRISM  # noqa: F401 (the tests of sharded runs on Prism take it here)
 
 KEYS = ("east", "west")
 

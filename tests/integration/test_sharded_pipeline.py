@@ -18,9 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
 from tests.killing import kill_group  # noqa: E402
-from tests.runners import pipeline  # noqa: E402
-from tests.sharding import (KEYS, PRISM, feedback_topic, reference,  # noqa: E402
-                            shard_states, write_examples)
+from tests.runners import PRISM, pipeline  # noqa: E402
+from tests.sharding import (KEYS, feedback_topic, reference, shard_states,  # noqa: E402
+                            write_examples)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
