@@ -5,11 +5,13 @@ every (model, shard) learns exactly what the in-process reference protocol
 (``learner.sharded.learn_with_delay``) learns, each example predicted once; killed and
 resumed, every shard learns every example once."""
 import json
+import pickle
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -23,8 +25,10 @@ from tests.sharding import (KEYS, feedback_topic, reference, shard_states,  # no
                             write_examples)
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
+from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
 from unitless.learner.sharded import merge  # noqa: E402
+from unitless.pipelines.sharded import CutRounds, Round, _Rounds  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name  # noqa: E402
 from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
@@ -296,3 +300,22 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples_
             result, _ = reference(examples_csv, key, shards, delay)
             assert mine.column("prediction").to_numpy().tobytes() == \
                 result.scores[:, 0].tobytes()
+
+
+def test_a_round_carries_only_its_own_examples_when_pickled():
+    """A shard keeps each round it waits for pickled (and Beam sends it so): a round must not
+    carry the ids or sources of the whole release it was cut from (an Arrow slice pickles its
+    parent's buffers), or a file's rounds would hold its ids and sources once a round."""
+    n, k = 4000, 3
+    block = ExampleBlock("/some/long/path/of/a/file/" + "x" * 60 + ".csv", np.arange(1, n + 1),
+                         pa.array([f"example-{i}" for i in range(n)]), pa.array(["m"] * n),
+                         np.ones(n), np.ones(n), np.arange(n + 1, dtype=np.int64) * k,
+                         np.arange(n * k, dtype=np.int64) % 97, np.ones(n * k))
+    cfg = SimpleNamespace(shards=2, max_delay=9, checkpoint_every=0, checkpoint_seconds=0)
+    rounds = _Rounds(pending=[block])
+    sent = [r for (_, s), r in CutRounds(cfg)._cut("m", rounds) if s == 0]
+    assert len(sent) == n // 10 and all(isinstance(r, Round) for r in sent)
+    assert [r.meta.ids.to_pylist() for r in sent[:2]] == [
+        [f"example-{i}" for i in range(a, a + 10)] for a in (0, 10)]
+    # (10 of the release's 4,000 examples, beside a round's fixed part)
+    assert len(pickle.dumps(sent[-1])) < len(pickle.dumps(block)) / 50

@@ -200,13 +200,13 @@ class CutRounds:
                     rounds.positions[block.source] = max(rounds.positions.get(block.source, -1),
                                                          int(positions[lo:hi].max()))
                     rounds.starts.pop(block.source, None)
-            meta = RoundMeta(ids.slice(a, b - a), sources.slice(a, b - a), positions[a:b],
-                             None if event_times is None else event_times[a:b])
+            meta = RoundMeta(own_rows(ids.slice(a, b - a)), own_rows(sources.slice(a, b - a)),
+                             positions[a:b], None if event_times is None else event_times[a:b])
             checkpoint = self._checkpoint_due(rounds)
             for s, part in enumerate(split_batch(batch.slice(a, b), self.cfg.shards)):
-                yield (key, s), Round(rounds.next_round, part, shard_names[s] if a == 0 else FeatureNames(),
-                                      checkpoint, meta if s == 0 else None,
-                                      dict(rounds.positions))
+                names = shard_names[s] if a == 0 else FeatureNames()
+                yield (key, s), Round(rounds.next_round, part, names, checkpoint,
+                                      meta if s == 0 else None, dict(rounds.positions))
             rounds.next_round += 1
 
     def _names_by_shard(self, blocks):
@@ -223,6 +223,13 @@ class CutRounds:
         if due:
             rounds.checkpoint_examples, rounds.checkpoint_time = rounds.examples, time.time()
         return bool(due)
+
+
+def own_rows(array):
+    """A copy of an Arrow array (a slice) holding its own rows only: pickled, a slice carries
+    every buffer of the array it was cut from, so each round of a release would carry the ids
+    and sources of the whole release, in transit and as it waits in the shard."""
+    return pa.concat_arrays([array])
 
 
 def concat_batches(batches):
