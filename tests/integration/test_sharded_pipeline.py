@@ -27,8 +27,9 @@ from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.learner import from_arrow  # noqa: E402
+from unitless.learner.names import FeatureNames  # noqa: E402
 from unitless.learner.sharded import merge  # noqa: E402
-from unitless.pipelines.sharded import CutRounds, Round, _Rounds  # noqa: E402
+from unitless.pipelines.sharded import CutRounds, Round  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
 from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name  # noqa: E402
 from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
@@ -302,20 +303,62 @@ def test_learn_with_shards_in_a_users_own_streaming_pipeline(tmp_path, examples_
                 result.scores[:, 0].tobytes()
 
 
+def cut_rounds(shards, delay, releases):
+    """What the shard sequencer sends for releases of blocks (each handed on in turn)."""
+    cut = CutRounds(SimpleNamespace(shards=shards, max_delay=delay, checkpoint_every=7,
+                                    checkpoint_seconds=0))
+    rounds, sent = cut.state("m", SimpleNamespace(read=lambda: None)), []
+    for blocks in releases:
+        for block in blocks:
+            sent += cut.learn(rounds, block)
+        sent += cut.released("m", rounds)
+    return sent
+
+
+def a_block(first, n, rng, times):
+    """n examples of one file from position ``first``, named features, event times or none."""
+    k = rng.integers(1, 5, n)
+    indptr = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
+    indices = rng.integers(0, 50, indptr[-1]).astype(np.int64)
+    named = np.unique(indices)
+    return ExampleBlock("/some/long/path/of/a/file/" + "x" * 60 + ".csv",
+                        np.arange(first, first + n), pa.array([f"example-{first + i}"
+                                                               for i in range(n)]),
+                        pa.array(["m"] * n), rng.choice([-1.0, 1.0], n), rng.random(n) + 0.5,
+                        indptr, indices, rng.normal(size=indptr[-1]),
+                        FeatureNames(named, pa.array([f"f{i}-{first}" for i in named])), None,
+                        rng.random(n) * 1e9 if times else None)
+
+
+@pytest.mark.parametrize("times", [False, True])
+def test_a_release_is_cut_block_by_block_as_it_would_be_whole(times):
+    """A release's blocks handed on one at a time are cut into the rounds the release
+    concatenated gives, bit for bit (rounds span blocks; its first round carries the names of
+    all of its features): how the sequencer holds a release may change, its rounds may not."""
+    rng = np.random.default_rng(5)
+    blocks, first = [], 1
+    for n in (7, 13, 3, 20, 1, 11):
+        blocks.append(a_block(first, n, rng, times))
+        first += n
+    for shards, delay in ((1, 0), (2, 4), (3, 9), (2, 100)):
+        apart = cut_rounds(shards, delay, [blocks])
+        whole = cut_rounds(shards, delay, [[ExampleBlock.concat(blocks)]])
+        assert len(apart) == len(whole) == shards * -(-55 // (delay + 1))
+        assert (sorted(pickle.dumps((k, r)) for k, r in apart)
+                == sorted(pickle.dumps((k, r)) for k, r in whole))
+    assert sum(len(r.names) for _, r in apart) == len(np.unique(np.concatenate(
+        [b.indices for b in blocks])))
+
+
 def test_a_round_carries_only_its_own_examples_when_pickled():
     """A shard keeps each round it waits for pickled (and Beam sends it so): a round must not
     carry the ids or sources of the whole release it was cut from (an Arrow slice pickles its
     parent's buffers), or a file's rounds would hold its ids and sources once a round."""
-    n, k = 4000, 3
-    block = ExampleBlock("/some/long/path/of/a/file/" + "x" * 60 + ".csv", np.arange(1, n + 1),
-                         pa.array([f"example-{i}" for i in range(n)]), pa.array(["m"] * n),
-                         np.ones(n), np.ones(n), np.arange(n + 1, dtype=np.int64) * k,
-                         np.arange(n * k, dtype=np.int64) % 97, np.ones(n * k))
-    cfg = SimpleNamespace(shards=2, max_delay=9, checkpoint_every=0, checkpoint_seconds=0)
-    rounds = _Rounds(pending=[block])
-    sent = [r for (_, s), r in CutRounds(cfg)._cut("m", rounds) if s == 0]
-    assert len(sent) == n // 10 and all(isinstance(r, Round) for r in sent)
+    block = a_block(1, 4000, np.random.default_rng(1), False)
+    sent = sorted((r for (_, s), r in cut_rounds(2, 9, [[block]]) if s == 0),
+                  key=lambda r: r.round)
+    assert len(sent) == 400 and all(isinstance(r, Round) for r in sent)
     assert [r.meta.ids.to_pylist() for r in sent[:2]] == [
-        [f"example-{i}" for i in range(a, a + 10)] for a in (0, 10)]
+        [f"example-{i}" for i in range(a, a + 10)] for a in (1, 11)]
     # (10 of the release's 4,000 examples, beside a round's fixed part)
     assert len(pickle.dumps(sent[-1])) < len(pickle.dumps(block)) / 50
