@@ -422,6 +422,15 @@ def measure(fn, idle=None):
 TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
 
 
+def rate_beyond(n, tries, m, small_tries):
+    """Examples/s a run sustains beyond the cost every job pays once: ``n`` examples' tries
+    beside the same job's tries on ``m`` of them, (n − m) over the median wall time beyond the
+    small job's median (None where it is not beyond: tiny inputs)."""
+    beyond = (np.median([t["wall_s"] for t in tries])
+              - np.median([t["wall_s"] for t in small_tries]))
+    return (n - m) / beyond if beyond > 0 else None
+
+
 def run_timed(cmd, cwd=ROOT, env=None):
     """Run a command as a process of its own under ``/usr/bin/time -v``: wall s, CPU s
     (user+sys of the child, and each), peak RSS MiB, the 1-min load average before and after,

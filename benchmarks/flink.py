@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     relative_command, result_name, run_timed, scratch, table, train_args,
+                     rate_beyond, relative_command, result_name, run_timed, scratch, table, train_args,
                      TreeWatch, unitless_command, write_csv, write_results)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 
@@ -263,8 +263,8 @@ def run_all(args, n, work):
         cpu = np.median([all_cpu_s(t) for t in r["tries"]]) - np.median(
             [all_cpu_s(t) for t in r["small_job_tries"]])
         r["beyond_small_job_cpu_us_per_example"] = cpu / (n - WARMUP_ROWS) * 1e6
-        beyond = r["wall_median_s"] - r["small_job_wall_median_s"]  # (≤ 0 on tiny inputs)
-        r["beyond_small_job_examples_per_s"] = (n - WARMUP_ROWS) / beyond if beyond > 0 else None
+        r["beyond_small_job_examples_per_s"] = rate_beyond(n, r["tries"], WARMUP_ROWS,
+                                                           r["small_job_tries"])
     return {"examples": n, "keys": KEYS, "features": 21, "seed": args.seed, "eta": ETA,
             "repeat": args.repeat, "input_bytes": size, "files": args.files,
             "job_servers": {f"p{p}": s.warmup for p, s in servers.items()},

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (TreeWatch, fnum, header, parse_args, progress,  # noqa: E402
+from _common import (TreeWatch, fnum, header, parse_args, progress, rate_beyond,  # noqa: E402
                      relative_command, result_name, run_timed, scratch, table, train_args,
                      unitless_command, write_results)
 from feature_shards import ACTIVE, sparse_stream  # noqa: E402
@@ -47,6 +47,7 @@ from flink import WorkerPool, flink_args  # noqa: E402
 
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
+from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
 
 ETA = 0.5
 SHARDS = (1, 2)
@@ -180,15 +181,13 @@ def best(tries, small, n):
     beyond its median."""
     r = dict(min(tries, key=lambda t: t["wall_s"]))
     r["examples_per_s_tries"] = [t["examples_per_s"] for t in tries]
-    beyond = np.median([t["wall_s"] for t in tries]) - np.median([t["wall_s"] for t in small])
-    r["beyond_small_job_examples_per_s"] = (n - WARMUP_ROWS) / beyond if beyond > 0 else None
+    r["beyond_small_job_examples_per_s"] = rate_beyond(n, tries, WARMUP_ROWS, small)
     r["tries"], r["small_job_tries"] = tries, small
     return r
 
 
 # Flink runs: {name: the job server's Flink configuration}. Flink sends a network buffer when it
 # is full or after its buffer timeout (100 ms by default), which most of a round waited for.
-BUFFER_TIMEOUT = "execution.buffer-timeout.interval"
 FLINK_RUNS = {"flink_p2": {}, "flink_p2_bt5": {BUFFER_TIMEOUT: "5 ms"}}
 LABELS = {"prism": "Prism", "flink_p2": f"Flink, parallelism {PARALLELISM}",
           "flink_p2_bt5": f"Flink, parallelism {PARALLELISM}, {BUFFER_TIMEOUT} 5 ms"}

@@ -9,8 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.flink import job_server  # noqa: E402
 from tests.commands import dead_letters, train  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
+from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
 
-ENTRY = ("execution.buffer-timeout.interval", "5 ms")
+ENTRY = (BUFFER_TIMEOUT, "5 ms")
 
 
 def test_a_conf_entry_given_at_start_is_loaded_by_the_job_it_runs(flink_jar, tmp_path, capsys,
