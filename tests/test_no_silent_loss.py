@@ -240,3 +240,24 @@ def test_overlapping_ranges_and_fingerprints():
         read=2, learned=2, in_models=2, learned_print=1, in_models_print=2).problem(False)
     assert Tally(read=2, learned=2, in_models=2, learned_print=5,
                  in_models_print=5 + (1 << 64)).problem(False) is None
+
+
+def test_a_worker_output_stream_sends_whole_elements_only_when_its_timer_fires():
+    """With ``data_buffer_time_limit_ms`` (sharded runs on a job server's runner), the SDK
+    worker's output stream is flushed on a timer; a flush in the middle of an element failed a
+    Flink job (the runner could not decode the part it got). ``bundles`` makes it wait for the
+    element's end."""
+    from apache_beam.runners.worker import data_plane
+    assert bundles.flush_whole_elements_only  # (applied when bundles is imported)
+    sent = []
+    stream = data_plane.TimeBasedBufferingClosableOutputStream(
+        close_callback=sent.append, flush_callback=sent.append, time_flush_threshold_ms=1)
+    stream.write(b"half of an ")  # an element being written as the timer fires
+    time.sleep(0.05)
+    assert sent == []
+    stream.write(b"element")
+    stream.maybe_flush()  # (the worker's call after each whole element)
+    assert sent == [b"half of an element"]
+    stream.write(b"next")
+    stream.close()
+    assert sent == [b"half of an element", b"next"]
