@@ -10,6 +10,12 @@ from ..learner import make_batch
 from ..learner.names import FeatureNames, merged_names
 
 
+def own_rows(array):
+    """A copy of an Arrow array (a slice) holding its own rows only: pickled, a slice carries
+    every buffer of the array it was cut from (a block's whole file, a release's every round)."""
+    return pa.concat_arrays([array])
+
+
 @dataclass
 class ExampleBlock:
     source: str             # file path or topic/partition
@@ -230,8 +236,8 @@ class ExampleBlock:
             a, b = self.indptr[start], self.indptr[stop]
             indptr, indices = self.indptr[start:stop + 1] - a, self.indices[a:b]
         return ExampleBlock(self.source, self.positions[start:stop],
-                            pa.concat_arrays([self.ids.slice(start, stop - start)]),
-                            pa.concat_arrays([self.keys.slice(start, stop - start)]),
+                            own_rows(self.ids.slice(start, stop - start)),
+                            own_rows(self.keys.slice(start, stop - start)),
                             self.labels[start:stop], self.weights[start:stop], indptr,
                             indices, self.values[a:b], self.names, None,
                             self.event_times[start:stop] if self.event_times is not None

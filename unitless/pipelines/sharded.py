@@ -32,6 +32,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from ..connectors.feedback import PartMessage, encode_end, encode_part
 from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
+from ..connectors.records import own_rows
 from ..connectors.sinks import open_sink
 from ..connectors.storage import unique_token
 from ..learner import from_arrow, read_metadata, to_arrow
@@ -223,13 +224,6 @@ class CutRounds:
         if due:
             rounds.checkpoint_examples, rounds.checkpoint_time = rounds.examples, time.time()
         return bool(due)
-
-
-def own_rows(array):
-    """A copy of an Arrow array (a slice) holding its own rows only: pickled, a slice carries
-    every buffer of the array it was cut from, so each round of a release would carry the ids
-    and sources of the whole release, in transit and as it waits in the shard."""
-    return pa.concat_arrays([array])
 
 
 def concat_batches(batches):
