@@ -23,6 +23,7 @@ from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, late
 from unitless.store.resume import resume_offsets
 from unitless.pipelines.inspect import summary
 from unitless.store.keyed_model import KeyedModel
+from unitless.store.ownership import OWNER
 from unitless.store import models as stored
 
 from tests.states import trained_state
@@ -618,7 +619,8 @@ def test_train_with_hostile_keys_keeps_every_model_inside_the_model_dir(tmp_path
     assert code == 0
     assert snapshot(str(box), str(models)) == before
     groups = models / "groups" / "0"  # (no model groups: a group directory per key)
-    assert os.listdir(models) == ["groups"] and os.listdir(models / "groups") == ["0"]
+    assert sorted(os.listdir(models)) == [OWNER, "groups"]
+    assert os.listdir(models / "groups") == ["0"]
     assert sorted(os.listdir(groups)) == sorted(key_dir_name(k) for k in keys)
     assert stored.model_keys(str(models)) == sorted(keys)
     for key in keys:

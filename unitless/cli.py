@@ -123,6 +123,10 @@ def parser():
                             "ones are deleted")
     train.add_argument("--resume", action="store_true",
                        help="continue each model from its latest checkpoint")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start over: remove the models of earlier runs in --model-dir and "
+                            "their part files in --predictions and --dead-letter first (without "
+                            "it, a model directory holding models needs --resume)")
     train.add_argument("--allow-hyperparameter-change", action="store_true",
                        help="with --resume: continue with the hyperparameters given now "
                             "(algorithm, loss, bits, bias and classes can never change)")
@@ -227,6 +231,10 @@ def _config(args, scoring=False):
         options["id_column"] = options.get("id_column") or "id"
         print(f"unitless: no --input given; using the bundled example {inputs[0]}",
               file=sys.stderr)
+        if not scoring and not options.get("resume"):
+            options["overwrite"] = True  # (a demonstration: typed twice, it runs twice)
+            print("unitless: the example starts over each time: earlier runs' models and "
+                  "outputs there are removed", file=sys.stderr)
     return configure(inputs, scoring=scoring, **options)
 
 
@@ -278,13 +286,15 @@ def train(args, beam_args):
     from .compile import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.train import build_training
+    from .store.ownership import given_up_after
     pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
     _tune_collector()
     cfg = _config(args)
     started = time.time()
-    build_training(pipeline, cfg, streaming="--streaming" in beam_args)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with given_up_after(cfg.model_dir):  # (taken by Learn: one writer for the whole run)
+        build_training(pipeline, cfg, streaming="--streaming" in beam_args)
+        result = pipeline.run()
+        result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
                        time.time() - started, _counter(result, "replayed_examples_skipped"),
                        _counter(result, "served_examples"))

@@ -290,13 +290,17 @@ def table_bytes(table, fmt):
     return FORMATS[fmt].write(table)
 
 
+def output_parts(directory):
+    """The names of the part files (``write_table``'s) in an output directory."""
+    return [name for name in list_dir(directory)[0]
+            if name.startswith("part-") and name.rsplit(".", 1)[-1] in OUTPUT_FORMATS]
+
+
 def read_output(directory):
     """All part files of an output directory as one Arrow table (for tests and users)."""
     tables = []
-    for name in list_dir(directory)[0]:
-        fmt = name.rsplit(".", 1)[-1]
-        if name.startswith("part-") and fmt in OUTPUT_FORMATS:
-            table = FORMATS[fmt].read(read_bytes(join(directory, name)))
-            if table is not None:
-                tables.append(table)
+    for name in output_parts(directory):
+        table = FORMATS[name.rsplit(".", 1)[-1]].read(read_bytes(join(directory, name)))
+        if table is not None:
+            tables.append(table)
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

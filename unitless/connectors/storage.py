@@ -310,6 +310,20 @@ def remove(path):
             raise
 
 
+def remove_tree(directory):
+    """Remove a directory and everything in it (on an object store, every object under the
+    prefix); one already gone is fine."""
+    if scheme(directory) is None:
+        import shutil
+        try:
+            shutil.rmtree(directory)
+        except FileNotFoundError:
+            pass
+        return
+    for path in match(directory.rstrip("/") + "/**"):
+        remove(path)
+
+
 def is_temporary(name):
     return name.startswith(".") and TEMP_MARK in name
 

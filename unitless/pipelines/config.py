@@ -33,7 +33,7 @@ OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
 # How models learn and are checkpointed.
 LEARN_OPTIONS = {
     "algorithm": "nag", "loss": "logistic", "model_dir": "out/models", "checkpoint_every": 0,
-    "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False,
+    "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False, "overwrite": False,
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
     "model_groups": 1024, "model_ttl": None, "labels": None, "label_wait": None,
@@ -77,6 +77,7 @@ class TrainConfig:
     label_sources: frozenset = frozenset()  # ... their paths, or the topic
     label_wait: float = None     # seconds of record time an example or a label waits; None: the end
     expired_label: float = None  # the label an example whose label never came is learned with
+    overwrite: bool = False      # remove an earlier run's models and outputs first (ownership)
 
     def is_labels(self, source):
         """Whether a block's source is one of ``labels``: a file, or a partition of the
@@ -285,6 +286,9 @@ def configure(inputs=None, scoring=False, **options):
                       int(o["model_memory_mib"]), int(o["shards"]), int(o["max_delay"]),
                       sharding_feedback(o, inputs), int(o["model_groups"]),
                       duration(o["model_ttl"], "--model-ttl"))
+    cfg.overwrite = bool(o["overwrite"])
+    if cfg.overwrite and cfg.resume:
+        raise ValueError("--overwrite starts over and --resume continues: pass one of them")
     if cfg.model_ttl and cfg.shards:
         raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
                          "keep their state)")

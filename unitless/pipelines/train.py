@@ -27,6 +27,7 @@ from ..store.checkpoint_file import read_once
 from ..store.join import LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
 from ..store.models import checkpoint_metadata
+from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
 from ..store.resume import covered_partitions
 from ..store.shards import shard_counts
 from ..store.starts import prune_starts, starts_dir, write_starts
@@ -617,10 +618,18 @@ class LearnBlocks:
 def check_before_start(cfg):
     """Fail fast, with one line, on what would otherwise fail inside the pipeline: outputs that
     cannot be written, and --resume of models trained with other settings. Then remove the
-    temporary files that a killed run left in the output directories."""
+    temporary files that a killed run left in the output directories. The model directory is
+    this process's from then on (``ownership``): another run's is refused, and so are an
+    earlier run's models without --resume, unless --overwrite removes them."""
     for target in (cfg.predictions, cfg.dead_letter):
         check_target(target, cfg.kafka_settings)
     check_target(cfg.model_dir)
+    own(cfg.model_dir)  # (first: what follows removes files another run may be writing)
+    if cfg.overwrite:
+        start_over(cfg.model_dir, [d for d in (cfg.predictions, cfg.dead_letter)
+                                   if d is not None and not is_kafka(d)])
+    elif not cfg.resume:
+        refuse_earlier_models(cfg.model_dir)
     for directory, depth in ((cfg.model_dir, 3), (cfg.predictions, 1), (cfg.dead_letter, 1)):
         if directory is not None and not is_kafka(directory):
             remove_leftovers(directory, depth)  # (3: MODEL_DIR/shards/<s>-of-<S>/<key>/)
@@ -637,9 +646,10 @@ def check_before_start(cfg):
             # (a model is read back from its own group's directory only)
             raise ValueError(f"--resume: {cfg.model_dir} holds models in {grouped[-1]} model "
                              f"groups: resume with --model-groups {grouped[-1]}")
-        if not models and not counts and any(list_dir(cfg.model_dir)):
-            log.warning("--resume: %s holds no unitless checkpoints; every model starts afresh",
-                        cfg.model_dir)
+        listed = [n for names in list_dir(cfg.model_dir) for n in names if n != OWNER]
+        if not models and not counts and listed:
+            log.warning("--resume: %s holds no readable unitless checkpoint; every model starts "
+                        "afresh", cfg.model_dir)
         for _, path, meta in models:  # (each model is checked again when it is read)
             check_resume(cfg, meta, path)
 
