@@ -75,6 +75,22 @@ def test_the_bundled_example_runs_each_time_it_is_typed(tmp_path, capsys):
     assert "starts over each time" in capsys.readouterr().err
 
 
+def test_a_file_named_twice_is_read_once(tmp_path, two_files, monkeypatch):
+    first, _ = two_files
+    monkeypatch.chdir(tmp_path)
+    out = train(tmp_path / "out", "--input", first.name, f"../{tmp_path.name}/{first.name}",
+                first, *ARGS)
+    assert sum(_examples(out).values()) == 600
+    features, labels, _, _ = write_join(tmp_path, "features.csv")
+    out = train(tmp_path / "joined", "--input", features, "--labels", labels,
+                f"../{tmp_path.name}/labels.csv", "--id-column", "id",
+                "--model-key-column", "key")
+    joined = sum(_examples(out).values())
+    alone = sum(_examples(train(tmp_path / "alone", "--input", features, "--labels", labels,
+                                "--id-column", "id", "--model-key-column", "key")).values())
+    assert joined == alone > 0
+
+
 HOLD = textwrap.dedent("""
     import sys
     from unitless.store.ownership import own

@@ -195,8 +195,9 @@ def record_spec(options, scoring=False):
 
 def resolve_inputs(inputs, fmt=None):
     """(inputs, format): a kafka:// URL as is (format default jsonl), or the files that paths
-    and globs name, each by its canonical name (the same file spelled differently is one
-    source), with the format taken from their extensions when not given."""
+    and globs name, each by its canonical name once (the same file spelled differently, or
+    named twice, is one source, read once), with the format taken from their extensions when
+    not given."""
     if isinstance(inputs, str):
         inputs = [inputs]
     if not inputs:
@@ -210,7 +211,7 @@ def resolve_inputs(inputs, fmt=None):
             raise ValueError(f"Kafka messages cannot be {fmt}; choose one of: "
                              f"{', '.join(VALUE_FORMATS)}")
         return list(inputs), fmt or "jsonl"
-    files = [resolve(f) for f in expand_inputs(inputs)]
+    files = list(dict.fromkeys(resolve(f) for f in expand_inputs(inputs)))  # (each once)
     if fmt is None:
         formats = {}
         for path in files:
