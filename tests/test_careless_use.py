@@ -146,3 +146,34 @@ def test_start_over_leaves_what_unitless_did_not_write(tmp_path, two_files):
     start_over(str(out / "models"), [str(out / "pred")])
     assert sorted(os.listdir(out / "models")) == [".unitless-owner", "notes.txt"]
     assert os.listdir(out / "pred") == ["README"]
+
+
+def test_listings_and_resume_use_the_newest_valid_state(tmp_path, two_files, capsys):
+    first, second = two_files
+    out = train(tmp_path / "out", "--input", first, *ARGS)
+    train(out, "--input", second, *ARGS, "--resume")
+    newest = {key: path for key, path, _ in checkpoint_summaries(str(out / "models"))}
+    for path in {p.partition("#")[0] for p in newest.values()}:
+        with open(path, "r+b") as f:  # (a part cut short: a disk or a copy gone wrong)
+            f.truncate(100)
+    assert main(["inspect", str(out / "models")]) == 0
+    listed = capsys.readouterr().out
+    assert "all 3 models" in listed and "600" in listed
+    assert train(out, "--input", second, *ARGS, "--resume", "--algorithm", "scinol2",
+                 expect=None) == 2
+    assert "was trained with --algorithm nag" in capsys.readouterr().err
+    train(out, "--input", second, *ARGS, "--resume")
+    assert sum(_examples(out).values()) == 900
+
+
+def test_a_group_without_manifests_resumes_from_its_parts(tmp_path, two_files, caplog):
+    first, second = two_files
+    out = train(tmp_path / "out", "--input", first, *ARGS)
+    before = _examples(out)
+    for _, group in group_checkpoints(str(out / "models")):
+        for name in group.names:
+            os.remove(os.path.join(group.directory, name))
+    assert _examples(out) == before  # (listed from the parts)
+    train(out, "--input", second, *ARGS, "--resume")
+    assert sum(_examples(out).values()) == 900
+    assert "has no readable manifest: its 1 models are read from its parts" in caplog.text

@@ -249,7 +249,36 @@ class GroupCheckpoints:
                     held = self._newest.get(key)
                     if held is None or examples_of(entry) > examples_of(held):
                         self._newest[key] = entry
+            if top is None and self.parts:
+                self._newest = self._from_parts()
         return self._newest
+
+    def _from_parts(self):
+        """``newest`` of a group whose parts no readable manifest names (its manifests deleted,
+        or a run stopped between its first part and manifest): each model's entry of most
+        examples in the parts, read from their schemas (each state is still checked against
+        its checksum when it is loaded)."""
+        found = {}
+        for name in sorted(self.parts):
+            path = join(self.directory, name)
+            try:
+                models = _indices.get(path)
+            except (OSError, ValueError) as err:
+                log.warning("ignoring part %s: %s", path, one_line(err))
+                continue
+            for index, (_, _, meta) in enumerate(models):
+                try:
+                    key, entry = meta[MODEL_KEY], (name, index, _summary(
+                        meta["examples_seen"], meta[CHECKSUM_FIELD],
+                        [meta[f] for f in FIGURES if f in meta]))
+                except (KeyError, TypeError, ValueError):
+                    continue  # (not a state: loading it would refuse it too)
+                if key not in found or examples_of(entry) > examples_of(found[key]):
+                    found[key] = entry
+        if found:
+            log.warning("%s has no readable manifest: its %d models are read from its parts",
+                        self.directory, len(found))
+        return found
 
     def entries(self, key):
         """The model's entries, the newest first, then those of older manifests (each state

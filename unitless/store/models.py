@@ -128,12 +128,13 @@ def read_checkpoint(path):
 
 
 def _newest_entries(model_dir):
-    """{model key: (group directory, its newest entry)} over the group layout's manifests."""
+    """{model key: (its group's GroupCheckpoints, its newest entry)} over the group layout's
+    manifests."""
     found = {}
     for _, view in group_checkpoints(model_dir):
         for key, entry in view.newest().items():
             if key not in found or examples_of(entry) > examples_of(found[key][1]):
-                found[key] = view.directory, entry
+                found[key] = view, entry
     return found
 
 
@@ -143,8 +144,8 @@ def newest_models(model_dir):
     pandas (``.to_pandas()``) or DuckDB, which query it in scope. Models of the per-key layout
     are not in it."""
     parts = {}
-    for directory, (part, index, _) in _newest_entries(model_dir).values():
-        parts.setdefault(join(directory, part), []).append(index)
+    for view, (part, index, _) in _newest_entries(model_dir).values():
+        parts.setdefault(join(view.directory, part), []).append(index)
     tables = [part_rows(path, sorted(indices)) for path, indices in sorted(parts.items())]
     return pa.concat_tables(tables) if tables else None
 
@@ -165,17 +166,21 @@ def checkpoint_summaries(model_dir):
 
 
 def _newest_metadata(model_dir, summary):
+    """Each model's newest state whose part's schema reads (an older one where the newest's
+    does not: a model is listed while it has a state to resume or score)."""
     listed, paths = {}, {}
-    for key, (directory, (part, index, held)) in _newest_entries(model_dir).items():
+    for key, (view, (part, index, held)) in _newest_entries(model_dir).items():
         if summary and FIGURES[0] in held:  # (all of them: ``by_group._summary``)
-            path = paths.get((directory, part))
+            path = paths.get((view.directory, part))
             if path is None:
-                path = paths[directory, part] = join(directory, part)
-            found = locator(path, index), held
-        else:
-            found = _metadata(directory, part, index)
-        if found is not None:
-            listed[key] = found
+                path = paths[view.directory, part] = join(view.directory, part)
+            listed[key] = locator(path, index), held
+            continue
+        for part, index, _ in view.entries(key):  # (the newest first)
+            found = _metadata(view.directory, part, index)
+            if found is not None:
+                listed[key] = found
+                break
     for key, path, meta in per_key.checkpoint_metadata(model_dir):
         listed.setdefault(key, (path, meta))
     return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
