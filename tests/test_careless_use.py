@@ -177,3 +177,36 @@ def test_a_group_without_manifests_resumes_from_its_parts(tmp_path, two_files, c
     train(out, "--input", second, *ARGS, "--resume")
     assert sum(_examples(out).values()) == 900
     assert "has no readable manifest: its 1 models are read from its parts" in caplog.text
+
+
+def _labeled_halves(tmp_path, n=200):
+    """Features of ``n`` examples (no label) over two model keys, and two labels files: the
+    first labels the even examples, the second the odd ones."""
+    X, y, keys = make_examples(n, 3, keys=("a", "b"))
+    with open(tmp_path / "features.csv", "w") as f:
+        f.write("id,segment,f1,f2,f3,f4\n")
+        f.writelines(f"e{i},{keys[i]}," + ",".join(repr(float(v)) for v in X[i]) + "\n"
+                     for i in range(n))
+    halves = []
+    for half in (0, 1):
+        path = tmp_path / f"labels{half}.csv"
+        with open(path, "w") as f:
+            f.write("id,segment,label\n")
+            f.writelines(f"e{i},{keys[i]},{y[i]}\n" for i in range(half, n, 2))
+        halves.append(path)
+    return tmp_path / "features.csv", halves
+
+
+def test_examples_unlabeled_at_the_end_are_learned_when_a_resumed_run_brings_their_labels(
+        tmp_path):
+    features, (even, odd) = _labeled_halves(tmp_path)
+    args = ("--id-column", "id", "--model-key-column", "segment")
+    out = train(tmp_path / "out", "--input", features, "--labels", even, *args)
+    assert sum(_examples(out).values()) == 100
+    train(out, "--input", features, "--labels", even, odd, *args, "--resume")
+    assert dead_letters(out) == []
+    whole = train(tmp_path / "whole", "--input", features, "--labels", even, odd, *args)
+    assert sum(_examples(out).values()) == 200
+    got, want = final_models("ab", out / "models"), final_models("ab", whole / "models")
+    for key in "ab":  # (the state bit for bit, as one run over all the labels leaves it)
+        assert got[key][0].equals(want[key][0]) and got[key][1:3] == want[key][1:3]

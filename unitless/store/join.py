@@ -91,6 +91,9 @@ class ModelJoin:
     closing: list = field(default_factory=list)
     judged: dict = field(default_factory=dict)  # labels source -> the last position it took
     resumed: Resumed = None
+    # features source -> positions of its examples whose label had not come when the input
+    # ended (dropped, not learned): still owed one, so a resumed run's labels can join them
+    unlabeled: dict = field(default_factory=dict)
 
 
 class Released:
@@ -337,6 +340,9 @@ class LabelJoin:
             source, position = rows.block.source, int(rows.block.positions[r])
             waiting.setdefault(source, []).append(position)
             rejoin[source] = min(rejoin.get(source, position), position - 1)
+        for source, positions in join.unlabeled.items():
+            waiting.setdefault(source, []).extend(positions)
+            rejoin[source] = min(rejoin.get(source, math.inf), min(positions) - 1)
         closed = [] if self.wait is None else [
             [i, expired, time if math.isfinite(time) else None]
             for i, (expired, _, time) in join.closed.items() if i not in held]
@@ -391,16 +397,30 @@ class LabelJoin:
     def end(self, key):
         """The end of the input: model ``key``'s labels still waiting for features are dead
         letters (those behind them learned), and then its examples still waiting expire (no
-        label can come); returns what that lets it learn (``Released.result``)."""
+        label can come in this run); returns what that lets it learn (``Released.result``).
+        Without an expired label they are owed their label still (``unlabeled``): a resumed
+        run with more labels joins them, as it would have had they come in this run."""
         out = Released()
         join = self.models.get(key)  # (kept: a checkpoint at the end keeps what it judged)
         if join is not None:
             self._release(key, join, out, ended=True)  # (each label joins, or never can)
             for i, (rows, r, seq) in sorted(join.served.items(),
                                             key=lambda e: (e[1][0].time(e[1][1]), e[1][2])):
-                self._expire(key, join, i, rows.time(r) + (self.wait or math.inf))
+                if self.expired_label is None:
+                    self._leave_unlabeled(join, i)
+                else:
+                    self._expire(key, join, i, rows.time(r) + (self.wait or math.inf))
             self._release(key, join, out, ended=True)
         return out.result()
+
+    def _leave_unlabeled(self, join, i):
+        """Example ``i`` expires at the end of the input, unlearned and not closed: its label
+        may come in a resumed run."""
+        rows, r, _ = join.served.pop(i)
+        self._left(join, rows)
+        self.counts["waiting"] -= 1
+        self.counts["expired"] += 1
+        join.unlabeled.setdefault(rows.block.source, []).append(int(rows.block.positions[r]))
 
     def _advance(self, key, join, side, source, time, out):
         """A record of model ``key`` from ``source`` on input ``side`` at ``time``: the model's
