@@ -390,12 +390,12 @@ class LearnBlocks:
                     model.last_seen = now
             idle = [m for m in idle if m.key in leaving]
         if idle:
-            for model in idle:
-                group.evict(model)
+            # (counted as they leave: a model evicted reads as a fresh one, ``evict``)
+            left = [group.evict(model) for model in idle]
             self.evicted.inc(len(idle))
             log.info("%d model%s idle for %s s left state (%s)", len(idle),
                      "s" * (len(idle) > 1), f"{self.ttl_seconds:g}", key)
-            yield from models_left(key, [model.learned_range() for model in idle])
+            yield from models_left(key, left)
         seen = group.least_recently_seen()
         return None if seen is None else seen + ttl
 

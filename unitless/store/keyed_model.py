@@ -322,10 +322,14 @@ class ModelGroup:
         return model
 
     def evict(self, model):
-        """The model leaves the group (its newest checkpoint, durable now, holds it)."""
+        """The model leaves the group (its newest checkpoint, durable now, holds it). Returns
+        its ``learned_range`` as it left: its learner is a row of the group's, cleared here, so
+        the model reads as a fresh one afterwards."""
+        left = model.learned_range()
         del self.models[model.key]
         self.evicted[model.key] = (model.state.examples_seen, model.served)
         self.many.clear_row(model.state.row)
+        return left
 
     def learn(self, block, model_of, served=None, served_scores=None, tracked=True):
         """Learn the block's new examples, each by its model key's model (``model_of(key)``),
