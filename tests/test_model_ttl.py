@@ -2,7 +2,10 @@
 Beam state and the worker's memory, its newest checkpoint holding it, and is read back when the
 key returns: every prediction and the final models bit for bit as if it had stayed; never while
 examples of its own still wait. Streaming on Prism (TestStream), blocks of a Kafka-like
-partition one second apart; on a real broker, tests/integration/test_kafka_streaming.py."""
+partition one second apart; on a real broker, tests/integration/test_kafka_streaming.py. A
+file's run, whose timers Beam fires in any order once its input ends: the learning step driven
+directly."""
+import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_stream
@@ -10,6 +13,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from unitless.pipelines.config import configure
+from unitless.pipelines.ordering import InOrder
 
 from tests.ordered import (KEYS, assert_beam_models_are_cli_models, command_run,
                            partition_blocks, stream_run)
@@ -108,3 +112,102 @@ def test_model_ttl_is_a_duration_and_not_for_sharded_models():
             configure(model_ttl=bad)
     with pytest.raises(ValueError, match="without --shards"):
         configure(model_ttl="1h", shards=2, feedback_topic="kafka://localhost:9092/f")
+
+
+class KeyedStep:
+    """The learning step (``InOrder`` over ``LearnBlocks``) called as a runner calls it, each
+    model key's Beam state and timers held as the DirectRunner holds them, in memory; its
+    outputs [(method name, tag, value)]."""
+
+    def __init__(self, cfg):
+        from unitless.pipelines.train import LearnBlocks
+        self.step = InOrder(LearnBlocks(cfg))
+        self.step.setup()
+        self.keys = {}
+        self.outputs = []
+
+    def key(self, key):
+        """The key's state and timers, as the step's methods name them."""
+        from apache_beam.runners.direct.direct_userstate import (BagRuntimeState,
+                                                                 ReadModifyWriteRuntimeState)
+        from apache_beam.transforms.userstate import RuntimeTimer
+        if key not in self.keys:
+            step = self.step
+            self.keys[key] = dict(
+                stored=ReadModifyWriteRuntimeState(step.MODEL, None, list),
+                waiting=BagRuntimeState(step.WAITING, None, list),
+                earliest=ReadModifyWriteRuntimeState(step.EARLIEST, None, list),
+                expire_at=ReadModifyWriteRuntimeState(step.EXPIRE_AT, None, list),
+                log=BagRuntimeState(step.LOG, None, list),
+                release=RuntimeTimer(), end=RuntimeTimer(), idle=RuntimeTimer(),
+                expire=RuntimeTimer())
+        return self.keys[key]
+
+    def bundle(self, calls):
+        """One bundle of ``calls`` [(method name, key, its other arguments)]."""
+        self.step.start_bundle()
+        for name, key, arguments in calls:
+            state = self.key(key)
+            method = getattr(self.step, name)
+            wanted = method.__code__.co_varnames[:method.__code__.co_argcount]
+            for output in method(**{n: v for n, v in state.items() if n in wanted},
+                                 **arguments):
+                tag = output.tag if isinstance(output, beam.pvalue.TaggedOutput) else "main"
+                self.outputs.append((name, tag, getattr(output, "value", output)))
+        self.step.finish_bundle()
+
+
+@pytest.mark.parametrize("first", ["expire", "end"])
+def test_models_leaving_at_a_files_end_are_counted_in_either_timer_order(tmp_path, first):
+    """A file's blocks are stamped at the start of time, so once the input ends, each key's TTL
+    timer and its end-of-input timer are both due, and Beam fires them in either order. The
+    models leave by whichever comes first, counted as they leave: the run's accounts add up
+    (the models' own count is the examples predicted), and they left by the TTL when it came
+    first."""
+    from collections import Counter
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP
+    from unitless.pipelines.accounting import ACCOUNTS, RANGES, Tally, covered_twice, \
+        predictions_tally
+    from unitless.pipelines.io import ReadFiles
+    from unitless.pipelines.train import KeyByModel
+    path = tmp_path / "p.csv"
+    write_idle_key_examples(path)
+    cfg = configure([str(path)], id_column="id", model_key_column="key", chunk_size=BLOCK,
+                    model_dir=str(tmp_path / "models"), predictions=str(tmp_path / "p"),
+                    dead_letter=None, model_groups=2, model_ttl="1s")
+    read = ReadFiles("csv", cfg.spec, BLOCK, None, None, spans=True)
+    read.setup()
+    blocks = list(read.process(str(path)))
+    read.teardown()
+    assert sum(map(len, blocks)) == 300
+    keyed = KeyByModel(BLOCK, model_groups=2)
+    keyed.setup()
+    keyed.start_bundle()
+    elements = [e for b in blocks for e in keyed.process(b, MIN_TIMESTAMP, GlobalWindow())]
+    elements += list(keyed.finish_bundle())
+    step = KeyedStep(cfg)
+    step.bundle([("process", e.value[0], dict(element=e.value, timestamp=MIN_TIMESTAMP))
+                 for e in elements])
+    keys = sorted(step.keys)
+    assert len(keys) == 2
+    expire_at = {k: step.key(k)["expire_at"].read() for k in keys}
+    assert set(expire_at.values()) == {MIN_TIMESTAMP.micros + 1_000_000}
+    timers = {"expire": lambda k: ("expire_idle", k, dict(
+                  key=k, fired=Timestamp(micros=expire_at[k]))),
+              "end": lambda k: ("end_of_input", k, dict(key=k))}
+    order = [first, *(set(timers) - {first})]
+    step.bundle([timers[t](k) for k in keys for t in order])
+    step.step.teardown()
+    tallies = [predictions_tally(v) if tag == "main" else v
+               for _, tag, v in step.outputs if tag in ("main", ACCOUNTS)]
+    total = sum(tallies, Tally(read=300))
+    assert total.problem(resumed=False) is None
+    assert total.learned == total.in_models == 300
+    # (each model's range of examples_seen, reported by the timer it left by)
+    ranges = [(name, r) for name, tag, value in step.outputs if tag == RANGES
+              for r in value[1]]
+    assert {name for name, _ in ranges} == {timers[first](keys[0])[0]}
+    examples = Counter(k for b in blocks for k in b.keys.to_pylist())
+    assert sorted(r for _, r in ranges) == [(k, 0, examples[k]) for k in KEYS]
+    assert covered_twice([r for _, r in ranges]) == 0

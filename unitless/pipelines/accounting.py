@@ -95,16 +95,19 @@ def count_as(*fields):
 
 
 def count_predictions():
-    """A step counting each prediction table's rows as learned or served (its ``served``
-    column), with the learned rows' ``fingerprint``."""
-    def tally(table):
-        served = served_count(table)
-        learned = table.filter(pc.invert(table.column("served"))) if served else table
-        keys = pc.dictionary_encode(learned.column("model_key")).combine_chunks()
-        return Tally(learned=table.num_rows - served, served=served, learned_print=fingerprint(
-            key_hashes(keys.dictionary.to_pylist())[keys.indices.to_numpy()],
-            learned.column("examples_seen").to_numpy()))
-    return beam.Map(tally).with_output_types(Tally)
+    """A step counting each prediction table's rows (``predictions_tally``)."""
+    return beam.Map(predictions_tally).with_output_types(Tally)
+
+
+def predictions_tally(table):
+    """A prediction table's rows as learned or served (its ``served`` column), with the
+    learned rows' ``fingerprint``."""
+    served = served_count(table)
+    learned = table.filter(pc.invert(table.column("served"))) if served else table
+    keys = pc.dictionary_encode(learned.column("model_key")).combine_chunks()
+    return Tally(learned=table.num_rows - served, served=served, learned_print=fingerprint(
+        key_hashes(keys.dictionary.to_pylist())[keys.indices.to_numpy()],
+        learned.column("examples_seen").to_numpy()))
 
 
 def key_hashes(keys):
