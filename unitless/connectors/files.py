@@ -204,6 +204,23 @@ def csv_columns(path, spec):
         return _csv_header(f, path, spec)[0].columns
 
 
+def parquet_schema(path):
+    """The Arrow schema of a Parquet file's records (read from its footer only)."""
+    with open_read(path) if scheme(path) else nullcontext(path) as f:
+        return pq.ParquetFile(f).schema_arrow
+
+
+def record_columns(path, fmt, spec):
+    """{column: its Arrow type, or None when the format does not say} of the records of a
+    file, as its reader takes them; None for a format whose records each name their own fields
+    (JSON lines) or have none (libsvm, VW)."""
+    if fmt == "csv":
+        return dict.fromkeys(csv_columns(path, spec))
+    if fmt == "parquet":
+        return {f.name: f.type for f in parquet_schema(path)}
+    return None
+
+
 def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
     """Yield (ExampleBlock, dead letters) for consecutive chunks of a file, in order.
 

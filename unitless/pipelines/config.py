@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
-from ..connectors.files import csv_columns, expand_inputs
+from ..connectors.files import expand_inputs, record_columns
 from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
 from ..connectors.formats import BadRecord, LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
@@ -332,17 +333,38 @@ def joined_labels(labels, cfg, given_format):
     if cfg.inputs and fmt != cfg.format:
         raise ValueError(f"--labels files are {fmt} and the inputs {cfg.format}: read one format "
                          "per run")
-    if fmt == "csv":  # (a column missing would make every record a dead letter)
-        spec = cfg.spec
-        for path, needs in [*((p, (spec.id, spec.label)) for p in files),
-                            *((p, (spec.id,)) for p in cfg.inputs or ())]:
-            missing = [c for c in needs if c not in csv_columns(path, spec)]
-            if missing:
-                raise ValueError(f"{path}: column {missing[0]!r} not in its columns: with "
-                                 "--labels, each input needs the id column, and each labels "
-                                 "file the id and label columns")
+    check_join_columns(cfg.spec, files, cfg.inputs or (), fmt)
     cfg.label_sources = frozenset(files)
     return files
+
+
+def check_join_columns(spec, labels, inputs, fmt):
+    """Refuse, before the run, labels files and inputs whose records lack a column the join
+    needs (each of their records would be a dead letter, or a label would go to the model of
+    no key), or whose id or model key column holds floats (the join compares them as text, and
+    a float has no one text: 1 and 1.0). Each input needs the id column and, when given, the
+    model key and time columns; each labels file those and the label column. Files whose
+    format names no columns before its records (JSON lines) are checked record by record."""
+    shared = [spec.id, spec.model_key, spec.time]
+    needs = [*((path, [*shared, spec.label]) for path in labels),
+             *((path, shared) for path in inputs)]
+    for path, needed in needs:
+        columns = record_columns(path, fmt, spec)
+        if columns is None:
+            continue
+        for column in needed:
+            if column is not None and column not in columns:
+                raise ValueError(
+                    f"{path}: column {column!r} not in its columns: with --labels, each input "
+                    "needs the --id-column (and the --model-key-column and --time-column when "
+                    "given), and each labels file those and the --label-column")
+        for flag, column in (("--id-column", spec.id), ("--model-key-column", spec.model_key)):
+            kind = columns.get(column)
+            if kind is not None and pa.types.is_floating(kind):
+                raise ValueError(
+                    f"{path}: column {column!r} ({flag}) holds floating-point numbers "
+                    f"({kind}): --labels compares ids and model keys as text, and a float's "
+                    "text is not one (1 or 1.0): write them as integers or text")
 
 
 # seconds: what waits is held in worker memory and logged in Beam state (docs/delayed-outcomes.md)
