@@ -297,7 +297,9 @@ def train(args, beam_args):
         result.wait_until_finish()
     counts = RunCounts(_counter(result, "examples"), _counter(result, "bad_records"),
                        time.time() - started, _counter(result, "replayed_examples_skipped"),
-                       _counter(result, "served_examples"))
+                       _counter(result, "served_examples"),
+                       _counter(result, "examples_expired_without_label"),
+                       _counter(result, "examples_expired_learned"))
     print(render(model_lines(cfg.model_dir, verify=False), counts))
     notice = compiled_notice()
     if notice:

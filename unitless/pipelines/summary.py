@@ -21,6 +21,22 @@ class RunCounts:
     seconds: float  # wall time of the pipeline
     skipped: int = 0  # examples read again after --resume and skipped, as learned before
     served: int = 0   # examples without a label, predicted and not learned
+    # --labels: served examples whose label did not come, and of them those learned with
+    # --expired-label (counted in ``examples`` too)
+    expired: int = 0
+    expired_learned: int = 0
+
+    @property
+    def read(self):
+        """Records read: each example learned from its record, served, or skipped, and each
+        record refused (an example learned with --expired-label has no record of its own)."""
+        return (self.examples - self.expired_learned + self.served + self.skipped
+                + self.refused)
+
+    @property
+    def learned_from_labels(self):
+        """Examples learned with a label their input gave them."""
+        return self.examples - self.expired_learned
 
 
 @dataclass
@@ -64,7 +80,18 @@ def render(lines, counts, top=20):
     served = f", {counts.served:,} served (no label)" if counts.served else ""
     return (render_models(lines, top) + "\n"
             f"this run: {counts.examples:,} examples learned{served} ({rate:,.0f} examples/s "
-            f"over {counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}")
+            f"over {counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}"
+            f"{expired_text(counts)}")
+
+
+def expired_text(counts):
+    """What the summary says of the examples whose label did not come (--labels)."""
+    if not counts.expired:
+        return ""
+    learned = (", learned with --expired-label" if counts.expired_learned == counts.expired
+               else f", {counts.expired_learned:,} of them learned with --expired-label"
+               if counts.expired_learned else "")
+    return f", {counts.expired:,} expired without their label{learned}"
 
 
 def render_models(lines, top=20):
@@ -84,21 +111,39 @@ def render_models(lines, top=20):
 
 
 def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resumed=False):
-    """None when the run learned or served something (or, resumed, found nothing new) and
-    refused at most ``max_fraction`` of what it read; else the one-line reason it failed, naming
-    the commonest refusal reason and an example record when the dead letters are files (those
-    written since ``since``)."""
-    read = counts.examples + counts.served + counts.skipped + counts.refused
-    done = counts.examples or counts.served or counts.skipped
-    if done and counts.refused <= max_fraction * read:
-        return None
+    """None when the run learned something from its records' labels (or, resumed, found
+    nothing new) and refused at most ``max_fraction`` of what it read; else the one-line reason
+    it failed, naming the commonest refusal reason and an example record when the dead letters
+    are files (those written since ``since``). Serving is no success on its own: a training run
+    is for learning, and one that only served (its labels missing, or none joining their
+    examples) or only learned --expired-label's label has lost what it was run for."""
+    read = counts.read
     if not read:
         return None if resumed else "no example was learned: the input holds no records"
-    what = (f"{counts.refused:,} of {read:,} records were refused "
-            f"({counts.refused / read:.0%}, more than --max-dead-fraction {max_fraction:g})"
-            if done else f"no example was learned: all {read:,} records were refused")
+    nothing_new = resumed and counts.skipped == read
+    if counts.learned_from_labels or nothing_new:
+        if counts.refused <= max_fraction * read:
+            return None
+        what = (f"{counts.refused:,} of {read:,} records were refused "
+                f"({counts.refused / read:.0%}, more than --max-dead-fraction {max_fraction:g})")
+    else:
+        what = nothing_learned(counts, read)
     example = commonest_refusal(dead_letter_dir, since) if dead_letter_dir else None
     return what + (f"; commonest reason: {example}" if example else "")
+
+
+def nothing_learned(counts, read):
+    """Why a run whose records taught no example is not a success, in one line."""
+    if counts.refused == read:
+        return f"no example was learned: all {read:,} records were refused"
+    parts = [f"{n:,} {what}" for n, what in (
+        (counts.served, "served without a label"),
+        (counts.expired, "of them expired waiting for their label"),
+        (counts.expired_learned, "of them learned with --expired-label only"),
+        (counts.skipped, "skipped as learned before --resume"),
+        (counts.refused, "records refused")) if n]
+    return (f"no example was learned from a label: of {read:,} records read, "
+            + ", ".join(parts))
 
 
 _VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d[\d.e+-]*")

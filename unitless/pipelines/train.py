@@ -230,6 +230,7 @@ class LearnBlocks:
         self.returned = Metrics.counter("unitless", "models_returned")
         self.waiting = Metrics.counter("unitless", "examples_waiting_for_labels")
         self.expired = Metrics.counter("unitless", "examples_expired_without_label")
+        self.expired_learned = Metrics.counter("unitless", "examples_expired_learned")
 
     def setup(self):
         # key -> ModelGroup last written to state (skips decoding)
@@ -490,6 +491,7 @@ class LearnBlocks:
         if any(counts.values()):
             self.waiting.inc(counts["waiting"])
             self.expired.inc(counts["expired"])
+            self.expired_learned.inc(counts["expired_learned"])
             self.replayed.inc(counts["replayed"])
             yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(**counts))
 

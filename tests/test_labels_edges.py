@@ -1,0 +1,165 @@
+"""The labels join's edges, tried as a careless user would (issue #56): a labels input that
+lacks a column the join needs is refused before the run, in one line; a run that learns no
+example from a label (only served them, or only --expired-label's) fails with the reason,
+whatever it served; ids are compared as the text the record wrote."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from unitless.store import join as label_join
+
+from tests.commands import run_train
+
+N = 40
+KEYED = ("--id-column", "id", "--model-key-column", "key")
+
+
+def error_line(capsys):
+    """The command's last line on stderr (its one-line failure)."""
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def write_csv(path, header, rows):
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def features_rows():
+    """N examples (id, model key, feature, time) over two model keys."""
+    return [(f"e{i}", f"k{i % 2}", i % 5, 1000 + i) for i in range(N)]
+
+
+def label_of(i):
+    return 1 if i % 3 else -1
+
+
+def no_checkpoints(out):
+    """True when the run left no model directory, or an empty one."""
+    models = out / "models"
+    return not models.exists() or not any(models.iterdir())
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("missing, options", [
+    ("key", KEYED), ("t", (*KEYED, "--time-column", "t")), ("label", KEYED), ("id", KEYED)])
+def test_a_labels_file_without_a_column_the_join_needs_is_refused_before_the_run(
+        tmp_path, capsys, fmt, missing, options):
+    columns = ["id", "key", "label", "t"]
+    rows = [(f"e{i}", f"k{i % 2}", label_of(i), 1000 + i) for i in range(N)]
+    kept = [c for c in columns if c != missing]
+    labels = tmp_path / f"labels.{fmt}"
+    features = tmp_path / f"features.{fmt}"
+    feature_columns = ["id", "key", "a", "t"]
+    if fmt == "csv":
+        write_csv(labels, ",".join(kept), [[r[columns.index(c)] for c in kept] for r in rows])
+        write_csv(features, ",".join(feature_columns), features_rows())
+    else:
+        pq.write_table(pa.table({c: [r[columns.index(c)] for r in rows] for c in kept}), labels)
+        pq.write_table(pa.table({c: [r[j] for r in features_rows()]
+                                 for j, c in enumerate(feature_columns)}), features)
+    code, out = run_train(tmp_path, "--input", features, "--labels", labels, *options)
+    assert code == 2
+    assert error_line(capsys) == (
+        f"unitless: error: {labels}: column {missing!r} not in its columns: with --labels, "
+        "each input needs the --id-column (and the --model-key-column and --time-column when "
+        "given), and each labels file those and the --label-column")
+    assert no_checkpoints(out)  # (no model '' of the labels without a key)
+
+
+def test_an_input_without_the_model_key_column_is_refused_before_the_run(tmp_path, capsys):
+    features = write_csv(tmp_path / "features.csv", "id,a",
+                         [(f"e{i}", i % 5) for i in range(N)])
+    labels = write_csv(tmp_path / "labels.csv", "id,key,label",
+                       [(f"e{i}", f"k{i % 2}", label_of(i)) for i in range(N)])
+    code, out = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    assert code == 2
+    assert error_line(capsys).startswith(
+        f"unitless: error: {features}: column 'key' not in its columns: with --labels")
+    assert no_checkpoints(out)
+
+
+@pytest.mark.parametrize("side", ["features", "labels"])
+def test_parquet_float_ids_are_refused_before_the_run(tmp_path, capsys, side):
+    """1.0 against 1: a float has no one text, and the join compares ids as text."""
+    ids = {"features": list(range(N)), "labels": list(range(N))}
+    ids[side] = [float(i) for i in range(N)]
+    features, labels = tmp_path / "features.parquet", tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"id": ids["features"], "key": [f"k{i % 2}" for i in range(N)],
+                             "a": [float(i % 5) for i in range(N)]}), features)
+    pq.write_table(pa.table({"id": ids["labels"], "key": [f"k{i % 2}" for i in range(N)],
+                             "label": [label_of(i) for i in range(N)]}), labels)
+    code, out = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    assert code == 2
+    path = features if side == "features" else labels
+    assert error_line(capsys) == (
+        f"unitless: error: {path}: column 'id' (--id-column) holds floating-point numbers "
+        "(double): --labels compares ids and model keys as text, and a float's text is not one "
+        "(1 or 1.0): write them as integers or text")
+    assert no_checkpoints(out)
+
+
+def test_a_header_only_labels_file_learns_nothing_and_fails(tmp_path, capsys):
+    """Every example served, none learned: serving is no success for a training run."""
+    features = write_csv(tmp_path / "features.csv", "id,key,a,t", features_rows())
+    labels = write_csv(tmp_path / "labels.csv", "id,key,label", [])
+    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    assert code == 2
+    assert error_line(capsys) == (
+        f"unitless: error: no example was learned from a label: of {N} records read, {N} "
+        f"served without a label, {N} of them expired waiting for their label")
+
+
+def test_only_the_expired_label_learned_is_no_success(tmp_path, capsys):
+    features = write_csv(tmp_path / "features.csv", "id,key,a,t", features_rows())
+    labels = write_csv(tmp_path / "labels.csv", "id,key,label", [])
+    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED,
+                        "--expired-label", "-1")
+    assert code == 2
+    assert error_line(capsys) == (
+        f"unitless: error: no example was learned from a label: of {N} records read, {N} "
+        f"served without a label, {N} of them expired waiting for their label, {N} of them "
+        "learned with --expired-label only")
+
+
+def test_served_examples_and_as_many_labels_refused_fail_naming_the_reason(tmp_path, capsys):
+    """JSON labels records without their model key: each goes to the model of no key, where
+    no example waits. N served and N refused was within --max-dead-fraction; it learned
+    nothing."""
+    features = tmp_path / "features.jsonl"
+    features.write_text("".join(json.dumps({"id": f"e{i}", "key": f"k{i % 2}", "a": i % 5})
+                                + "\n" for i in range(N)))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": f"e{i}", "label": label_of(i)}) + "\n"
+                              for i in range(N)))
+    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    assert code == 2
+    line = error_line(capsys)
+    assert line.startswith(
+        f"unitless: error: no example was learned from a label: of {2 * N} records read, {N} "
+        f"served without a label, {N} of them expired waiting for their label, {N} records "
+        f"refused; commonest reason: {label_join.NEVER_SERVED} ({N} records), e.g. {labels} "
+        "at "), line
+
+
+def test_a_plain_run_that_only_serves_fails(tmp_path, capsys):
+    data = write_csv(tmp_path / "d.csv", "id,key,label,a",
+                     [(f"e{i}", f"k{i % 2}", "", i % 5) for i in range(N)])
+    code, _ = run_train(tmp_path, "--input", data, *KEYED)
+    assert code == 2
+    assert error_line(capsys) == (
+        f"unitless: error: no example was learned from a label: of {N} records read, {N} "
+        "served without a label")
+
+
+def test_a_join_that_learns_says_how_many_expired(tmp_path, capsys):
+    """The control: labels for all but 10 examples; the summary counts the 10 expired."""
+    features = write_csv(tmp_path / "features.csv", "id,key,a,t", features_rows())
+    labels = write_csv(tmp_path / "labels.csv", "id,key,label",
+                       [(f"e{i}", f"k{i % 2}", label_of(i)) for i in range(10, N)])
+    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    assert code == 0
+    summary = capsys.readouterr().out
+    assert (f"this run: {N - 10} examples learned, {N} served (no label)" in summary
+            and "0 records refused, 10 expired without their label\n" in summary), summary
