@@ -8,9 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from unitless.connectors.files import read_output
+from unitless.connectors.formats import RecordSpec, parse_csv, parse_jsonl, parse_vw
 from unitless.store import join as label_join
 
-from tests.commands import run_train
+from tests.commands import dead_letters, run_train
 
 N = 40
 KEYED = ("--id-column", "id", "--model-key-column", "key")
@@ -163,3 +165,45 @@ def test_a_join_that_learns_says_how_many_expired(tmp_path, capsys):
     summary = capsys.readouterr().out
     assert (f"this run: {N - 10} examples learned, {N} served (no label)" in summary
             and "0 records refused, 10 expired without their label\n" in summary), summary
+
+
+def test_an_empty_id_is_null_whichever_path_reads_it():
+    """A CSV chunk goes through Arrow unless a record in it is bad, then line by line; JSON
+    lines alike; VW bytes through the compiled reader, text line by line."""
+    spec = RecordSpec(id="id", model_key="key", columns=["id", "key", "label", "a"])
+    good = [(1, b"e1,k,1,2"), (2, b",k,1,3"), (3, b"  ,k,-1,3"), (4, b"e4,,1,1")]
+    for items, refused in ((good, 0), (good + [(5, b"e5,k,1,not-a-number")], 1)):
+        block, dead = parse_csv(spec, "s", items)
+        assert (block.ids.to_pylist(), len(dead)) == (["e1", None, None, "e4"], refused)
+    spec = RecordSpec(id="id")
+    lines = [(1, b'{"id": "", "label": 1}'), (2, b'{"id": "x", "label": 1}')]
+    for items in (lines, lines + [(3, b'{"id": "y", "label": 1, "deep": {"a": {}}}')]):
+        assert parse_jsonl(spec, "s", items)[0].ids.to_pylist()[:2] == [None, "x"]
+    lines = [(1, b"1 ' |a x:1"), (2, b"1 'tag |a x:1"), (3, b"-1 |a x:2")]
+    for items in (lines, [(p, line.decode()) for p, line in lines]):
+        assert parse_vw(RecordSpec(), "s", items)[0].ids.to_pylist() == [None, "tag", None]
+
+
+def test_an_unrelated_bad_row_does_not_change_what_joins(tmp_path):
+    """A features record without an id is served, and a label without one is a dead letter,
+    with or without a bad record in the features' chunk (which sends it line by line)."""
+    rows = [(f"e{i}", f"k{i % 2}", i % 5) for i in range(N)]
+    rows[3] = ("", "k1", 1)
+    labels = write_csv(tmp_path / "labels.csv", "id,key,label",
+                       [(r[0], r[1], label_of(i)) for i, r in enumerate(rows)])
+    runs = {}
+    for bad in (False, True):
+        features = write_csv(tmp_path / f"features-{bad}.csv", "id,key,a",
+                             rows + [("e-bad", "k0", "not-a-number")] * bad)
+        code, out = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED,
+                              out=f"out-{bad}")
+        assert code == 0
+        learned = [r for r in read_output(str(out / "pred")).to_pylist() if not r["served"]]
+        runs[bad] = (sorted(r["id"] for r in learned),
+                     sorted(d["reason"] for d in dead_letters(out)))
+    assert runs[False][0] == sorted(r[0] for r in rows if r[0])
+    assert runs[False][1] == [label_join.NO_ID]
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1] == sorted([label_join.NO_ID, "feature 'a' 'not-a-number' is not a "
+                                                      "number"])
+

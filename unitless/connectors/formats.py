@@ -26,7 +26,8 @@ import pyarrow.json as pajson
 
 from ..learner import bias_index, hash_feature
 from ..learner.names import FeatureNames
-from .records import DeadLetter, ExampleBlock, arrow_buffer, quoted, string_array
+from .records import (DeadLetter, ExampleBlock, arrow_buffer, empty_as_null, quoted,
+                      string_array)
 from .sparse_text import joined, read_block
 
 DEFAULT_KEY = ""
@@ -277,7 +278,7 @@ class _Builder:
         if self.spec.time and time is None:
             raise BadRecord(f"missing time field {quoted(self.spec.time)}")
         key = DEFAULT_KEY if key is None else _text(key, "model key")
-        id = None if id is None else _text(id, "id")
+        id = None if id is None or id == "" else _text(id, "id")  # (empty: no id, as in Arrow's)
         merged, named = {}, []
         for name, value in features:
             i = self.index(name)
@@ -862,7 +863,8 @@ def block_from_table(spec, source, table, positions, raw):
     present = set(table.column_names)
     keys = (pc.fill_null(_strings(table.column(spec.model_key)), DEFAULT_KEY)
             if spec.model_key in present else pa.repeat(pa.scalar(DEFAULT_KEY), n))
-    ids = _strings(table.column(spec.id)) if spec.id in present else pa.nulls(n, pa.string())
+    ids = (empty_as_null(_strings(table.column(spec.id))) if spec.id in present
+           else pa.nulls(n, pa.string()))
     times = (table.column(spec.time).to_numpy(zero_copy_only=False).astype(np.float64)
              / spec.time_unit if spec.time else None)
     return ExampleBlock(source, positions, ids, keys, labels, weights, indptr, indices, values,

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..learner import make_batch
 from ..learner.names import FeatureNames, merged_names
@@ -318,6 +319,16 @@ class TextLines:
 
 def string_array(values):
     return pa.array(values, pa.string())
+
+
+def empty_as_null(ids):
+    """Ids (a string array) with the empty ones null: an empty id is no id, whichever path
+    read it (Arrow's CSV reader makes an empty field null, the per-record parsers
+    ``formats._Builder.add`` do the same, and a CSV value of spaces is empty once stripped)."""
+    empty = pc.equal(ids, "")
+    if not pc.any(empty).as_py():
+        return ids
+    return pc.if_else(empty, pa.scalar(None, pa.string()), ids)
 
 
 def arrow_buffer(data):

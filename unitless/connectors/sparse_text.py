@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..learner import bias_index
 from ..learner.names import FeatureNames
-from .records import ExampleBlock
+from .records import ExampleBlock, empty_as_null
 
 # per line, why the compiled pass leaves a chunk to the per-line parser (0: it read the line)
 OK, CAREFUL = 0, 1
@@ -450,7 +450,8 @@ def read_block(fmt, spec, source, data, starts, stops, positions):
     if bias >= 0:
         feature_names = feature_names.merged({bias: "constant"})
     n = len(labels)
-    ids = _strings(array, tag_span) if (tag_span[:, 0] >= 0).any() else pa.nulls(n, pa.string())
+    ids = (empty_as_null(_strings(array, tag_span)) if (tag_span[:, 0] >= 0).any()
+           else pa.nulls(n, pa.string()))
     return ExampleBlock(source, np.asarray(positions, np.int64), ids,
                         pa.array([""] * n, pa.string()), labels, weights, indptr, indices,
                         values, feature_names, LineSpans(data, starts, stops))
