@@ -207,3 +207,34 @@ def test_an_unrelated_bad_row_does_not_change_what_joins(tmp_path):
     assert runs[True][1] == sorted([label_join.NO_ID, "feature 'a' 'not-a-number' is not a "
                                                       "number"])
 
+
+def test_json_ids_are_the_text_json_writes_whichever_path_reads_them():
+    """true is "true" (not Python's "True"), 3.0 stays "3.0", not 3; the model key alike."""
+    spec = RecordSpec(id="id", model_key="key")
+    records = [{"id": True, "key": False, "label": 1}, {"id": 3, "key": 3, "label": 1},
+               {"id": 3.0, "key": 2.5, "label": 1}, {"id": "3", "key": "a", "label": 1}]
+    block, dead = parse_jsonl(spec, "s", [(p, json.dumps(r).encode())
+                                          for p, r in enumerate(records)])
+    assert dead == []
+    assert block.ids.to_pylist() == ["true", "3", "3.0", "3"]
+    assert block.keys.to_pylist() == ["false", "3", "2.5", "a"]
+    # integers and text alone: Arrow's path, which gives the same text
+    fast = [(p, json.dumps(r).encode()) for p, r in enumerate(records[1:2] + records[3:])]
+    assert parse_jsonl(spec, "s", fast)[0].ids.to_pylist() == ["3", "3"]
+
+
+def test_json_labels_join_their_examples_by_the_ids_text(tmp_path):
+    """Features ids true, 3, "x"; labels ids true, 3.0, "x": true and "x" join, 3.0 is not 3."""
+    features = tmp_path / "features.jsonl"
+    features.write_text("".join(json.dumps({"id": i, "a": a}) + "\n"
+                                for i, a in ((True, 1), (3, 2), ("x", 3))))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": i, "label": 1}) + "\n"
+                              for i in (True, 3.0, "x")))
+    code, out = run_train(tmp_path, "--input", features, "--labels", labels, "--id-column", "id")
+    assert code == 0
+    learned = [r["id"] for r in read_output(str(out / "pred")).to_pylist() if not r["served"]]
+    assert sorted(learned) == ["true", "x"]
+    dead = dead_letters(out)
+    assert [(d["reason"], json.loads(d["raw"])["id"]) for d in dead] == [
+        (label_join.NEVER_SERVED, "3.0")]

@@ -338,10 +338,19 @@ def _number(value, what, name=None):
 
 
 def _text(value, what):
-    """An id or model key as text that Arrow can hold (no lone surrogates)."""
+    """An id or model key as the text its record wrote, which Arrow can hold (no lone
+    surrogates): text as it is, a number or boolean as JSON writes it (true, 3, 3.0: 3.0 is
+    not 3), anything else (a Parquet date) as Python does. Ids and model keys are compared as
+    this text, whichever path read them (Arrow's casts an integer column to the same text, and
+    takes no other numbers: ``numeric_table``)."""
     if type(value) is str and value.isascii():
         return value
-    text = str(value)
+    if isinstance(value, (bool, np.bool_)):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float, np.integer, np.floating)):
+        text = json.dumps(value.item() if isinstance(value, np.generic) else value)
+    else:
+        text = str(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
