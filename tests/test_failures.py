@@ -60,6 +60,37 @@ def test_an_unwritable_output_directory_is_one_line(tmp_path, csv_file, capsys, 
 
 
 @pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory that cannot be written: a read-only tmpfs for root (whom permissions do not
+    stop), else one without write permission. Yields (it, the reason writing it fails)."""
+    path = tmp_path / "read-only"
+    path.mkdir()
+    if os.geteuid():
+        path.chmod(0o555)
+        yield path, "Permission denied"
+        path.chmod(0o755)
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
+                          capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield path, "Read-only file system"
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.mark.parametrize("output", ["--predictions", "--dead-letter", "--model-dir"])
+def test_a_read_only_output_directory_is_one_line_naming_it(tmp_path, csv_file, capsys, output,
+                                                           read_only_dir):
+    """Not the raw error of the probe file written there ('[Errno 13] ... .probe-....tmp')."""
+    path, reason = read_only_dir
+    train(tmp_path / "out", "--input", csv_file, *KEYED, output, path, expect=2)
+    assert one_error_line(capsys) == (
+        f"unitless: error: cannot write in the directory {path}: {reason}")
+
+
+@pytest.fixture
 def full_disk(tmp_path):
     """A real 256 KiB file system (tmpfs; needs root)."""
     mount = tmp_path / "small"

@@ -128,10 +128,14 @@ def check_target(target, kafka_settings=None, timeout_s=10.0):
     if target is None:
         return
     if not is_kafka(target):
-        makedirs(target)
-        probe = join(target, f".probe-{uuid.uuid4().hex}")
-        atomic_write(probe, b"unitless")
-        remove(probe)
+        try:
+            makedirs(target)
+            probe = join(target, f".probe-{uuid.uuid4().hex}")
+            atomic_write(probe, b"unitless")
+            remove(probe)
+        except OSError as err:  # (not the probe's name: the directory is what the user gave)
+            raise type(err)(f"cannot write in the directory {target}: "
+                            f"{err.strerror or err}") from err
         return
     topic = KafkaTopic.parse(target, kafka_settings)
     producer = open_producer(topic, timeout_s)  # ConnectionError naming the broker
