@@ -49,6 +49,30 @@ def test_the_table_shows_each_models_progressive_loss_and_error_rate(tmp_path, c
         line for line in out if line.startswith("'")]
 
 
+def test_inspect_of_a_part_file_lists_the_models_it_holds(tmp_path, capsys):
+    """A part named without its '#N' (as a listing of the directory shows it): a line per
+    model it holds, each named by its locator, as the directory's lines are; reading it as one
+    checkpoint says to name one."""
+    train(tmp_path, "--input", write_rows(tmp_path / "d.csv", csv_lines(60)), *KEYED,
+          "--model-groups", "1")
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "models")]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("'")]
+    part = {line.split()[-1].rpartition("#")[0] for line in listed}
+    assert len(listed) == 2 and len(part) == 1
+    part = part.pop()
+    assert main(["inspect", part]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert [line for line in shown if line.startswith("'")] == listed
+    assert shown[-1].startswith("all 2 models")
+    with pytest.raises(ValueError) as refused:
+        read_checkpoint(part)
+    assert str(refused.value) == (
+        f"{part} is a part holding the checkpoints of 2 models: name one by its number, "
+        f"{part}#N (#0 'a' (30 examples), #1 'b' (30 examples)), or inspect the model "
+        "directory")
+
+
 def test_a_file_whose_every_record_is_refused_fails_naming_the_reason(tmp_path, capsys):
     rows = [r.replace(",1,", ",2,").replace(",-1,", ",2,") for r in csv_lines(50)]
     train(tmp_path, "--input", write_rows(tmp_path / "d.csv", rows), *KEYED, expect=2)

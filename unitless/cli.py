@@ -194,8 +194,10 @@ def parser():
                             "(0: every time)")
     inspect = sub.add_parser("inspect", help="summarise a checkpoint")
     inspect.add_argument("checkpoint", help="a model directory (a line per model key), a "
-                                            "checkpoint as that line names it, or a per-key "
-                                            "checkpoint file or directory of earlier versions")
+                                            "checkpoint as that line names it, a part file of "
+                                            "those checkpoints (a line per model it holds), or "
+                                            "a per-key checkpoint file or directory of earlier "
+                                            "versions")
     inspect.add_argument("--model-key", metavar="KEY",
                          help="the newest valid checkpoint of this model key in the model "
                               "directory")
@@ -334,11 +336,12 @@ def score(args, beam_args):
 
 
 def inspect(args):
+    from .store.by_group import is_part
     from .store.models import latest_checkpoint, model_keys
     from .store.per_key import checkpoint_files
     from .store.shards import shard_counts
     from .pipelines.inspect import summary, render
-    from .pipelines.summary import model_lines, render_models
+    from .pipelines.summary import model_lines, part_lines, render_models
     path = args.checkpoint
     if args.model_key is not None:
         path = latest_checkpoint(path, args.model_key)
@@ -348,6 +351,11 @@ def inspect(args):
     elif is_dir(path) and not checkpoint_files(path) and (model_keys(path)
                                                           or shard_counts(path)):
         lines = model_lines(path)  # a whole model directory: one line per model key
+        print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
+              else render_models(lines, args.top))
+        return
+    elif is_part(path) and not is_dir(path):
+        lines = part_lines(path)  # a group's part: a line per model, named by its locator
         print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
               else render_models(lines, args.top))
         return

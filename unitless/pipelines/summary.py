@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
+from ..store.by_group import load_located, locator, part_models
 from ..store.models import checkpoint_summaries, load_latest, model_keys
 from ..store.shards import sharded_models
 
@@ -61,14 +62,32 @@ def model_lines(model_dir, verify=True):
     # models over feature shards: their consistent cut (shard 0 counts the errors)
     found += [(key, pattern, meta) for key, _, pattern, meta, _ in
               sharded_models(model_dir, verify)]
-    lines = []
-    for key, path, meta in found:
-        seen = int(meta["examples_seen"])
-        classification = meta["loss"] in ("logistic", "hinge")
-        lines.append(ModelLine(key, seen, float(meta["progressive_loss"]),
-                               float(meta.get("errors", 0.0)) / max(seen, 1) if classification
-                               else None, path))
+    lines = [model_line(key, path, meta) for key, path, meta in found]
     return sorted(lines, key=lambda m: (-m.examples, m.key))
+
+
+def model_line(key, checkpoint, meta):
+    """The ModelLine of a model's checkpoint from its metadata."""
+    seen = int(meta["examples_seen"])
+    classification = meta["loss"] in ("logistic", "hinge")
+    return ModelLine(key, seen, float(meta["progressive_loss"]),
+                     float(meta.get("errors", 0.0)) / max(seen, 1) if classification else None,
+                     checkpoint)
+
+
+def part_lines(part_path):
+    """A ModelLine for each model of a group's part file, in the part's order, each checkpoint
+    named by its locator (``<part>#<n>``); every one verified (ValueError naming the first that
+    is not valid)."""
+    lines = []
+    for n, key, _ in part_models(part_path):
+        located = locator(part_path, n)
+        try:
+            table = load_located(part_path, n)[0]
+        except ValueError as err:
+            raise ValueError(f"invalid checkpoint {located}: {err}") from None
+        lines.append(model_line(key, located, read_metadata(table)))
+    return lines
 
 
 def render(lines, counts, top=20):

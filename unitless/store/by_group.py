@@ -5,6 +5,7 @@ and who reads what): docs/compatibility.md, "The group layout, file by file".
 """
 import json
 import logging
+import posixpath
 import re
 import threading
 import zlib
@@ -106,6 +107,12 @@ def locator(part_path, index):
 LOCATOR = re.compile(r"(.*\.arrow)#([0-9]+)")
 
 
+def is_part(path):
+    """Whether ``path`` names a group's part file (several models' checkpoints), not one
+    model's checkpoint in it (``locator``)."""
+    return PART.fullmatch(posixpath.basename(path)) is not None
+
+
 # --- reading -----------------------------------------------------------------------------------
 
 class _Kept:
@@ -203,6 +210,13 @@ def part_metadata(part_path, index):
     if not 0 <= index < len(models):
         raise ValueError(f"the part holds no model {index}")
     return models[index][2]
+
+
+def part_models(part_path):
+    """[(n, model key, examples seen)] of the models a part holds, from its schema (unverified);
+    ValueError unless it reads as a part."""
+    return [(n, meta.get(MODEL_KEY), int(meta.get("examples_seen", 0)))
+            for n, (_, _, meta) in enumerate(_indices.get(part_path))]
 
 
 def part_rows(part_path, indices):

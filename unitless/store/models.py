@@ -10,8 +10,8 @@ from ..connectors.storage import join
 from ..learner import read_metadata
 from . import per_key
 from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
-                       group_counts, group_dir, group_key, load_entries, load_located, locator,
-                       part_metadata, part_rows)
+                       group_counts, group_dir, group_key, is_part, load_entries, load_located,
+                       locator, part_metadata, part_models, part_rows)
 from .checkpoint_file import kept_reads, once_per_run
 
 log = logging.getLogger("unitless")
@@ -115,11 +115,26 @@ def load_checkpoint(path):
     checkpoint); it must be valid (ValueError naming it and why; FileNotFoundError if absent)."""
     located = LOCATOR.fullmatch(path)
     if located is None:
+        if is_part(path):
+            raise ValueError(whole_part(path))
         return per_key.load_checkpoint(path)
     try:
         return path, load_located(located.group(1), int(located.group(2)))[0]
     except ValueError as err:
         raise ValueError(f"invalid checkpoint {path}: {err}") from None
+
+
+def whole_part(path, shown=10):
+    """What to say of a part named without ``#N``: it holds several models' checkpoints, each
+    one of them named by its number (up to ``shown`` of them listed)."""
+    try:
+        models = part_models(path)
+    except ValueError as err:
+        return f"invalid checkpoint {path}: {err}"
+    listed = ", ".join(f"#{n} {key!r} ({seen:,} examples)" for n, key, seen in models[:shown])
+    more = f", and {len(models) - shown:,} more" if len(models) > shown else ""
+    return (f"{path} is a part holding the checkpoints of {len(models):,} models: name one by "
+            f"its number, {path}#N ({listed}{more}), or inspect the model directory")
 
 
 def read_checkpoint(path):
