@@ -101,3 +101,21 @@ def test_beams_own_warnings_are_not_shown_to_the_commands_user(tmp_path):
                           capture_output=True, text=True, check=True)
     assert "apitools" not in done.stderr and "WARNING" not in done.stderr, done.stderr
     assert "this run: 20 examples learned" in done.stdout
+
+
+def test_numpys_warnings_do_not_reach_the_user(tmp_path):
+    """Scoring examples without a label (their loss is null, and is no longer computed from a
+    NaN label: numpy warned 'invalid value encountered in logaddexp' for each such block)."""
+    path = write_rows(tmp_path / "d.csv", csv_lines(40))
+    unlabeled = write_rows(tmp_path / "u.csv", [line.replace(",1,", ",,").replace(",-1,", ",,")
+                                                for line in csv_lines(10, start=40)])
+    command = [sys.executable, "-m", "unitless.cli"]
+    outputs = ["--predictions", str(tmp_path / "p"), "--dead-letter", str(tmp_path / "dl")]
+    subprocess.run([*command, "train", "--input", str(path), "--model-dir", str(tmp_path / "m"),
+                    *KEYED, *outputs], capture_output=True, check=True)
+    done = subprocess.run([*command, "score", "--input", str(unlabeled), "--model-dir",
+                           str(tmp_path / "m"), *KEYED, "--predictions", str(tmp_path / "s")],
+                          capture_output=True, text=True, check=True)
+    assert "Warning" not in done.stderr, done.stderr
+    scores = read_output(str(tmp_path / "s")).to_pylist()
+    assert len(scores) == 10 and all(s["loss"] is None and s["label"] is None for s in scores)

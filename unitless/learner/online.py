@@ -277,8 +277,23 @@ def predicted_class(scores: np.ndarray) -> np.ndarray:
 
 def example_losses(state, scores, labels):
     """Each example's loss at ``scores`` [n, K], as ``learn`` reports it: for one-against-all
-    the sum of the K binary losses (learner k's label +1 for class k + 1, else -1)."""
-    y = learner_labels(state, np.asarray(labels, dtype=np.float64))
+    the sum of the K binary losses (learner k's label +1 for class k + 1, else -1). NaN where
+    there is no loss to tell: no label (an example served, or scored without one), or no
+    score (one served before a resume); those are not computed, as a loss of NaN would be
+    with a warning (numpy's 'invalid value encountered in logaddexp')."""
+    labels = np.asarray(labels, dtype=np.float64)
+    losses = np.full(len(labels), np.nan)
+    known = ~(np.isnan(labels) | np.isnan(scores).any(axis=1))
+    if known.all():
+        return _losses(state, scores, labels)
+    if known.any():
+        losses[known] = _losses(state, scores[known], labels[known])
+    return losses
+
+
+def _losses(state, scores, labels):
+    """``example_losses`` of examples that each have a label and a score."""
+    y = learner_labels(state, labels)
     tau = state.hyperparameters.get("quantile_tau", 0.5)
     if state.n_classes == 1:
         return loss_values(state.loss, y, scores[:, 0], tau)
