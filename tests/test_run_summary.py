@@ -119,3 +119,20 @@ def test_numpys_warnings_do_not_reach_the_user(tmp_path):
     assert "Warning" not in done.stderr, done.stderr
     scores = read_output(str(tmp_path / "s")).to_pylist()
     assert len(scores) == 10 and all(s["loss"] is None and s["label"] is None for s in scores)
+
+
+def test_a_logistic_score_past_floats_range_is_probability_0_without_a_warning(tmp_path):
+    """sgd (not scale-free) on a feature of scale 1e4 makes scores of millions: e^-score
+    overflowed, and numpy warned on stderr, for what is probability 0 (or 1)."""
+    rows = [f"e{i},a,{1 if i % 2 else -1},{(1 if i % 2 else -1) * 1e4 * (1 + i % 7)},0"
+            for i in range(200)]
+    path = write_rows(tmp_path / "d.csv", rows)
+    done = subprocess.run([sys.executable, "-m", "unitless.cli", "train", "--input", str(path),
+                           "--algorithm", "sgd", "--model-dir", str(tmp_path / "m"),
+                           "--predictions", str(tmp_path / "p"), "--dead-letter",
+                           str(tmp_path / "dl"), *KEYED],
+                          capture_output=True, text=True, check=True)
+    assert "Warning" not in done.stderr, done.stderr
+    rows = read_output(str(tmp_path / "p")).to_pylist()
+    assert min(r["prediction"] for r in rows) < -1000
+    assert {r["probability"] for r in rows if r["prediction"] < -1000} == {0.0}

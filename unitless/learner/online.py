@@ -264,8 +264,12 @@ def predict(state: LearnerState, batch: Batch) -> np.ndarray:
 
 
 def probability(scores: np.ndarray) -> np.ndarray:
-    """P(y = +1) for logistic-loss scores."""
-    return 1.0 / (1.0 + np.exp(-scores))
+    """P(y = +1) for logistic-loss scores. Below a score of about -709, e^-score is past
+    float's range: inf, and the probability 1 / (1 + inf) = 0, the true one to float
+    precision; numpy's warning of that overflow would only alarm the user (a learner that is
+    not scale-free, sgd on unscaled features, makes such scores)."""
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-scores))
 
 
 def predicted_class(scores: np.ndarray) -> np.ndarray:
