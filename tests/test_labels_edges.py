@@ -238,3 +238,17 @@ def test_json_labels_join_their_examples_by_the_ids_text(tmp_path):
     dead = dead_letters(out)
     assert [(d["reason"], json.loads(d["raw"])["id"]) for d in dead] == [
         (label_join.NEVER_SERVED, "3.0")]
+
+
+def test_a_resumed_run_that_reads_again_what_it_learned_is_a_success(tmp_path, capsys):
+    """It learns nothing new and serves the records without a label appended since: nothing
+    was lost (a run that did not resume and only served fails: above)."""
+    rows = [(f"e{i}", f"k{i % 2}", label_of(i), i % 5) for i in range(N)]
+    data = write_csv(tmp_path / "d.csv", "id,key,label,a", rows)
+    assert run_train(tmp_path, "--input", data, *KEYED)[0] == 0
+    write_csv(data, "id,key,label,a", rows + [(f"u{i}", "k0", "", 1) for i in range(5)])
+    capsys.readouterr()
+    assert run_train(tmp_path, "--input", data, *KEYED, "--resume")[0] == 0
+    summary = capsys.readouterr().out
+    assert "this run: 0 examples learned, 5 served (no label)" in summary, summary
+    assert f"{N} skipped (learned before --resume)" in summary, summary

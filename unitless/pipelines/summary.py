@@ -131,16 +131,16 @@ def render_models(lines, top=20):
 
 def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resumed=False):
     """None when the run learned something from its records' labels (or, resumed, found
-    nothing new) and refused at most ``max_fraction`` of what it read; else the one-line reason
-    it failed, naming the commonest refusal reason and an example record when the dead letters
-    are files (those written since ``since``). Serving is no success on its own: a training run
-    is for learning, and one that only served (its labels missing, or none joining their
-    examples) or only learned --expired-label's label has lost what it was run for."""
+    examples it had learned before) and refused at most ``max_fraction`` of what it read; else
+    the one-line reason it failed, naming the commonest refusal reason and an example record
+    when the dead letters are files (those written since ``since``). Serving is no success on
+    its own: a training run is for learning, and one that only served (its labels missing, or
+    none joining their examples) or only learned --expired-label's label has lost what it was
+    run for."""
     read = counts.read
     if not read:
         return None if resumed else "no example was learned: the input holds no records"
-    nothing_new = resumed and counts.skipped == read
-    if counts.learned_from_labels or nothing_new:
+    if counts.learned_from_labels or (resumed and counts.skipped):
         if counts.refused <= max_fraction * read:
             return None
         what = (f"{counts.refused:,} of {read:,} records were refused "
