@@ -13,6 +13,7 @@ from unitless.connectors.formats import RecordSpec, parse_csv, parse_jsonl, pars
 from unitless.store import join as label_join
 
 from tests.commands import dead_letters, run_train
+from tests.runners import RUNNERS, runner_args
 
 N = 40
 KEYED = ("--id-column", "id", "--model-key-column", "key")
@@ -113,11 +114,13 @@ def test_a_header_only_labels_file_learns_nothing_and_fails(tmp_path, capsys):
         f"served without a label, {N} of them expired waiting for their label")
 
 
-def test_only_the_expired_label_learned_is_no_success(tmp_path, capsys):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_only_the_expired_label_learned_is_no_success(tmp_path, capsys, runner):
+    """(Counted by the runner's metrics: on Prism too.)"""
     features = write_csv(tmp_path / "features.csv", "id,key,a,t", features_rows())
     labels = write_csv(tmp_path / "labels.csv", "id,key,label", [])
     code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED,
-                        "--expired-label", "-1")
+                        "--expired-label", "-1", *runner_args(runner))
     assert code == 2
     assert error_line(capsys) == (
         f"unitless: error: no example was learned from a label: of {N} records read, {N} "
@@ -155,12 +158,14 @@ def test_a_plain_run_that_only_serves_fails(tmp_path, capsys):
         "served without a label")
 
 
-def test_a_join_that_learns_says_how_many_expired(tmp_path, capsys):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_join_that_learns_says_how_many_expired(tmp_path, capsys, runner):
     """The control: labels for all but 10 examples; the summary counts the 10 expired."""
     features = write_csv(tmp_path / "features.csv", "id,key,a,t", features_rows())
     labels = write_csv(tmp_path / "labels.csv", "id,key,label",
                        [(f"e{i}", f"k{i % 2}", label_of(i)) for i in range(10, N)])
-    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED)
+    code, _ = run_train(tmp_path, "--input", features, "--labels", labels, *KEYED,
+                        *runner_args(runner))
     assert code == 0
     summary = capsys.readouterr().out
     assert (f"this run: {N - 10} examples learned, {N} served (no label)" in summary
