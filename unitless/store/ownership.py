@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from ..connectors.files import output_parts
 from ..connectors.storage import (atomic_write, join, list_dir, makedirs, read_bytes, remove,
@@ -36,7 +36,7 @@ class DirectoryInUse(ValueError):
 def earlier_models(model_dir: str) -> Optional[str]:
     """What an earlier run left in ``model_dir`` that a new run's checkpoints would be mixed
     with (a phrase for a message), or None."""
-    files, dirs = list_dir(model_dir)
+    _, dirs = list_dir(model_dir)
     for name, what in ((GROUPS, "model group checkpoints"), (SHARDS, "feature shards' "
                        "checkpoints"), (STARTS, "Kafka start records")):
         if name in dirs and any(list_dir(join(model_dir, name))):
@@ -58,7 +58,7 @@ def refuse_earlier_models(model_dir: str) -> None:
                          "another --model-dir")
 
 
-def start_over(model_dir: str, outputs=()) -> None:
+def start_over(model_dir: str, outputs: Sequence[str] = ()) -> None:
     """Remove what earlier runs wrote in ``model_dir`` (its checkpoints and start records) and
     the part files in the ``outputs`` directories (predictions, dead letters), so that a run
     holds only its own."""
@@ -80,7 +80,7 @@ def start_over(model_dir: str, outputs=()) -> None:
 
 # --- one writer at a time ----------------------------------------------------------------------
 
-_held = {}  # canonical model directory -> _Lock this process holds
+_held = {}  # canonical model directory -> the lock this process holds (_FileLock or _Lease)
 _held_lock = threading.Lock()
 
 
@@ -110,6 +110,7 @@ def own(model_dir: str) -> None:
 
 
 def release(model_dir: str) -> None:
+    """Give ``model_dir`` up, if this process holds it."""
     with _held_lock:
         lock = _held.pop(resolve(model_dir), None)
     if lock is not None:
@@ -184,7 +185,7 @@ class _Lease:
 
     def take(self):
         held = self._read()
-        if held is not None and time.time() - float(held.get("heartbeat", 0)) < STALE:
+        if held is not None and time.time() - _number(held.get("heartbeat")) < STALE:
             raise _in_use(self.model_dir, held)
         if held is not None:
             log.warning("taking over %s from a run that stopped renewing it (%s)", self.path,
@@ -206,6 +207,11 @@ class _Lease:
     def _beat(self):
         while not self.stop.wait(HEARTBEAT):
             try:
+                held = self._read()
+                if (held or {}).get("token") != self.token:  # (not renewed in time: taken)
+                    log.error("%s was taken over by %s: this run no longer holds it", self.path,
+                              (held or {}).get("host", "another run"))
+                    return
                 self._write()
             except OSError as err:  # (the next beat tries again; the run goes on)
                 log.warning("could not renew %s: %s", self.path, err)
@@ -214,6 +220,14 @@ class _Lease:
         self.stop.set()
         if (self._read() or {}).get("token") == self.token:
             remove(self.path)
+
+
+def _number(value):
+    """A lease's time as a number (one that is not: long ago)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _parse(data):
