@@ -175,13 +175,14 @@ def timed_messages(records, start, stamp=None):
              int(1000 * (start + t if stamp is None else stamp))) for key, t, record in records]
 
 
-def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
+def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka", order=None):
     """``timed_join``'s records on two topics, read to their ends by a run on ``runner_args``:
     each model's final state equals a plain run over its joined records in label order and its
     expired examples learned with --expired-label at their expiry time; the dead letters are
     exactly the labels too late, too early, second or of unknown ids, and the repeated
     features records. The records' times are their Kafka timestamps (``times`` "kafka"), or
-    a ``ts`` field read by --time-column on topics ("column") or in files ("files")."""
+    a ``ts`` field read by --time-column on topics ("column") or in files ("files"); files
+    hold their records in time order, or (``order``) "reversed" or "shuffled" each."""
     features, labels, reference, expiries, bad = timed_join(500, seed=5)
     start = time.time() - 3600
     if times != "kafka":
@@ -189,7 +190,12 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka"):
                             for records in (features, labels)]
     if times == "files":
         inputs = [tmp_path / "features.jsonl", tmp_path / "labels.jsonl"]
+        rng = np.random.default_rng(6)
         for path, records in zip(inputs, (features, labels)):
+            if order == "reversed":
+                records = records[::-1]
+            elif order == "shuffled":
+                records = [records[i] for i in rng.permutation(len(records))]
             path.write_text("".join(json.dumps(r) + "\n" for _, _, r in records))
         inputs = [str(p) for p in inputs]
     else:

@@ -58,10 +58,12 @@ def test_the_records_own_time_column_is_the_clock(broker, tmp_path):
     check_timed_join(broker.bootstrap_servers, tmp_path, "column", [], "column")
 
 
-def test_with_a_time_column_files_expire_on_record_time_too(tmp_path):
+@pytest.mark.parametrize("order", [None, "reversed", "shuffled"])
+def test_with_a_time_column_files_expire_on_record_time_too(tmp_path, order):
     """--time-column gives files record time: --label-wait then applies to them as to topics
-    (see ``check_timed_join``; files by name, each in line order)."""
-    check_timed_join(None, tmp_path, "files", [], "files")
+    (see ``check_timed_join``), whatever the order of the records in each file: the join takes
+    a bounded input's records in time order."""
+    check_timed_join(None, tmp_path, "files", [], "files", order)
 
 
 def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_path):
@@ -117,3 +119,4 @@ def test_labels_on_a_stream_are_refused_without_a_wait(broker, tmp_path, capsys)
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "unitless: error: --labels on a stream that does not end needs --label-wait: how "
         "long an example waits for its label, and a label for its example")
+

@@ -128,6 +128,8 @@ class InOrder(beam.DoFn):
     it arrives, before it waits), ``learn(state, block, at=None)`` (a block
     handed on at ``at``, µs on the watermark's clock, None at the end of the input; yields
     outputs),
+    ``learn_released(state, blocks, at=None)`` if it has it (the blocks the watermark released,
+    an iterator, instead of ``learn`` for each),
     ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
     ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
@@ -316,6 +318,16 @@ class InOrder(beam.DoFn):
             state, _ = yield from self._release(key, None, stored, waiting, earliest, release)
         yield from self.handler.input_ended(key, state, stored)
 
+    def _learn_released(self, state, blocks, at):
+        """Hand the released ``blocks`` (an iterator, in order) to the handler: all at once
+        if it takes them so (``learn_released``), else one by one (``learn``)."""
+        whole = getattr(self.handler, "learn_released", None)
+        if whole is not None:
+            yield from whole(state, blocks, at=at)
+        else:
+            for block in blocks:
+                yield from self.handler.learn(state, block, at=at)
+
     def _release(self, key, upto, stored, waiting, earliest, release):
         """Hand on the waiting blocks stamped at or before ``upto`` (None: all), in (timestamp,
         source, position) order; the others wait on, the timer set for the earliest of them.
@@ -329,9 +341,9 @@ class InOrder(beam.DoFn):
         if released:
             state = self.handler.state(key, stored)
             ready = [(h, data) for h, data in released if h[4:] != (LEARNED,)]
-            for blocks in learning_order(ready):
-                yield from self.handler.learn(state, ExampleBlock.concat(
-                    [waiting_block(data) for data in blocks]), at=upto)
+            blocks = (ExampleBlock.concat([waiting_block(data) for data in lists])
+                      for lists in learning_order(ready))
+            yield from self._learn_released(state, blocks, upto)
             # what the watermark is past, not just at (another key's element stamped ``upto``
             # may still be in flight): blocks and marks; blocks learned at ``upto`` get marks
             at = [h for h, _ in ready if upto is not None and h[0] >= upto]

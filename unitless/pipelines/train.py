@@ -187,6 +187,14 @@ class DecodedModels:
             self.pop(next(iter(self.models)))
 
 
+def in_position_order(block):
+    """The block with its records in position order (a source's blocks handed on together keep
+    the order of their parts)."""
+    if bool(np.all(np.diff(block.positions) > 0)):
+        return block
+    return block.take(np.argsort(block.positions, kind="stable"))
+
+
 class LearnBlocks:
     """``InOrder``'s handler in the learning step: (model key or group, ExampleBlock) ->
     predictions and dead letters, written to their sinks and also output as PCollections.
@@ -215,6 +223,11 @@ class LearnBlocks:
         # waits to be handed on in order; one that continues where the models had learned
         # would come before those read again, which a model that learned on arrival skips)
         self.learns_on_arrival = not (cfg.labels and cfg.resume)
+        # (--labels files with --label-wait: their blocks all wait for the end of the input,
+        # which hands them on at once; the join takes them in record-time order,
+        # ``learn_released``)
+        self.in_time_order = bool(cfg.labels) and cfg.label_wait is not None and not is_kafka(
+            str(cfg.labels[0]))
         # a stream that goes quiet still gets its --checkpoint-seconds checkpoint (``idle``);
         # a bounded input's end takes the last one
         self.idle_seconds = cfg.checkpoint_seconds if streaming else None
@@ -289,7 +302,8 @@ class LearnBlocks:
 
     def _join_of(self, group):
         if group.join is None:
-            group.join = LabelJoin(self.cfg.label_wait, self.cfg.expired_label)
+            cfg = self.cfg
+            group.join = LabelJoin(cfg.label_wait, cfg.expired_label, self.in_time_order)
         return group.join
 
     def _resume_labeled(self, group, keys):
@@ -445,6 +459,21 @@ class LearnBlocks:
             at += len(part)
             yield from self._learn(group, part, served, scores, tracked)
 
+    def learn_released(self, group, blocks, at=None):
+        """The blocks the watermark released, in order (``InOrder``), each learned (``learn``);
+        with ``in_time_order`` all of them joined at once (``_join_in_time_order``)."""
+        if not self.in_time_order:
+            for block in blocks:
+                yield from self.learn(group, block, at)
+            return
+        blocks = list(blocks)
+        for block in blocks:
+            if at is not None:
+                for k in block.keys.unique().to_pylist():
+                    model = self._of(group, k)
+                    model.last_seen = max(at, model.last_seen or at)
+        yield from self._join_in_time_order(group, blocks)
+
     def _join(self, group, block):
         """``--labels``: a labels block's examples learned with the features they were served
         with, in label order, as their features come (``LabelJoin``); a features block's
@@ -456,19 +485,7 @@ class LearnBlocks:
                 self._resume_labeled(group, block.keys.unique().to_pylist())
             joined, dead = join.labels(block)
         else:
-            served, dead = [], []
-            for k, piece in block.split_by_key():
-                model = self._of(group, k)
-                piece, again = join.screen(k, join.replayed(k, piece))
-                dead += again
-                join.labeled(k, piece)
-                piece, before = join.served_before(k, piece)
-                rows = []
-                if len(piece):
-                    yield from self._learn_parts(group, piece, rows)
-                if before is not None:  # (what they were served with is gone)
-                    rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
-                served += [(k, b, scores) for b, scores in rows]
+            served, dead = yield from self._serve(group, join, block)
             joined, lost = join.features(block.source, block.positions,
                                          block.keys.to_pylist(), block.event_times, served)
             dead += lost
@@ -480,12 +497,66 @@ class LearnBlocks:
             self._checkpoint(due, group)
             self._write_checkpoints()
 
+    def _serve(self, group, join, block, seen=None):
+        """A features block's examples served by their models (those that carry their label
+        learned, as in any run), but those refused (``LabelJoin.screen`` with ``seen``,
+        {model key: ids}) and those a resumed run served before (they wait again, unserved).
+        Returns ([(model key, block, scores)] served, dead letters)."""
+        served, dead = [], []
+        for k, piece in block.split_by_key():
+            model = self._of(group, k)
+            piece, again = join.screen(k, join.replayed(k, piece), None if seen is None
+                                       else seen.setdefault(k, set()))
+            dead += again
+            join.labeled(k, piece)
+            piece, before = join.served_before(k, piece)
+            rows = []
+            if len(piece):
+                yield from self._learn_parts(group, piece, rows)
+            if before is not None:  # (what they were served with is gone)
+                rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
+            served += [(k, b, scores) for b, scores in rows]
+        return served, dead
+
+    def _join_in_time_order(self, group, blocks):
+        """``--labels`` files with ``--label-wait``: a bounded input's blocks, all handed on
+        at once at its end, joined whole in record-time order (``LabelJoin.
+        joined_in_time_order``), whatever the order of the records in their files: each
+        features file's examples served first, in file order. The joined examples are learned
+        in that order, so their labels' positions are not tracked by the models (the join's
+        checkpointed state says what it judged), and the models' checkpoints wait for the
+        end of the input (``input_ended``), when nothing waits any more."""
+        join = self._join_of(group)
+        by_source = {}
+        for block in blocks:
+            by_source.setdefault(block.source, []).append(block)
+        features, labels, dead, seen = [], [], [], {}
+        for source, parts in by_source.items():
+            block = in_position_order(ExampleBlock.concat(
+                sorted(parts, key=lambda b: int(b.positions.min()))))
+            if self.cfg.is_labels(source):
+                if self.cfg.resume:
+                    self._resume_labeled(group, block.keys.unique().to_pylist())
+                labels.append(block)
+                continue
+            served, refused = yield from self._serve(group, join, block, seen)
+            dead += refused
+            features.append((source, block.positions, block.keys.to_pylist(), block.event_times,
+                             served))
+        joined, lost = join.joined_in_time_order(features, labels)
+        yield from self._dead(dead + lost)
+        yield from self._learn_joined(group, joined)
+        for block in blocks:
+            group.learned(block)
+
     def _learn_joined(self, group, joined):
         """Learn the join's ``[(model key, block, the scores its examples were served with,
         expired)]``, in order (expired examples outside their source's positions: their
-        features record's were served already); then count what the join did."""
+        features record's were served already; ``in_time_order``, all of them: their labels
+        come in time order, not in position order); then count what the join did."""
         for key, rows, scores, expired in joined:
-            yield from self._learn_parts(group, rows, served_scores=scores, tracked=not expired)
+            yield from self._learn_parts(group, rows, served_scores=scores,
+                                         tracked=not (expired or self.in_time_order))
         self.last_join = group.join
         counts = group.join.take_counts()
         if any(counts.values()):

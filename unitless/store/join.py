@@ -12,7 +12,8 @@ join only when the label's time is at most ``wait`` after the example's, or the 
 most ``wait`` after the label's; and what waits longer expires, on each input's clock: the
 time the model key's records have reached there (``_advance``), not the reader's. An expired
 example is dropped, or learned with ``expired_label`` at its expiry time's place among its
-model's labels. See docs/delayed-outcomes.md.
+model's labels. A bounded input is joined whole, its records in time order
+(``joined_in_time_order``). See docs/delayed-outcomes.md.
 """
 import heapq
 import math
@@ -126,9 +127,13 @@ class LabelJoin:
     SOURCE_LAG = 3600.0
 
     SNAPSHOT_AFTER = 4 << 20  # bytes logged (beyond twice the last snapshot's) before the next
+    in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
+    ordered_once = False  # (``joined_in_time_order`` has been called)
 
-    def __init__(self, wait=None, expired_label=None):
+    def __init__(self, wait=None, expired_label=None, in_time_order=False):
         self.wait, self.expired_label = wait, expired_label
+        self.in_time_order = in_time_order
+        self.ordered_once = False  # (``joined_in_time_order`` has been called)
         self.models = {}
         self.seq = 0
         self.counts = dict(waiting=0, expired=0, expired_learned=0, replayed=0)
@@ -207,16 +212,27 @@ class LabelJoin:
         counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
         return counts
 
-    def screen(self, key, block):
+    def screen(self, key, block, seen=None):
         """A features block of model ``key`` -> (the block without the examples whose id is
-        already waiting or learned, or came earlier in the block; their dead letters)."""
+        already waiting or learned, or came earlier in the block or in ``seen`` (ids, updated);
+        their dead letters). Earlier is in record time with ``in_time_order``, else in the
+        block."""
         join = self.models.get(key, ModelJoin())
-        again, seen = [], set()
-        for r, i in enumerate(block.ids.to_pylist()):
+        ids, again = block.ids.to_pylist(), []
+        seen = set() if seen is None else seen
+        for r in self._order(block):
+            i = ids[r]
             if i is not None and (i in seen or i in join.served or i in join.closed):
                 again.append((r, SECOND_FEATURES))
             seen.add(i)
-        return block.screen(again)
+        return block.screen(sorted(again))
+
+    def _order(self, block):
+        """The rows of ``block`` in the order the join takes them: by record time (then
+        position) with ``in_time_order``, else as the block holds them."""
+        if self.in_time_order and block.event_times is not None:
+            return np.lexsort((block.positions, block.event_times)).tolist()
+        return range(len(block))
 
     def labeled(self, key, block):
         """Model ``key`` learns the examples of a features block that carry their own label
@@ -242,6 +258,16 @@ class LabelJoin:
         example with an id waits for its label."""
         self._record("features", source, positions, keys, times, served)
         out = Released()
+        entries = self._served_entries(source, served)
+        at = positions.tolist()
+        for n in np.argsort(positions, kind="stable").tolist():
+            self._feature(source, keys[n], None if times is None else float(times[n]),
+                          entries.get(at[n]), out)
+        return out.result()
+
+    def _served_entries(self, source, served):
+        """{position: (model key, Rows, row)} of what the group's models served of a features
+        block of ``source`` (``features``)."""
         entries = {}
         for key, rows_block, scores in served:
             rows = Rows(rows_block, scores)
@@ -251,15 +277,15 @@ class LabelJoin:
                 entries[p] = (key, rows, r)
                 if owed:  # (come again: it waits as it did)
                     owed.discard(p)
-        at = positions.tolist()
-        for n in np.argsort(positions, kind="stable").tolist():
-            if self.wait is not None:
-                key = keys[n]
-                self._advance(key, self._of(key), FEATURES, source, float(times[n]), out)
-            entry = entries.get(at[n])
-            if entry is not None:
-                self._wait(*entry, out)
-        return out.result()
+        return entries
+
+    def _feature(self, source, key, time, entry, out):
+        """A features record of model ``key`` at ``time``: it moves the features clock, and
+        its served example (``entry``, None if none) waits."""
+        if self.wait is not None:
+            self._advance(key, self._of(key), FEATURES, source, time, out)
+        if entry is not None:
+            self._wait(*entry, out)
 
     def _wait(self, key, rows, r, out):
         i = rows.ids[r]
@@ -281,28 +307,80 @@ class LabelJoin:
         (``Released.result``): a label whose features wait is learned with them, unless labels
         of its model before it still wait for theirs; the others wait (``pending``)."""
         self._record("labels", block)
-        ids, again = block.ids.to_pylist(), self._judged(block)
-        refused = [r for r in range(len(block))
-                   if not again[r] and (ids[r] is None or np.isnan(block.labels[r]))]
-        block, dead = block.screen([(r, NO_ID if ids[r] is None else NO_LABEL) for r in refused])
-        if refused:  # (of the rows kept)
-            again = np.delete(np.asarray(again, dtype=bool), refused).tolist()
         out = Released()
+        rows, again = self._labels_taken(block, out)
+        for q in np.argsort(rows.block.positions, kind="stable").tolist():
+            self._label(rows, q, again[q], out)
+        return out.result()
+
+    def _labels_taken(self, block, out):
+        """A labels block's rows the join takes (``Rows``) and which of them a resumed run
+        read again (``again``); the others are dead letters (in ``out``): without an id or a
+        label."""
+        ids, again = block.ids.to_pylist(), self._judged(block)
+        refused = [(r, NO_ID if ids[r] is None else NO_LABEL)
+                   for r in range(len(block))
+                   if not again[r] and (ids[r] is None or np.isnan(block.labels[r]))]
+        block, dead = block.screen(refused)
+        if refused:  # (of the rows kept)
+            again = np.delete(np.asarray(again, dtype=bool), [r for r, _ in refused]).tolist()
         out.dead += dead
-        rows = Rows(block)
-        for q in np.argsort(block.positions, kind="stable").tolist():
-            key = rows.keys[q]
-            join = self._of(key)
-            if self.wait is not None:
-                self._advance(key, join, LABELS, block.source, rows.time(q), out)
-            position = int(block.positions[q])
-            if again[q]:
-                self.counts["replayed"] += 1
-                continue
-            join.judged[block.source] = max(position, join.judged.get(block.source, -1))
-            join.pending.append((rows, q))
-            join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
-            self._release(key, join, out)
+        return Rows(block), again
+
+    def _label(self, rows, q, again, out):
+        """Label ``q`` of ``rows``: it moves the labels clock, and waits in its model's queue
+        (read ``again`` after a resume: counted, nothing else)."""
+        key, source = rows.keys[q], rows.block.source
+        join = self._of(key)
+        if self.wait is not None:
+            self._advance(key, join, LABELS, source, rows.time(q), out)
+        if again:
+            self.counts["replayed"] += 1
+            return
+        position = int(rows.block.positions[q])
+        join.judged[source] = max(position, join.judged.get(source, -1))
+        join.pending.append((rows, q))
+        join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
+        self._release(key, join, out)
+
+    def joined_in_time_order(self, features, labels):
+        """A bounded input's join, whole (``in_time_order``): every features source's records,
+        ``features`` [(source, positions, model keys, record times, served)] as ``features``
+        takes them, and every labels block, taken together in record-time order (then by
+        input, features first; source; position), so that the join does not depend on the
+        order of the records in their files. Returns ``Released.result``. Called once: a
+        later call's records could be older than the clocks its first call moved."""
+        if self.ordered_once:
+            raise RuntimeError("the labels join of a bounded input took its records in two "
+                               "parts: it joins them in time order only when it has them all")
+        self.ordered_once = True
+        self._record("joined_in_time_order", features, labels)
+        out = Released()
+        steps, times, sides, sources, positions = [], [], [], [], []
+        for j, (source, at, keys, when, served) in enumerate(features):
+            entries = self._served_entries(source, served)
+            for n, p in enumerate(at.tolist()):
+                steps.append((FEATURES, source, keys[n], float(when[n]), entries.get(p)))
+            times.append(np.asarray(when, dtype=np.float64))
+            sides.append(np.full(len(at), FEATURES))
+            sources.append(np.full(len(at), j))
+            positions.append(np.asarray(at))
+        for j, block in enumerate(labels, start=len(features)):
+            rows, again = self._labels_taken(block, out)
+            steps += [(LABELS, rows, q, again[q]) for q in range(len(rows.block))]
+            times.append(np.asarray(rows.block.event_times, dtype=np.float64))
+            sides.append(np.full(len(rows.block), LABELS))
+            sources.append(np.full(len(rows.block), j))
+            positions.append(rows.block.positions)
+        if steps:
+            order = np.lexsort(tuple(np.concatenate(c) for c in (positions, sources, sides,
+                                                                   times)))
+            for n in order.tolist():
+                step = steps[n]
+                if step[0] == FEATURES:
+                    self._feature(*step[1:], out)
+                else:
+                    self._label(*step[1:], out)
         return out.result()
 
     def _judged(self, block):
@@ -427,15 +505,17 @@ class LabelJoin:
         clock of that input moves to the oldest newest time of the sources it has seen there
         (a source's records are taken to come in time order), or to ``SOURCE_LAG`` before the
         newest when a source lags further (its later records may then find their partners
-        expired); what the model waits for on the other input past ``wait`` behind it
-        expires: its examples (labels: its head, ``_release``)."""
+        expired); with ``in_time_order``, to ``time`` itself. What the model waits for on the
+        other input past ``wait`` behind it expires: its examples (labels: its head,
+        ``_release``)."""
         newest = join.newest[side]
         if time <= newest.get(source, -math.inf):
             return
         newest[source] = time
         times = newest.values()
-        clock = max(join.clocks[side], min(times),
-                    max(times) - max(self.wait, self.SOURCE_LAG))
+        # (in time order every record of the input before this one is no later than it)
+        clock = max(join.clocks[side], time) if self.in_time_order else max(
+            join.clocks[side], min(times), max(times) - max(self.wait, self.SOURCE_LAG))
         if clock <= join.clocks[side]:
             return
         join.clocks[side] = clock
