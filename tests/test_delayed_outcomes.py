@@ -294,10 +294,28 @@ def test_a_files_join_does_not_depend_on_the_order_of_its_records(tmp_path, feat
     assert_learned_as(out, reference, {})
 
 
+def test_a_label_dated_far_ahead_is_refused_and_expires_nothing(tmp_path):
+    """A label dated 9999-12-31 and one at 1e300 among a file's labels: each is a dead letter
+    for its time (beyond --max-time-skew after the reader's clock), and every other label
+    joins. (Before: the labels' clock jumped there, and every example waiting expired.)"""
+    far = [(100, ("e-5", KEYS[0], "9999-12-31T00:00:00", 1)), (150, ("e-6", KEYS[0], "1e300", 1))]
+    features, labels, reference = write_timed(tmp_path, labels_more=far)
+    out = train(tmp_path / "joined", "--input", features, "--labels", labels, *TIMED)
+    assert_learned_as(out, reference, {label_join.AHEAD_OF_CLOCK: 2})
+    # a bound that lets 9999 through: the file's records are taken in time order, so that
+    # label comes last, after every other has joined; e-5's features did not come within the
+    # wait of it
+    out = train(tmp_path / "wide", "--input", features, "--labels", labels, *TIMED,
+                "--max-time-skew", "100000000d")
+    assert_learned_as(out, reference, {label_join.AHEAD_OF_CLOCK: 1,
+                                       label_join.NEVER_SERVED: 1})
+
+
 def test_a_time_ordered_files_join_resumed_after_its_end_does_nothing_again(tmp_path):
     """--resume over the same files once a time-ordered join has ended: every record is
     replayed, nothing is learned, served or refused again, the models are unchanged."""
-    features, labels, reference = write_timed(tmp_path, order="shuffled")
+    features, labels, reference = write_timed(tmp_path, order="shuffled", labels_more=[
+        (7, ("e-9", KEYS[1], "1e300", 1))])
     more = ("--labels", labels, "--checkpoint-every", "50", *TIMED)
     out = train(tmp_path / "joined", "--input", features, *more)
     before = final_models(KEYS, out / "models")
@@ -305,5 +323,47 @@ def test_a_time_ordered_files_join_resumed_after_its_end_does_nothing_again(tmp_
     after = final_models(KEYS, out / "models")
     for key in KEYS:
         assert after[key][0].equals(before[key][0]) and after[key][1:] == before[key][1:]
-    assert_learned_as(out, reference, {})
+    assert_learned_as(out, reference, {label_join.AHEAD_OF_CLOCK: 1})
 
+
+def test_on_a_stream_a_record_dated_far_ahead_moves_no_clock():
+    """``LabelJoin`` as a stream takes records (in the order they come): a label dated a year
+    ahead of the reader's clock ``now`` is a dead letter, and the labels after it join their
+    examples; a features record so dated is refused before it is served. Without the bound
+    that label's time expires every example waiting, and the labels after it wait behind it
+    (the hazard the bound prevents)."""
+    now = 1e6
+
+    def run(max_skew):
+        join = label_join.LabelJoin(wait=10.0, max_skew=max_skew)
+        block = timed_block("f/0", 1, *((f"e-{i}", now - 100 + i, None) for i in range(20)),
+                            ("late", now + 3e7, None))
+        kept, dead = join.refuse_ahead(block, now)
+        assert serve(join, kept, kept, np.zeros((len(kept), 1))) == ([], [])
+        joined, more = join.labels(timed_block(
+            "l/0", 1, ("e-0", now - 97, 1), ("e-1", now + 3e7, 1),
+            *((f"e-{i}", now - 97 + i, 1) for i in range(2, 20))), now)
+        learned = [i for _, block, _, _ in joined for i in block.ids.to_pylist()]
+        return dead + more, learned, join.take_counts()["expired"]
+    dead, learned, expired = run(300.0)
+    assert [(d.source, d.position, d.reason) for d in dead] == [
+        ("f/0", 21, label_join.AHEAD_OF_CLOCK), ("l/0", 2, label_join.AHEAD_OF_CLOCK)]
+    # (e-1, whose label was refused, expires as the labels' clock passes its wait)
+    assert learned == ["e-0", *(f"e-{i}" for i in range(2, 20))] and expired == 1
+    assert run(None) == ([], ["e-0"], 19)
+
+
+def test_a_time_skew_without_a_wait_or_above_nothing_is_refused_in_one_line(tmp_path, capsys):
+    features, labels, _ = write_timed(tmp_path)
+    base = ["train", "--input", str(features), "--id-column", "id", "--time-column", "t",
+            "--model-dir", str(tmp_path / "m")]
+    for more, said in ((["--max-time-skew", "5m"], "--max-time-skew bounds the record times "
+                        "that --label-wait measures: pass --labels and --label-wait too"),
+                       (["--labels", str(labels), "--max-time-skew", "5m"], "pass --labels and "
+                        "--label-wait too"),
+                       (["--labels", str(labels), "--label-wait", "10s", "--max-time-skew", "0"],
+                        "--max-time-skew wants a duration above 0, got '0'"),
+                       (["--labels", str(labels), "--label-wait", "10s", "--max-time-skew",
+                         "soon"], "--max-time-skew wants a duration such as 90s")):
+        assert main([*base, *more]) == 2
+        assert said in capsys.readouterr().err

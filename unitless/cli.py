@@ -153,6 +153,13 @@ def parser():
                        help="with --labels: an example whose label did not come (within "
                             "--label-wait, or by the end of the input) is learned with this "
                             "label, as if it had come then (default: dropped, counted)")
+    train.add_argument("--max-time-skew", metavar="DURATION",
+                       default=LEARN_OPTIONS["max_time_skew"],
+                       help="with --label-wait: a record dated more than this (90s, 15m, 2h) "
+                            "after the reader's clock when it reaches the join (the worker's "
+                            "wall clock, for files too) is a dead letter, so that a wrong "
+                            "clock cannot expire what waits (default: 5m; larger for records "
+                            "dated in the future on purpose)")
     train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
                        help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
                             "input's clock) leaves Beam state and worker memory, its newest "

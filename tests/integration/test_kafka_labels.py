@@ -8,8 +8,10 @@ import time
 import pytest
 
 from unitless.cli import main
+from unitless.connectors.files import read_output
+from unitless.store import join as label_join
 
-from tests.commands import create_topics, send, train
+from tests.commands import create_topics, dead_letters, send, train
 from tests.kafka_io import seen, streaming, wait_for
 from tests.killing import kill_group
 from tests.runners import prism_args, runner_args
@@ -120,3 +122,36 @@ def test_labels_on_a_stream_are_refused_without_a_wait(broker, tmp_path, capsys)
         "unitless: error: --labels on a stream that does not end needs --label-wait: how "
         "long an example waits for its label, and a label for its example")
 
+
+def test_a_label_dated_far_ahead_on_a_topic_is_refused_and_expires_nothing(broker, tmp_path):
+    """Two topics keyed by model key, 200 examples a second apart (an hour ago), each label 3 s
+    after its example, and among the labels one more for e-50 dated 9999-12-31 in its ``ts``
+    field: that label is a dead letter for its time (beyond --max-time-skew after the reader's
+    clock), every example is learned with its label, and nothing expires. With a bound that
+    lets it through, its model's labels clock jumps to 9999 and its waiting examples expire:
+    the labels after it in its partition are refused (the hazard the bound prevents)."""
+    bootstrap = broker.bootstrap_servers
+    start = time.time() - 3600
+    features, labels = [], []
+    for i in range(200):
+        key, t = KEYS[i % len(KEYS)], start + i
+        features.append((key, {"id": f"e-{i}", "key": key, "ts": t, "a": (i % 7) - 3.0}))
+        labels.append((key, {"id": f"e-{i}", "key": key, "ts": t + 3, "label": 1 - 2 * (i % 2)}))
+    labels.insert(100, (KEYS[0], {"id": "e-50", "key": KEYS[0], "ts": "9999-12-31T00:00:00",
+                                  "label": 1}))
+    topics = [f"ahead-{part}" for part in ("features", "labels")]
+    create_topics(bootstrap, *topics)
+    for topic, records in zip(topics, (features, labels)):
+        send(bootstrap, topic, [(k.encode(), json.dumps(r).encode()) for k, r in records])
+
+    def run(out, *more):
+        train(out, "--input", f"kafka://{bootstrap}/{topics[0]}", "--labels",
+              f"kafka://{bootstrap}/{topics[1]}", "--label-wait", f"{WAIT:g}s",
+              "--time-column", "ts", "--format", "jsonl", *JOINED, *more)
+        rows = read_output(str(out / "pred")).to_pylist()
+        reasons = [d["reason"] for d in dead_letters(out)]
+        return (sum(not r["served"] for r in rows),
+                {reason: reasons.count(reason) for reason in set(reasons)})
+    assert run(tmp_path / "bounded") == (200, {label_join.AHEAD_OF_CLOCK: 1})
+    learned, dead = run(tmp_path / "unbounded", "--max-time-skew", "100000000d")
+    assert learned < 200 - 10 and label_join.AHEAD_OF_CLOCK not in dead

@@ -38,7 +38,7 @@ LEARN_OPTIONS = {
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
     "model_groups": 1024, "model_ttl": None, "labels": None, "label_wait": None,
-    "expired_label": None,
+    "expired_label": None, "max_time_skew": None,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -79,6 +79,8 @@ class TrainConfig:
     label_wait: float = None     # seconds of record time an example or a label waits; None: the end
     expired_label: float = None  # the label an example whose label never came is learned with
     overwrite: bool = False      # remove an earlier run's models and outputs first (ownership)
+    # seconds a record of a join with a wait may be dated ahead of the reader's clock
+    max_time_skew: float = None
 
     def is_labels(self, source):
         """Whether a block's source is one of ``labels``: a file, or a partition of the
@@ -297,9 +299,12 @@ def configure(inputs=None, scoring=False, **options):
     if o["labels"]:
         cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
         cfg.label_wait, cfg.expired_label = label_expiry(o, cfg)
+        cfg.max_time_skew = time_skew(o["max_time_skew"], cfg.label_wait)
     elif o["label_wait"] is not None or o["expired_label"] is not None:
         raise ValueError("--label-wait and --expired-label are for delayed labels: pass "
                          "--labels too")
+    elif o["max_time_skew"] is not None:
+        time_skew(o["max_time_skew"], None)
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
 
@@ -396,6 +401,27 @@ def label_expiry(o, cfg):
         if refused:
             raise ValueError(f"--expired-label {o['expired_label']!r}: {refused[0][1]}")
     return wait, label
+
+
+# seconds a record may be dated ahead of the reader's clock (--max-time-skew's default): beyond
+# the clock differences of well-run machines, far below a wrong clock's years
+MAX_TIME_SKEW = 300.0
+
+
+def time_skew(value, wait):
+    """``--max-time-skew`` in seconds (``MAX_TIME_SKEW`` when not given) for a join with
+    ``wait``, checked."""
+    if wait is None:
+        if value is None:
+            return None
+        raise ValueError("--max-time-skew bounds the record times that --label-wait measures: "
+                         "pass --labels and --label-wait too")
+    if value is None:
+        return MAX_TIME_SKEW
+    skew = duration(value, "--max-time-skew")
+    if not skew > 0:
+        raise ValueError(f"--max-time-skew wants a duration above 0, got {value!r}")
+    return skew
 
 
 def sharding_feedback(o, inputs):

@@ -303,7 +303,9 @@ class LearnBlocks:
     def _join_of(self, group):
         if group.join is None:
             cfg = self.cfg
-            group.join = LabelJoin(cfg.label_wait, cfg.expired_label, self.in_time_order)
+            group.join = LabelJoin(cfg.label_wait, cfg.expired_label,
+                                   cfg.max_time_skew if cfg.label_wait is not None else None,
+                                   self.in_time_order)
         return group.join
 
     def _resume_labeled(self, group, keys):
@@ -479,15 +481,16 @@ class LearnBlocks:
         with, in label order, as their features come (``LabelJoin``); a features block's
         examples served, then waiting for their labels (those that carry one learned, as in
         any run)."""
-        join = self._join_of(group)
+        join, now = self._join_of(group), time.time()
         if self.cfg.is_labels(block.source):
             if self.cfg.resume:
                 self._resume_labeled(group, block.keys.unique().to_pylist())
-            joined, dead = join.labels(block)
+            joined, dead = join.labels(block, now)
         else:
-            served, dead = yield from self._serve(group, join, block)
-            joined, lost = join.features(block.source, block.positions,
-                                         block.keys.to_pylist(), block.event_times, served)
+            served, dead, ahead = yield from self._serve(group, join, block, now)
+            timed = self._without(block, ahead)
+            joined, lost = join.features(block.source, timed.positions, timed.keys.to_pylist(),
+                                         timed.event_times, served)
             dead += lost
         yield from self._dead(dead)
         yield from self._learn_joined(group, joined)
@@ -497,17 +500,20 @@ class LearnBlocks:
             self._checkpoint(due, group)
             self._write_checkpoints()
 
-    def _serve(self, group, join, block, seen=None):
+    def _serve(self, group, join, block, now, seen=None):
         """A features block's examples served by their models (those that carry their label
-        learned, as in any run), but those refused (``LabelJoin.screen`` with ``seen``,
-        {model key: ids}) and those a resumed run served before (they wait again, unserved).
-        Returns ([(model key, block, scores)] served, dead letters)."""
-        served, dead = [], []
+        learned, as in any run), but those refused (``LabelJoin.refuse_ahead``, ``screen``
+        with ``seen``, {model key: ids}) and those a resumed run served before (they wait
+        again, unserved). Returns ([(model key, block, scores)] served, dead letters, the
+        positions refused as dated ahead of the reader's clock ``now``)."""
+        served, dead, ahead = [], [], []
         for k, piece in block.split_by_key():
             model = self._of(group, k)
-            piece, again = join.screen(k, join.replayed(k, piece), None if seen is None
-                                       else seen.setdefault(k, set()))
-            dead += again
+            piece, early = join.refuse_ahead(join.replayed(k, piece), now)
+            ahead += [d.position for d in early]
+            piece, again = join.screen(k, piece, None if seen is None else seen.setdefault(
+                k, set()))
+            dead += early + again
             join.labeled(k, piece)
             piece, before = join.served_before(k, piece)
             rows = []
@@ -516,7 +522,14 @@ class LearnBlocks:
             if before is not None:  # (what they were served with is gone)
                 rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
             served += [(k, b, scores) for b, scores in rows]
-        return served, dead
+        return served, dead, ahead
+
+    @staticmethod
+    def _without(block, positions):
+        """The block without the records at ``positions`` (a clock must not move by them)."""
+        if not positions:
+            return block
+        return block.take(np.flatnonzero(~np.isin(block.positions, positions)))
 
     def _join_in_time_order(self, group, blocks):
         """``--labels`` files with ``--label-wait``: a bounded input's blocks, all handed on
@@ -526,7 +539,7 @@ class LearnBlocks:
         in that order, so their labels' positions are not tracked by the models (the join's
         checkpointed state says what it judged), and the models' checkpoints wait for the
         end of the input (``input_ended``), when nothing waits any more."""
-        join = self._join_of(group)
+        join, now = self._join_of(group), time.time()
         by_source = {}
         for block in blocks:
             by_source.setdefault(block.source, []).append(block)
@@ -539,11 +552,12 @@ class LearnBlocks:
                     self._resume_labeled(group, block.keys.unique().to_pylist())
                 labels.append(block)
                 continue
-            served, refused = yield from self._serve(group, join, block, seen)
+            served, refused, ahead = yield from self._serve(group, join, block, now, seen)
             dead += refused
-            features.append((source, block.positions, block.keys.to_pylist(), block.event_times,
+            timed = self._without(block, ahead)
+            features.append((source, timed.positions, timed.keys.to_pylist(), timed.event_times,
                              served))
-        joined, lost = join.joined_in_time_order(features, labels)
+        joined, lost = join.joined_in_time_order(features, labels, now)
         yield from self._dead(dead + lost)
         yield from self._learn_joined(group, joined)
         for block in blocks:

@@ -13,7 +13,8 @@ most ``wait`` after the label's; and what waits longer expires, on each input's 
 time the model key's records have reached there (``_advance``), not the reader's. An expired
 example is dropped, or learned with ``expired_label`` at its expiry time's place among its
 model's labels. A bounded input is joined whole, its records in time order
-(``joined_in_time_order``). See docs/delayed-outcomes.md.
+(``joined_in_time_order``), and a record dated beyond ``max_skew`` after the reader's clock is
+refused (a wrong clock must not expire what waits). See docs/delayed-outcomes.md.
 """
 import heapq
 import math
@@ -34,6 +35,8 @@ NEVER_SERVED = "a label for an example id whose features never came (within --la
 LATE_LABEL = "a label that came after its example's --label-wait had passed (it expired)"
 NO_LABEL = "a labels record without a label"
 NO_ID = "a labels record without an example id"
+AHEAD_OF_CLOCK = ("a record dated more than --max-time-skew after the reader's clock when it was "
+                  "read: its clock is wrong, and its time would expire what waits")
 
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
 
@@ -127,12 +130,13 @@ class LabelJoin:
     SOURCE_LAG = 3600.0
 
     SNAPSHOT_AFTER = 4 << 20  # bytes logged (beyond twice the last snapshot's) before the next
+    max_skew = None  # (s) a record further ahead of the reader's clock is refused; None: any
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
     ordered_once = False  # (``joined_in_time_order`` has been called)
 
-    def __init__(self, wait=None, expired_label=None, in_time_order=False):
+    def __init__(self, wait=None, expired_label=None, max_skew=None, in_time_order=False):
         self.wait, self.expired_label = wait, expired_label
-        self.in_time_order = in_time_order
+        self.max_skew, self.in_time_order = max_skew, in_time_order
         self.ordered_once = False  # (``joined_in_time_order`` has been called)
         self.models = {}
         self.seq = 0
@@ -227,6 +231,18 @@ class LabelJoin:
             seen.add(i)
         return block.screen(sorted(again))
 
+    def refuse_ahead(self, block, now):
+        """A features block -> (the block without its records dated beyond ``max_skew`` after
+        ``now``, the reader's clock; their dead letters)."""
+        return block.screen([(r, AHEAD_OF_CLOCK) for r in self._ahead(block, now)])
+
+    def _ahead(self, block, now):
+        """The rows of ``block`` dated beyond ``max_skew`` after ``now`` (s): a clock that is
+        wrong, not a time that has come."""
+        if self.max_skew is None or now is None or block.event_times is None:
+            return []
+        return np.flatnonzero(block.event_times > now + self.max_skew).tolist()
+
     def _order(self, block):
         """The rows of ``block`` in the order the join takes them: by record time (then
         position) with ``in_time_order``, else as the block holds them."""
@@ -302,25 +318,27 @@ class LabelJoin:
         if self.wait is not None:  # (the labels' clock may be past it already)
             self._expire_due(key, join, out)
 
-    def labels(self, block):
+    def labels(self, block, now=None):
         """A labels block of the group's model keys -> what its labels let the models learn
         (``Released.result``): a label whose features wait is learned with them, unless labels
-        of its model before it still wait for theirs; the others wait (``pending``)."""
-        self._record("labels", block)
+        of its model before it still wait for theirs; the others wait (``pending``). A label
+        dated beyond ``max_skew`` after ``now`` (the reader's clock) is refused."""
+        self._record("labels", block, now)
         out = Released()
-        rows, again = self._labels_taken(block, out)
+        rows, again = self._labels_taken(block, now, out)
         for q in np.argsort(rows.block.positions, kind="stable").tolist():
             self._label(rows, q, again[q], out)
         return out.result()
 
-    def _labels_taken(self, block, out):
+    def _labels_taken(self, block, now, out):
         """A labels block's rows the join takes (``Rows``) and which of them a resumed run
         read again (``again``); the others are dead letters (in ``out``): without an id or a
-        label."""
+        label, or dated beyond ``max_skew`` after ``now``."""
         ids, again = block.ids.to_pylist(), self._judged(block)
-        refused = [(r, NO_ID if ids[r] is None else NO_LABEL)
-                   for r in range(len(block))
-                   if not again[r] and (ids[r] is None or np.isnan(block.labels[r]))]
+        ahead = set(self._ahead(block, now))
+        refused = [(r, AHEAD_OF_CLOCK if r in ahead else NO_ID if ids[r] is None else NO_LABEL)
+                   for r in range(len(block)) if not again[r] and (
+                       r in ahead or ids[r] is None or np.isnan(block.labels[r]))]
         block, dead = block.screen(refused)
         if refused:  # (of the rows kept)
             again = np.delete(np.asarray(again, dtype=bool), [r for r, _ in refused]).tolist()
@@ -343,7 +361,7 @@ class LabelJoin:
         join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
         self._release(key, join, out)
 
-    def joined_in_time_order(self, features, labels):
+    def joined_in_time_order(self, features, labels, now=None):
         """A bounded input's join, whole (``in_time_order``): every features source's records,
         ``features`` [(source, positions, model keys, record times, served)] as ``features``
         takes them, and every labels block, taken together in record-time order (then by
@@ -354,7 +372,7 @@ class LabelJoin:
             raise RuntimeError("the labels join of a bounded input took its records in two "
                                "parts: it joins them in time order only when it has them all")
         self.ordered_once = True
-        self._record("joined_in_time_order", features, labels)
+        self._record("joined_in_time_order", features, labels, now)
         out = Released()
         steps, times, sides, sources, positions = [], [], [], [], []
         for j, (source, at, keys, when, served) in enumerate(features):
@@ -366,7 +384,7 @@ class LabelJoin:
             sources.append(np.full(len(at), j))
             positions.append(np.asarray(at))
         for j, block in enumerate(labels, start=len(features)):
-            rows, again = self._labels_taken(block, out)
+            rows, again = self._labels_taken(block, now, out)
             steps += [(LABELS, rows, q, again[q]) for q in range(len(rows.block))]
             times.append(np.asarray(rows.block.event_times, dtype=np.float64))
             sides.append(np.full(len(rows.block), LABELS))
