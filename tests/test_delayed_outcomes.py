@@ -367,3 +367,17 @@ def test_a_time_skew_without_a_wait_or_above_nothing_is_refused_in_one_line(tmp_
                          "soon"], "--max-time-skew wants a duration such as 90s")):
         assert main([*base, *more]) == 2
         assert said in capsys.readouterr().err
+
+
+def test_a_time_ordered_join_takes_a_bounded_input_once():
+    """``joined_in_time_order`` judges every record against clocks that the records before it
+    in time moved: a second call, whose records may be older than those clocks, fails."""
+    join = label_join.LabelJoin(wait=10.0, in_time_order=True)
+    block = timed_block("f/0", 1, ("a", 5.0, None), ("b", 1.0, None))
+    features = [("f/0", block.positions, block.keys.to_pylist(), block.event_times,
+                 [("", block, np.zeros((2, 1)))])]
+    joined, dead = join.joined_in_time_order(features, [timed_block("l/0", 1, ("b", 3.0, 1))],
+                                             None)
+    assert [b.ids.to_pylist() for _, b, _, _ in joined] == [["b"]] and dead == []
+    with pytest.raises(RuntimeError, match="took its records in two parts"):
+        join.joined_in_time_order([], [timed_block("l/0", 2, ("a", 6.0, 1))], None)
