@@ -374,11 +374,22 @@ class LabelJoin:
         self.ordered_once = True
         self._record("joined_in_time_order", features, labels, now)
         out = Released()
+        for step in self._in_time_order(features, labels, now, out):
+            if step[0] == FEATURES:
+                self._feature(*step[1:], out)
+            else:
+                self._label(*step[1:], out)
+        return out.result()
+
+    def _in_time_order(self, features, labels, now, out):
+        """``joined_in_time_order``'s records as steps, in the order it takes them:
+        (FEATURES, source, model key, time, served entry or None) and (LABELS, Rows, row,
+        read again); labels refused go to ``out``."""
         steps, times, sides, sources, positions = [], [], [], [], []
         for j, (source, at, keys, when, served) in enumerate(features):
             entries = self._served_entries(source, served)
-            for n, p in enumerate(at.tolist()):
-                steps.append((FEATURES, source, keys[n], float(when[n]), entries.get(p)))
+            steps += [(FEATURES, source, keys[n], float(when[n]), entries.get(p))
+                      for n, p in enumerate(at.tolist())]
             times.append(np.asarray(when, dtype=np.float64))
             sides.append(np.full(len(at), FEATURES))
             sources.append(np.full(len(at), j))
@@ -390,16 +401,10 @@ class LabelJoin:
             sides.append(np.full(len(rows.block), LABELS))
             sources.append(np.full(len(rows.block), j))
             positions.append(rows.block.positions)
-        if steps:
-            order = np.lexsort(tuple(np.concatenate(c) for c in (positions, sources, sides,
-                                                                   times)))
-            for n in order.tolist():
-                step = steps[n]
-                if step[0] == FEATURES:
-                    self._feature(*step[1:], out)
-                else:
-                    self._label(*step[1:], out)
-        return out.result()
+        if not steps:
+            return []
+        order = np.lexsort(tuple(np.concatenate(c) for c in (positions, sources, sides, times)))
+        return [steps[n] for n in order.tolist()]
 
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
