@@ -129,9 +129,9 @@ def test_only_the_expired_label_learned_is_no_success(tmp_path, capsys, runner):
 
 
 def test_served_examples_and_as_many_labels_refused_fail_naming_the_reason(tmp_path, capsys):
-    """JSON labels records without their model key: each goes to the model of no key, where
-    no example waits. N served and N refused was within --max-dead-fraction; it learned
-    nothing."""
+    """JSON labels records without their model key: each is refused as such (it went to the
+    model of no key, where no example waits, and was refused as 'features never came'). N
+    served and N refused was within --max-dead-fraction; it learned nothing."""
     features = tmp_path / "features.jsonl"
     features.write_text("".join(json.dumps({"id": f"e{i}", "key": f"k{i % 2}", "a": i % 5})
                                 + "\n" for i in range(N)))
@@ -144,7 +144,7 @@ def test_served_examples_and_as_many_labels_refused_fail_naming_the_reason(tmp_p
     assert line.startswith(
         f"unitless: error: no example was learned from a label: of {2 * N} records read, {N} "
         f"served without a label, {N} of them expired waiting for their label, {N} records "
-        f"refused; commonest reason: {label_join.NEVER_SERVED} ({N} records), e.g. {labels} "
+        f"refused; commonest reason: {label_join.NO_KEY} ({N} records), e.g. {labels} "
         "at "), line
 
 

@@ -305,7 +305,7 @@ class LearnBlocks:
             cfg = self.cfg
             group.join = LabelJoin(cfg.label_wait, cfg.expired_label,
                                    cfg.max_time_skew if cfg.label_wait is not None else None,
-                                   self.in_time_order)
+                                   self.in_time_order, keyed=cfg.spec.model_key is not None)
         return group.join
 
     def _resume_labeled(self, group, keys):

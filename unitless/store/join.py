@@ -35,6 +35,7 @@ NEVER_SERVED = "a label for an example id whose features never came (within --la
 LATE_LABEL = "a label that came after its example's --label-wait had passed (it expired)"
 NO_LABEL = "a labels record without a label"
 NO_ID = "a labels record without an example id"
+NO_KEY = "a labels record without its model key (--model-key-column)"
 AHEAD_OF_CLOCK = ("a record dated more than --max-time-skew after the reader's clock when it was "
                   "read: its clock is wrong, and its time would expire what waits")
 
@@ -133,10 +134,12 @@ class LabelJoin:
     max_skew = None  # (s) a record further ahead of the reader's clock is refused; None: any
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
     ordered_once = False  # (``joined_in_time_order`` has been called)
+    keyed = False  # records name their model key (--model-key-column): a label without is refused
 
-    def __init__(self, wait=None, expired_label=None, max_skew=None, in_time_order=False):
+    def __init__(self, wait=None, expired_label=None, max_skew=None, in_time_order=False,
+                 keyed=False):
         self.wait, self.expired_label = wait, expired_label
-        self.max_skew, self.in_time_order = max_skew, in_time_order
+        self.max_skew, self.in_time_order, self.keyed = max_skew, in_time_order, keyed
         self.ordered_once = False  # (``joined_in_time_order`` has been called)
         self.models = {}
         self.seq = 0
@@ -332,13 +335,19 @@ class LabelJoin:
 
     def _labels_taken(self, block, now, out):
         """A labels block's rows the join takes (``Rows``) and which of them a resumed run
-        read again (``again``); the others are dead letters (in ``out``): without an id or a
-        label, or dated beyond ``max_skew`` after ``now``."""
+        read again (``again``); the others are dead letters (in ``out``): without an id, a
+        model key (``keyed``: it would wait in the model of no key, for features that never
+        come there) or a label, or dated beyond ``max_skew`` after ``now``."""
         ids, again = block.ids.to_pylist(), self._judged(block)
         ahead = set(self._ahead(block, now))
-        refused = [(r, AHEAD_OF_CLOCK if r in ahead else NO_ID if ids[r] is None else NO_LABEL)
-                   for r in range(len(block)) if not again[r] and (
-                       r in ahead or ids[r] is None or np.isnan(block.labels[r]))]
+        keys = block.keys.to_pylist() if self.keyed else None
+
+        def refusal(r):
+            return (AHEAD_OF_CLOCK if r in ahead else NO_ID if ids[r] is None
+                    else NO_KEY if keys is not None and not keys[r]
+                    else NO_LABEL if np.isnan(block.labels[r]) else None)
+        refused = [(r, why) for r in range(len(block)) if not again[r]
+                   for why in (refusal(r),) if why is not None]
         block, dead = block.screen(refused)
         if refused:  # (of the rows kept)
             again = np.delete(np.asarray(again, dtype=bool), [r for r, _ in refused]).tolist()
