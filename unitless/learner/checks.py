@@ -14,6 +14,10 @@ The checks are deterministic (fixed seeds) and small: the suite for every learne
 once the kernel is compiled.
 """
 import functools
+import pickle
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +27,7 @@ from .kernel import run_batch
 from .losses import LOSS_CODES
 from .many import ManyStates
 from .names import FeatureNames
-from .online import InvalidExampleError, learn, learn_or_refuse, learner_labels
+from .online import InvalidExampleError, learn, learn_or_refuse, learner_labels, predict_next
 from .registry import get_algorithm
 from .state import from_arrow, new_state, to_arrow
 
@@ -370,7 +374,7 @@ def check_many_keys_equal_each_alone(algorithm):
     rng = np.random.default_rng(11)
     dim, n = 64, 160
     for n_keys, skew in ((1, None), (3, None), (40, 1.2), (40, 6.0)):
-        for n_classes, loss in ((1, "logistic"), (3, "logistic"), (1, "squared")):
+        for n_classes, loss in ((1, "logistic"), (3, "logistic"), (1, "absolute")):
             if n_keys == 1 and n_classes == 3:
                 continue
             for block in (1, 7, n):
@@ -447,6 +451,117 @@ def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
             f"{what}: key {k}: Arrow form among many"
 
 
+# --- serving: a prediction that reads the model and writes nothing -------------------------
+
+# Serving's model: learned on features 0..SEEN-1 of a space of SERVING_DIM (sparse, scales
+# 10^-3..10^3); the batches served carry those and features the model has not seen.
+SERVING_DIM, SEEN = 64, 7
+
+
+def _serving_model(algorithm, n_classes=1, loss="logistic"):
+    """(the running model, its checkpoint as read back): the learner after 200 examples of
+    ``stream``'s features 0..SEEN-1 (the last one the bias)."""
+    X, y = stream(n=200, d=SEEN - 1)
+    labels = y if n_classes == 1 else np.where(y > 0, 1.0, 2.0 + np.arange(len(y)) % 2)
+    state = new_state(algorithm, SERVING_DIM, loss, n_classes=n_classes)
+    learn(state, dense_batch(X, labels, bias=False))
+    return state, from_arrow(to_arrow(state))
+
+
+def _serving_batch(rng, n, lowest=0, highest=SERVING_DIM):
+    """``n`` unlabeled examples of 1 to 6 features drawn from lowest..highest-1 (a feature twice
+    in some, in any order), values of scales 10^-4..10^4."""
+    lens = rng.integers(1, 7, n)
+    indices = rng.integers(lowest, highest, lens.sum())
+    values = rng.normal(size=lens.sum()) * 10.0 ** rng.integers(-4, 5, lens.sum())
+    return make_batch(np.concatenate([[0], np.cumsum(lens)]), indices, values, np.full(n, np.nan))
+
+
+def _served_in_place(model, batch):
+    """What training's serving predicts (``learn_or_refuse`` with every example served: slots
+    given to the new features, the arrays grown, the step run and undone, on the model
+    itself), on a copy of the model."""
+    copy = model.copy()
+    rows, result, refused = learn_or_refuse(copy, batch, np.ones(len(batch), dtype=np.bool_))
+    assert not refused and rows.tolist() == list(range(len(batch))), f"refused: {refused}"
+    return result.scores
+
+
+def _model_unchanged(model, before, what):
+    """The model is what pickled to ``before``: its slots, arrays, scalars and counters."""
+    after = pickle.loads(before)
+    assert model.n_slots == after.n_slots, \
+        f"{what}: the model went from {after.n_slots} slots to {model.n_slots}"
+    for name in ("slot_index", "table", "V", "M", "S"):
+        _same_bits(getattr(model, name), getattr(after, name), f"{what}: the model's {name}")
+    assert pickle.dumps(model) == before, f"{what}: the model's pickle changed"
+
+
+def check_predict_next_writes_nothing(algorithm):
+    """``predict_next`` gives bit for bit what training's in-place serving gives, and writes
+    nothing: on the running model and its checkpoint, binary and 3 one-against-all classes,
+    logistic and absolute loss, on batches of the features seen only, of features never seen
+    only, of both (a feature twice in an example, an example without features, values 10^4
+    times any seen), of one example; the model's slots, arrays and pickle are as before."""
+    rng = np.random.default_rng(12)
+    for n_classes, loss in ((1, "logistic"), (3, "logistic"), (1, "absolute")):
+        for form, model in zip(("running model", "checkpoint"),
+                               _serving_model(algorithm, n_classes, loss)):
+            before = pickle.dumps(model)
+            batches = {"seen features": _serving_batch(rng, 30, highest=SEEN),
+                       "unseen features": _serving_batch(rng, 30, lowest=SEEN),
+                       "both": _serving_batch(rng, 60),
+                       "one example": _serving_batch(rng, 1),
+                       "an example without features": make_batch(
+                           np.array([0, 2, 2, 3]), np.array([1, 40, 50]),
+                           np.array([3.0, -2.0, 1e4]), np.full(3, np.nan))}
+            for case, batch in batches.items():
+                what = f"{form}, {n_classes} class(es), {loss}, {case}"
+                served = predict_next(model, batch)
+                expected = _served_in_place(model, batch)
+                _same_bits(served, expected, f"{what}: predictions vs training's serving")
+                _model_unchanged(model, before, what)
+
+
+SERVING_THREADS, BATCHES_PER_THREAD, BATCH_SIZE = 4, 20, 10
+
+
+def check_one_model_serves_many_threads(algorithm):
+    """SERVING_THREADS threads scoring through one model at once, each its own batches
+    (BATCHES_PER_THREAD of BATCH_SIZE: 800 predictions a learner) of features the model has
+    not seen among ones it has, get bit for bit what each batch gets scored alone, and the
+    model is unchanged (slots, arrays, pickle). Threads switch every 1 µs meanwhile, so that a
+    call run between another's writes to anything they share would show (a scratch view shared
+    between calls shows in every learner). Each batch is first scored alone, on one thread,
+    and the model checked then: a model that serving writes to fails there, before threads
+    that race on it could loop forever or fail in ways a test cannot report."""
+    _, model = _serving_model(algorithm)
+    rng = np.random.default_rng(13)
+    work = [[_serving_batch(rng, BATCH_SIZE, highest=3 * SEEN)
+             for _ in range(BATCHES_PER_THREAD)] for _ in range(SERVING_THREADS)]
+    before = pickle.dumps(model)
+    alone = [[predict_next(model, b) for b in batches] for batches in work]
+    _model_unchanged(model, before, "after serving each batch alone")
+    start = threading.Barrier(SERVING_THREADS)
+
+    def serve(batches):
+        start.wait()
+        return [predict_next(model, b) for b in batches]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(SERVING_THREADS) as pool:
+            shared = list(pool.map(serve, work))
+    finally:
+        sys.setswitchinterval(interval)
+    differ = sum(int((s != a).any(axis=1).sum()) for got, want in zip(shared, alone)
+                 for s, a in zip(got, want))
+    assert differ == 0, (f"{differ} of {SERVING_THREADS * BATCHES_PER_THREAD * BATCH_SIZE} "
+                         f"predictions differ from each batch's alone")
+    _model_unchanged(model, before, "after serving threads")
+
+
 # --- which checks apply ----------------------------------------------------------------------
 
 INVARIANCE_CHECKS = {
@@ -459,7 +574,8 @@ GENERIC_CHECKS = (
     check_slots_equal_dense_layout, check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
     check_arrow_round_trip, check_arrow_rows, check_bad_examples_refused, check_explicit_zeros,
     check_saturated_gradient, check_non_finite_outcome_refused,
-    check_many_keys_equal_each_alone,
+    check_many_keys_equal_each_alone, check_predict_next_writes_nothing,
+    check_one_model_serves_many_threads,
 )
 
 

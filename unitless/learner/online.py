@@ -241,13 +241,17 @@ class _Snapshot:
 
 def predict_next(state: LearnerState, batch: Batch) -> np.ndarray:
     """Each example's scores [n, K] as the model would predict it were it the next example it
-    learns: its whole step (a scale update before the prediction included) run on the state
-    and undone (``run_batch``'s served examples), so the state is as it was after every
-    example and each is predicted by the same model. A learner predicts before it sees the
-    label, so the label plays no part. New features keep the slots they are given, at their
-    initial values (as having none)."""
+    learns: its whole step (a scale update before the prediction included) run and undone
+    (``run_batch``'s served examples), so each is predicted by the same model. A learner
+    predicts before it sees the label, so the label plays no part.
+
+    The step runs on a view of the call's own (``LearnerState.serving_view``), never on the
+    model: a feature the model has not seen is at its initial values there, as a slot given to
+    it would be, and nothing of the model is written. So a loaded model is never changed by
+    serving and can serve many threads at once without a lock."""
+    view, slots = state.serving_view(batch.indices)
     served = np.ones(len(batch), dtype=np.bool_)
-    return _learn_checked(state, batch, state.map_features(batch.indices), served).scores
+    return _learn_checked(view, batch, slots, served).scores
 
 
 def predict(state: LearnerState, batch: Batch) -> np.ndarray:

@@ -7,7 +7,7 @@ the algorithm, loss, hyperparameters, dimension, scalars, examples seen and cumu
 """
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,8 @@ class LearnerState:
     Feature i's state is column ``slot`` of every vector (and row and column ``slot`` of every
     matrix), where ``slot_index[slot] == i`` (``slots.py``); slots n_slots.. hold the initial
     values. ``map_features`` gives a batch's features their slots, growing the arrays as it
-    goes; ``dense_vectors``/``dense_matrices`` lay the state out over all ``dim`` features.
+    goes (learning); ``serving_view`` gives serving a state of its own, this one unchanged;
+    ``dense_vectors``/``dense_matrices`` lay the state out over all ``dim`` features.
     """
     algorithm: str
     loss: str
@@ -101,6 +102,39 @@ class LearnerState:
         if self.spec.scans_all and self.n_slots > before:
             out = self._sort_slots()[out]
         return out
+
+    def serving_view(self, indices: np.ndarray) -> Tuple["LearnerState", np.ndarray]:
+        """A state of the caller's own to run the step on, holding what it reads of this one for
+        examples with these feature indices, and their slots in it: (view, slots). Nothing of
+        this state is written, so one model can serve many threads at once.
+
+        A feature this model has no slot for is at its initial values in the view, which is the
+        state a slot given to it here would hold. A learner whose step reads only the example's
+        features and the scalars (``Algorithm.shared``) gets a view of the batch's features
+        alone; one that reads every feature (a sum or a matrix over all of them) gets a copy
+        of the whole model, the batch's new features taking their places in index order as
+        ``map_features`` gives them here: its sums then run over the same values in the same
+        order, and its predictions are bit for bit those of the model itself.
+        """
+        if not self.spec.shared:
+            view = self.copy()
+            return view, view.map_features(indices)
+        view = self._empty_like()
+        slots = view.map_features(indices)  # (the view's own table: the batch's features)
+        found = self.find_features(view.slot_index[:view.n_slots])
+        known = np.flatnonzero(found >= 0)
+        view.V[:, :, known] = self.V[:, :, found[known]]
+        return view, slots
+
+    def _empty_like(self):
+        """A state of the same learner and scalars, no feature given a slot yet."""
+        room = INITIAL_CAPACITY
+        view = LearnerState(self.algorithm, self.loss, self.dim, self.n_classes,
+                            dict(self.hyperparameters), V=np.empty(self.V.shape[:2] + (room,)),
+                            M=np.zeros(self.M.shape[:2] + (room, room)), S=self.S.copy(),
+                            bias_index=self.bias_index)
+        view.V[...] = self.initial()[:, None, None]
+        return view
 
     def find_features(self, indices):
         """The slots of these feature indices, -1 for a feature without one; nothing changes."""
