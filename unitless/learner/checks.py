@@ -316,6 +316,22 @@ def check_explicit_zeros(algorithm):
                "predictions with explicit zeros")
 
 
+def check_an_example_without_features(algorithm):
+    """An example without a feature (none, or only zeros, with no bias), a fresh model's first
+    or later, is predicted 0 and learned without an error (NAG's step divided by its N, still 0:
+    ZeroDivisionError stopped the run)."""
+    X, y = stream(n=20, d=3)
+    empty = make_batch(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                       np.zeros(0), np.array([1.0]))
+    fresh = new_state(algorithm, 4)
+    assert predict_next(fresh, empty)[0, 0] == 0.0, "a fresh model's score of nothing"
+    assert learn(fresh, empty).scores[0, 0] == 0.0, "a fresh model learning nothing"
+    learn(fresh, dense_batch(X, y, bias=False))
+    assert learn(fresh, empty).scores[0, 0] == 0.0, "a trained model's score of nothing"
+    assert all(np.isfinite(a).all() for a in (fresh.V, fresh.M, fresh.S)), \
+        "the state is not finite after examples without features"
+
+
 def check_saturated_gradient(algorithm):
     """A saturated loss whose squared gradient underflows (yŷ = 400: g x ≈ 1e-174 squares to 0)
     leaves the state finite: an update dividing by Σg² must be skipped, not divide by zero."""
@@ -573,7 +589,7 @@ INVARIANCE_CHECKS = {
 GENERIC_CHECKS = (
     check_slots_equal_dense_layout, check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
     check_arrow_round_trip, check_arrow_rows, check_bad_examples_refused, check_explicit_zeros,
-    check_saturated_gradient, check_non_finite_outcome_refused,
+    check_an_example_without_features, check_saturated_gradient, check_non_finite_outcome_refused,
     check_many_keys_equal_each_alone, check_predict_next_writes_nothing,
     check_one_model_serves_many_threads,
 )

@@ -90,7 +90,7 @@ def nag_update(V, M, S, k, idx, val, g, weight, hp, memo):
     eta = hp[0]
     t, N = S[k, 0], S[k, 1]
     g *= weight
-    if g != 0.0:
+    if g != 0.0 and N > 0.0:  # (N = 0: no feature yet, nothing to update)
         rate = eta * math.sqrt(t / N)
         for j in range(idx.shape[0]):  # 3. G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(s_i √G_i)
             i = idx[j]
@@ -142,7 +142,7 @@ def snag_update(V, M, S, k, idx, val, g, weight, hp, memo):
     eta = hp[0]
     t, N = S[k, 0], S[k, 1]
     g *= weight
-    if g != 0.0:
+    if g != 0.0 and N > 0.0:  # (N = 0: no feature yet, nothing to update)
         rate = eta * math.sqrt(t / N)
         for j in range(idx.shape[0]):  # G_i += (g x_i)² ; w_i −= η √(t/N) g x_i/(√(s_i/t_i) √G_i)
             i = idx[j]
