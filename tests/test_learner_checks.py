@@ -139,3 +139,27 @@ def test_each_learner_says_what_its_hyperparameters_mean():
     assert "numerical guard" in meaning(ALGORITHMS["adam"], "epsilon")
     assert "initial wealth" in meaning(ALGORITHMS["scinol2"], "epsilon")
     assert meaning(ALGORITHMS["cocob"], "alpha") != meaning(ALGORITHMS["kotlowski1"], "alpha")
+
+
+def test_a_loss_that_would_make_the_cumulative_loss_infinite_is_refused():
+    # each loss finite, their sum not: a checkpoint holding it could not be read back
+    # (from_arrow refuses a cumulative loss that is not finite), so the example is refused,
+    # by one model learning alone and by many learning together alike
+    from unitless.learner.many import ManyStates
+    from unitless.learner.state import from_arrow, to_arrow
+    batch = dense_batch(np.array([[1e95], [1.0]]), np.array([0.0, 1.0]), bias=False)
+    for together in (False, True):
+        state = new_state("sgd", 1, "squared")
+        state.V[0, 0, state.map_features([0])[0]] = 1e55  # ŷ = 1e150: a loss of 1e300
+        state.cumulative_loss = np.finfo(np.float64).max
+        if together:
+            many = ManyStates(new_state("sgd", 1, "squared"))
+            many.adopt("k", state)
+            kept, result, refused, _ = many.learn(np.zeros(2, np.int64), batch)
+            state = many.state_of(0)
+        else:
+            kept, result, refused = learn_or_refuse(state, batch)
+        assert refused == [(0, "the model's cumulative loss with it is not finite")]
+        assert kept.tolist() == [1] and np.isfinite(result.losses).all()
+        assert state.examples_seen == 1
+        from_arrow(to_arrow(state))  # (readable)

@@ -130,8 +130,8 @@ def run_many(code, V, M, S, hp, loss, tau, rows, indptr, indices, values, labels
     features are at the slots ``indices`` give. Each model sees its own examples in the
     batch's order and no other state, so it does the very operations learning them alone does.
     A model's counters move as ``online.count_learned``'s do (``seen_after[n]``: its
-    examples_seen after example n). The first example whose prediction, loss or touched state
-    is not finite marks its model ``unsafe`` and the model learns nothing more in this call:
+    examples_seen after example n). The first example whose prediction, loss (or its model's
+    cumulative loss with it) or touched state is not finite marks its model ``unsafe`` and the model learns nothing more in this call:
     the caller puts it back and learns its examples the per-model way."""
     K = S.shape[1]
     for n in range(labels.shape[0]):
@@ -158,7 +158,8 @@ def run_many(code, V, M, S, hp, loss, tau, rows, indptr, indices, values, labels
             losses[n] = np.nan
         else:
             losses[n] = total
-            finite = finite and np.isfinite(total) and np.isfinite(Sm).all()
+            finite = (finite and np.isfinite(total) and np.isfinite(cumulative_loss[m] + total)
+                      and np.isfinite(Sm).all())
             for e in range(idx.shape[0]):
                 for v in range(V.shape[0]):
                     for k in range(K):

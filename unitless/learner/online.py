@@ -141,7 +141,8 @@ def count_learned(state, losses):
     """Count a batch's examples into the state's counters, their losses summed one after the
     other (not pairwise): the same total however the stream is cut into batches."""
     state.examples_seen += len(losses)
-    state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
+    with np.errstate(over="ignore"):  # (a sum past float's range is refused: ``_Snapshot``)
+        state.cumulative_loss = float(np.cumsum(np.append(state.cumulative_loss, losses))[-1])
 
 
 def learn_or_refuse(state: LearnerState, batch: Batch,
@@ -221,6 +222,8 @@ class _Snapshot:
             return "the prediction is not finite"
         if not np.isfinite(result.losses[~served]).all():
             return "the loss is not finite"
+        if not np.isfinite(state.cumulative_loss):  # (a checkpoint must be readable)
+            return "the model's cumulative loss with it is not finite"
         t = self.touched
         if not (np.isfinite(state.V[:, :, t]).all() and np.isfinite(state.S).all()
                 and (self.M is None or np.isfinite(state.M[:, :, t, t]).all())):
