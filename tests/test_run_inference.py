@@ -39,7 +39,9 @@ def test_run_inference_with_the_handler_equals_score(tmp_path, runner):
     models = trained_model_dir(tmp_path / "m", 300)
     probe = region_records(60, 2)
     expected = score_rows(models, probe, tmp_path / "scores")
-    odd = [("d", {"id": "bad", "x": [1, 2]}), ("z", {"id": "nokey", "x": 1.0})]
+    odd = [("d", {"id": "bad", "x": [1, 2]}), ("z", {"id": "nokey", "x": 1.0}),
+           ("a", {"id": "nan", "x": float("nan"), "y": 1.0}),
+           ("b", {"id": "big", "label": 1, "x": 1.0, "y": -1e300})]
     with pipeline(runner) as p:
         results = (p | beam.Create([(r["region"], r) for r in probe] + odd)
                    | RunInference(ModelDirectoryHandler(str(models), id_column="id",
@@ -48,9 +50,11 @@ def test_run_inference_with_the_handler_equals_score(tmp_path, runner):
         assert_that(rows | "scored" >> beam.Filter(lambda t: t[3] is None),
                     equal_to(expected), label="as Score")
         assert_that(rows | "refused" >> beam.Filter(lambda t: t[3] is not None)
-                    | beam.Map(lambda t: (t[0], t[3])),
+                    | beam.Map(lambda t: (t[0], t[3].split(" (feature index")[0])),
                     equal_to([("bad", "feature 'x' has unsupported value [1, 2]"),
-                              ("nokey", "no model for key 'z'")]), label="refused")
+                              ("nokey", "no model for key 'z'"),
+                              ("nan", "feature value nan"),  # (training's reasons)
+                              ("big", "feature value -1e+300")]), label="refused")
 
 
 def score_rows(models, probe, out):

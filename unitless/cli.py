@@ -358,16 +358,16 @@ def inspect(args):
     elif is_dir(path) and not checkpoint_files(path) and (model_keys(path)
                                                           or shard_counts(path)):
         lines = model_lines(path)  # a whole model directory: one line per model key
-        print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
-              else render_models(lines, args.top))
+        print(json.dumps([line.__dict__ for line in lines], indent=2, allow_nan=False)
+              if args.json else render_models(lines, args.top))
         return
     elif is_part(path) and not is_dir(path):
         lines = part_lines(path)  # a group's part: a line per model, named by its locator
-        print(json.dumps([line.__dict__ for line in lines], indent=2) if args.json
-              else render_models(lines, args.top))
+        print(json.dumps([line.__dict__ for line in lines], indent=2, allow_nan=False)
+              if args.json else render_models(lines, args.top))
         return
     info = summary(path, args.top)
-    print(json.dumps(info, indent=2) if args.json else render(info))
+    print(json.dumps(info, indent=2, allow_nan=False) if args.json else render(info))
 
 
 def curve(args):

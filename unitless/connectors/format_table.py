@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -48,10 +49,24 @@ def _write_csv(table):
 
 
 def _write_jsonl(table):
+    """Strict JSON: a NaN or infinity fails the write (ValueError naming its column) rather
+    than become a bare NaN token that strict parsers refuse; the steps before refuse such
+    outcomes with their reason, so reaching here would be a bug."""
+    refuse_non_finite(table)
     binary = {f.name for f in table.schema
               if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)}
-    return "".join(json.dumps(_json_row(row, binary), ensure_ascii=False) + "\n"
-                   for row in table.to_pylist()).encode("utf-8")
+    return "".join(json.dumps(_json_row(row, binary), ensure_ascii=False, allow_nan=False)
+                   + "\n" for row in table.to_pylist()).encode("utf-8")
+
+
+def refuse_non_finite(table):
+    """Raise ValueError when a float column of the table holds NaN or an infinity: JSON has no
+    such numbers (the one rule of every JSON output: files and Kafka messages)."""
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_floating(column.type) and column.length() and not (
+                pc.all(pc.or_kleene(pc.is_finite(column), pc.is_null(column))).as_py()):
+            raise ValueError(f"column {name!r} holds a value that is not finite: JSON outputs "
+                             "carry finite numbers only")
 
 
 def _json_row(row, binary):

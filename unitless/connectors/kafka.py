@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format_table import FORMATS
+from .format_table import FORMATS, refuse_non_finite
 from .kafka_clients import choose, client_settings, partition_offsets
 from .records import string_array
 
@@ -138,6 +138,7 @@ def prediction_messages(table):
     <value>, ...}``, the columns in the table's order; the same objects ``json.dumps`` makes
     of ``{"schema": ..., **row}`` (a consumer decodes equal values of equal types), built a
     column at a time by Arrow rather than a Python call per field."""
+    refuse_non_finite(table)  # (strict JSON: no NaN or Infinity token)
     parts = [pa.scalar('{"schema": ' + json.dumps(PREDICTION_SCHEMA_ID))]
     for name, column in zip(table.column_names, table.columns):
         parts += [pa.scalar(f", {json.dumps(name)}: "), _json_values(column)]
@@ -165,10 +166,6 @@ def _json_values(column):
             whole = pc.and_(pa.array(whole), pc.invert(pc.match_substring(text, "e")))
             text = pc.if_else(whole, pc.binary_join_element_wise(text, pa.scalar(".0"), ""),
                               text)
-        if not pc.all(pc.is_finite(column)).as_py():
-            for arrow_text, python_text in (("inf", "Infinity"), ("-inf", "-Infinity"),
-                                            ("nan", "NaN"), ("-nan", "NaN")):
-                text = pc.if_else(pc.equal(text, arrow_text), python_text, text)
     elif pa.types.is_integer(kind):
         text = pc.cast(column, pa.string())
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind):

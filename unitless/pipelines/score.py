@@ -2,14 +2,15 @@
 a newer checkpoint, and a key's first, are taken up while it runs."""
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
-from ..learner import example_losses, predict_next
+from ..learner import check_examples, example_losses, predict_next
 from ..store.keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
 from ..store.models import has_checkpoint, load_latest, model_keys, newest_version
 from ..store.shards import sharded_models
@@ -105,22 +106,48 @@ def score_block(models, key, block):
     """(scores table or None, dead letters) for one model key's block: each example's
     prediction, as the model would make it were the example the next it learns
     (``predict_next``: the model is left as it was), and where it has a label, its loss and
-    error; ``models`` a ScoringModels."""
+    error; ``models`` a ScoringModels. Refused, with training's reasons: what the model's
+    learner refuses (``check_examples``: a feature value not finite or past its bound, an
+    index past the model's dimension, a label that is not one of its labels), and an example
+    whose prediction, or loss, is not finite, so no output holds NaN or infinity."""
     found = models.get(key)
     if found is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
     state, checkpoint_id = found
+    block, refused = block.screen(check_examples(block.batch(), state.dim, state.n_classes,
+                                                 state.loss, block.served))
+    if not len(block):
+        return None, refused
     scores = predict_next(state, block.batch())
+    with np.errstate(over="ignore", invalid="ignore"):  # (refused below, with the reason)
+        loss = example_losses(state, scores, block.labels)
+    kept, not_finite = _finite_outcomes(scores, loss, block.served)
+    if not_finite:
+        block, dead = block.screen(not_finite)
+        refused, scores, loss = refused + dead, scores[kept], loss[kept]
+        if not len(block):
+            return None, refused
     n = len(block)
     prediction, prob, error = outcome_columns(state, scores, block.labels)
-    missing = np.isnan(block.labels)  # no label: the label and loss are null (not NaN)
-    loss = example_losses(state, scores, block.labels)
+    missing = block.served  # no label: the label and loss are null (not NaN)
     return pa.table([block.ids, pa.repeat(pa.scalar(key, pa.string()), n), prediction, prob,
                      pa.array(block.labels, mask=missing), pa.array(loss, mask=missing), error,
                      pa.repeat(pa.scalar(block.source, pa.string()), n),
                      pa.array(block.positions),
                      pa.repeat(pa.scalar(checkpoint_id, pa.string()), n)],
-                    schema=SCORE_SCHEMA), []
+                    schema=SCORE_SCHEMA), refused
+
+
+def _finite_outcomes(scores, loss, served):
+    """(rows kept, [(row, reason)] refused): an example whose prediction is not finite, or
+    whose loss is not (where it has a label), is refused in training's words."""
+    finite_score = np.isfinite(scores).all(axis=1)
+    finite_loss = served | np.isfinite(loss)
+    kept = finite_score & finite_loss
+    if kept.all():
+        return kept, []
+    return kept, [(int(r), "the prediction is not finite" if not finite_score[r]
+                   else "the loss is not finite") for r in np.flatnonzero(~kept)]
 
 
 class ScoreDoFn(beam.DoFn):
@@ -159,13 +186,33 @@ class Score(beam.PTransform):
 
     def expand(self, examples):
         load_models(self.model_dir)  # fails fast, at graph construction, on no models
-        blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size, None, None)
+        blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size,
+                                       ScoringCheck(1 << self.cfg.spec.bits), None)
         score = ScoreDoFn(self.model_dir, self.refresh_seconds)
         scored = (blocks | "Key by model" >> key_by_model(self.cfg.chunk_size)
                   | "Score" >> beam.ParDo(score).with_outputs(DEAD, main="scores"))
         self.dead_letters = scored[DEAD] if parse_dead is None else (
             (parse_dead, scored[DEAD]) | "Dead letters" >> beam.Flatten())
         return scored.scores
+
+
+@dataclass(frozen=True)
+class ScoringCheck:
+    """What scoring refuses where examples are read, so that the dead letter keeps the raw
+    record, in training's words (``check_examples`` for any learner of dimension ``dim``): a
+    feature value not finite with |x| ≤ 1e100, a feature index outside 0..dim-1, a label
+    (where there is one) or weight out of bounds; then, with ``missing`` (a
+    ``MissingModel``), a key without a model. What depends on the key's learner (a label that
+    is not one of its classes) is refused where the model is (``score_block``)."""
+    dim: int
+    missing: Optional[Callable] = None
+
+    def __call__(self, block):
+        refused = dict(check_examples(block.batch(), self.dim, 1, "squared", block.served))
+        if self.missing is not None:
+            for row, reason in self.missing(block):
+                refused.setdefault(row, reason)
+        return sorted(refused.items())
 
 
 class MissingModel:
@@ -198,7 +245,8 @@ def build_scoring(pipeline, cfg, model_dir, streaming=False, refresh_seconds=REF
     """The `unitless score` graph: read ``cfg.inputs`` (files or Kafka), score each example
     with its key's model, write the scores to ``cfg.predictions`` and every dead letter to
     ``cfg.dead_letter``."""
-    read = ReadExamples.from_config(cfg, streaming, MissingModel(model_dir, refresh_seconds))
+    check = ScoringCheck(1 << cfg.spec.bits, MissingModel(model_dir, refresh_seconds))
+    read = ReadExamples.from_config(cfg, streaming, check)
     score = Score(model_dir, refresh_seconds, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
     scores = pipeline | "Read" >> read | score
     scores | "Write scores" >> WritePredictions(cfg.predictions, cfg.output_format,
