@@ -6,7 +6,8 @@ import pytest
 
 # the helpers that moved here from test files (#39) keep pytest's account of a failing assert
 pytest.register_assert_rewrite("tests.examples", "tests.flink_runs", "tests.kafka_io",
-                               "tests.labels", "tests.ordered", "tests.records")
+                               "tests.labels", "tests.messages", "tests.ordered",
+                               "tests.records")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -34,6 +35,22 @@ def runners_are_named(monkeypatch, request):
         raise AssertionError("this test ran a pipeline on Beam's default runner: name the "
                              "runner (tests/runners.py)")
     monkeypatch.setattr(direct_runner.SwitchingDirectRunner, "run_pipeline", refuse)
+
+
+@pytest.fixture(autouse=True)
+def json_outputs_follow_their_schemas(request):
+    """After each test, every JSON lines output it wrote under its ``tmp_path`` (predictions,
+    scores, dead letters) parses strictly (no NaN or Infinity) and follows its output's shipped
+    JSON Schema (unitless/schemas), so that every suite checks the contract. A test that
+    writes malformed outputs on purpose is marked ``hand_written_outputs``."""
+    checked = ("tmp_path" in request.fixturenames
+               and not request.node.get_closest_marker("hand_written_outputs"))
+    # (asked for now, so that it is torn down after this fixture looks in it)
+    root = request.getfixturevalue("tmp_path") if checked else None
+    yield
+    if root is not None:
+        from tests.messages import check_json_outputs
+        check_json_outputs(root)
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,7 @@ def test_the_curves_equal_the_checkpoints_in_every_output_format(curve_out, tmp_
         assert_matches_checkpoints(curves(read_predictions([str(out / "pred")])[0]), out)
 
 
+@pytest.mark.hand_written_outputs
 def test_duplicated_reordered_and_malformed_predictions_do_not_change_the_curves(
         curve_out, tmp_path, caplog):
     before = curves(read_predictions([str(curve_out / "pred")])[0])

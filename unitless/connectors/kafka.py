@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 from .format_table import FORMATS, refuse_non_finite
 from .kafka_clients import choose, client_settings, partition_offsets
+from ..schemas import schema_id
 from .records import string_array
 
 log = logging.getLogger("unitless")
-PREDICTION_SCHEMA_ID = "unitless.prediction/3"
 UNBOUNDED = (1 << 63) - 1
 CLIENT_SETTING = "unitless.kafka_client"  # the client, among a topic's settings
 
@@ -134,12 +134,14 @@ def parse_messages(cfg, partition, records):
 # --- prediction messages -----------------------------------------------------------------------
 
 def prediction_messages(table):
-    """One JSON object per row, as bytes: ``{"schema": "unitless.prediction/3", <column>:
-    <value>, ...}``, the columns in the table's order; the same objects ``json.dumps`` makes
-    of ``{"schema": ..., **row}`` (a consumer decodes equal values of equal types), built a
-    column at a time by Arrow rather than a Python call per field."""
+    """One JSON object per row, as bytes: ``{"schema": <id>, <column>: <value>, ...}``, the id
+    that of the table's output (``schemas.schema_id``: ``unitless.prediction/3`` for a
+    training run's predictions, ``unitless.score/1`` for scores), the columns in the table's
+    order; the same objects ``json.dumps`` makes of ``{"schema": ..., **row}`` (a consumer
+    decodes equal values of equal types), built a column at a time by Arrow rather than a
+    Python call per field."""
     refuse_non_finite(table)  # (strict JSON: no NaN or Infinity token)
-    parts = [pa.scalar('{"schema": ' + json.dumps(PREDICTION_SCHEMA_ID))]
+    parts = [pa.scalar('{"schema": ' + json.dumps(schema_id(table)))]
     for name, column in zip(table.column_names, table.columns):
         parts += [pa.scalar(f", {json.dumps(name)}: "), _json_values(column)]
     parts.append(pa.scalar("}"))

@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from ..learner import make_batch
 from ..learner.names import FeatureNames, merged_names
+from ..schemas import DEAD_LETTER_SCHEMA
 
 
 def own_rows(array):
@@ -383,8 +384,6 @@ class DeadLetter:
                 "reason": self.reason}
 
 
-DEAD_LETTER_SCHEMA = pa.schema([("source", pa.string()), ("position", pa.int64()),
-                               ("raw", pa.binary()), ("reason", pa.string())])
 
 
 def dead_letter_table(dead):

@@ -11,16 +11,14 @@ import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
 from ..learner import check_examples, example_losses, predict_next
-from ..store.keyed_model import PREDICTION_SCHEMA, KeyedModel, outcome_columns
+from ..schemas import SCORE_SCHEMA
+from ..store.keyed_model import KeyedModel, outcome_columns
 from ..store.models import has_checkpoint, load_latest, model_keys, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
 from .train import key_by_model
 
-SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in
-                          ("id", "model_key", "prediction", "probability", "label", "loss",
-                           "error", "source", "position", "checkpoint_id")])
 log = logging.getLogger("unitless")
 
 

@@ -17,17 +17,8 @@ from ..learner import (example_losses, from_arrow, mistakes, new_state, predicte
                        probability, read_metadata, to_arrow)
 from ..learner.many import ManyStates, RowState, learner_state
 from ..learner.losses import CLASSIFICATION_LOSSES
+from ..schemas import PREDICTION_SCHEMA
 
-PREDICTION_SCHEMA = pa.schema([
-    ("id", pa.string()), ("model_key", pa.string()), ("prediction", pa.float64()),
-    ("probability", pa.float64()), ("label", pa.float64()), ("loss", pa.float64()),
-    ("error", pa.float64()), ("examples_seen", pa.int64()), ("source", pa.string()),
-    ("position", pa.int64()), ("checkpoint_id", pa.string()), ("event_time", pa.float64()),
-    ("served", pa.bool_()),
-    # the loss of the prediction the example was served with, once its label came (``--labels``:
-    # what users experienced); null where it was not served first
-    ("served_loss", pa.float64()),
-])
 
 
 def served_count(table):
