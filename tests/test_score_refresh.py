@@ -59,7 +59,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     assert scoring.get("a")[1] == "a@300" and scoring.get("b") is None
     # training goes on (a's newer checkpoint) and meets key b (its first)
     train_csv(tmp_path, "more", scaled_rows(400, "ab", 2), "--resume")
-    state, used = scoring.get("a")
+    state, used, _ = scoring.get("a")
     assert used == "a@500"
     probe = csv_block(scaled_rows(5, "a", 3))
     assert np.array_equal(predict_next(state, probe.batch()),
@@ -94,6 +94,7 @@ def test_a_key_is_looked_for_again_only_after_refresh_seconds(tmp_path):
     scoring = ScoringModels(str(tmp_path / "models"), refresh_seconds=3600)
     missing = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
     assert scoring.get("b") is None and len(missing(csv_block(scaled_rows(2, "b", 5)))) == 2
+    assert scoring.get("a")[1] == "a@100"  # (read when first asked for)
     train_csv(tmp_path, "more", scaled_rows(100, "ab", 2), "--resume")
     # within the hour nothing is looked for again; with no wait, both see the new key
     assert scoring.get("b") is None and scoring.get("a")[1] == "a@100"

@@ -1,9 +1,11 @@
 """The scoring pipeline: each model key's latest checkpoint predicts examples, learning nothing;
 a newer checkpoint, and a key's first, are taken up while it runs."""
 import logging
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -13,20 +15,24 @@ from ..connectors.records import dead_letter_table
 from ..learner import check_examples, example_losses, predict_next
 from ..schemas import SCORE_SCHEMA
 from ..store.keyed_model import KeyedModel, outcome_columns
-from ..store.models import has_checkpoint, load_latest, model_keys, newest_version
+from ..store.models import (has_checkpoint, lists_models, load_latest, model_keys,
+                             newest_version)
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
 from .train import key_by_model
 
 log = logging.getLogger("unitless")
+# (Beam counts it where a step runs; elsewhere, as in a test calling ScoringModels, it is a no-op)
+MODEL_REFRESHES = beam.metrics.Metrics.counter("unitless", "model_refreshes")
 
 
 def load_models(model_dir):
     """{model key: (learner state, checkpoint id)} from each key's newest valid checkpoint
     under model_dir (a model over feature shards: its consistent cut, merged into one state). A
     key none of whose checkpoints is valid gets no model (with a warning: its examples then go
-    to the dead letters); FileNotFoundError when no key has a valid checkpoint."""
+    to the dead letters); FileNotFoundError when no key has a valid checkpoint. Reads every
+    model: scoring reads each when its key is first scored (``ScoringModels``)."""
     models = {}
     for key in model_keys(model_dir):
         found = load_latest(model_dir, key)
@@ -42,36 +48,77 @@ def load_models(model_dir):
     return models
 
 
+def check_model_dir(model_dir: str) -> None:
+    """FileNotFoundError unless model_dir lists a model (a listing: no model is read, so a
+    pipeline over a directory of millions of models is built at once)."""
+    if not lists_models(model_dir):
+        raise FileNotFoundError(f"no valid checkpoints under {model_dir}")
+
+
 def _scoring_model(table):
     model = KeyedModel.from_table(table)
     return model.state, model.checkpoint_id or f"{model.key}@{model.state.examples_seen}"
 
 
-class ScoringModels:
-    """The models a scoring step uses, by model key: each key's newest valid checkpoint, looked
-    for again when one of the key's examples comes and ``refresh_seconds`` have passed since the
-    key was last looked for (0: every time), so a newer checkpoint is taken up, and a key whose
-    first checkpoint appears after the start is scored from then on, without a restart and
-    without a look at every key. Looking is a listing of the key's group directory (and of its
-    per-key directory); a checkpoint is read only when a newer manifest or file is listed. A
-    newer checkpoint that cannot be read (truncated, corrupt) or whose learner is another
-    (algorithm, loss, dimension, classes, bias) is skipped with a warning, and the model in use
-    kept. Models over feature shards are the ones found at the start."""
+class Scoring(NamedTuple):
+    """A key's model as scoring uses it."""
+    state: Any            # the LearnerState (read only: ``predict_next`` writes nothing)
+    checkpoint_id: str    # key@examples, as predictions name it
+    checkpoint: str       # where it was read: a part's locator, a file, or a shard pattern
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
-        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
-        self.models = load_models(model_dir)  # key -> (state, checkpoint id)
-        now = time.monotonic()
-        self.looked = dict.fromkeys(self.models, now)  # key -> when last looked for
+
+class ScoringModels:
+    """The models a scoring step uses, by model key: each key's newest valid checkpoint, read
+    when one of the key's examples first comes (none at the start: a directory of a million
+    models serves its first prediction as soon as that key's model is read), and looked for
+    again when one comes and ``refresh_seconds`` have passed since the key was last looked for
+    (0: every time), so a newer checkpoint is taken up, and a key whose first checkpoint
+    appears after the start is scored from then on, without a restart and without a look at
+    every key. Looking is a listing of the key's group directory (and of its per-key
+    directory); a checkpoint is read only when a newer manifest or file is listed. A newer
+    checkpoint that cannot be read (truncated, corrupt) or whose learner is another
+    (algorithm, loss, dimension, classes, bias) is skipped with a warning, and the model in use
+    kept. At most ``capacity`` models are kept, the least recently scored leaving first (read
+    again when its key returns). Models over feature shards are read, merged, at the first
+    look and kept.
+
+    One instance may serve many threads (Beam's RunInference shares it): its bookkeeping is
+    under a lock, and the models it hands out are only read."""
+
+    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, capacity=10_000):
+        if capacity < 1:
+            raise ValueError(f"a scoring cache holds 1 model or more, not {capacity}")
+        self.model_dir, self.refresh_seconds, self.capacity = model_dir, refresh_seconds, capacity
+        self.models = OrderedDict()  # key -> Scoring, least recently scored first
+        self.looked = {}  # key -> when last looked for
         self.newest = {}  # key -> the newest checkpoint file listed (read or skipped)
+        self.sharded = None  # key -> Scoring of the models over feature shards, once read
+        self.refreshes = 0  # newer checkpoints taken up (a key's first read is not one)
+        self._lock = threading.Lock()
+
+    def __getstate__(self):  # (a lock does not pickle; each copy reads its models anew)
+        return {"model_dir": self.model_dir, "refresh_seconds": self.refresh_seconds,
+                "capacity": self.capacity}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
 
     def get(self, key):
-        """(state, checkpoint id) of the key's model, or None when it has none yet."""
-        now = time.monotonic()
-        if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
-            self.looked[key] = now
-            self._look(key)
-        return self.models.get(key)
+        """The key's model (a ``Scoring``), or None when it has none yet."""
+        with self._lock:
+            if self.sharded is None:
+                self.sharded = {k: Scoring(model, f"{k}@{meta['examples_seen']}", where)
+                                for k, _, where, meta, model in sharded_models(self.model_dir)}
+            if key in self.sharded:
+                return self.sharded[key]
+            now = time.monotonic()
+            if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
+                self.looked[key] = now
+                self._look(key)
+            found = self.models.get(key)
+            if found is not None:
+                self.models.move_to_end(key)
+            return found
 
     def _look(self, key):
         version = newest_version(self.model_dir, key)
@@ -84,15 +131,24 @@ class ScoringModels:
         state, checkpoint_id = _scoring_model(found[1])
         current = self.models.get(key)
         if current is not None:
-            was, now = _learner(current[0]), _learner(state)
+            was, now = _learner(current.state), _learner(state)
             if was != now:
                 log.warning("ignoring checkpoint %s: its learner %s is not the one in use, %s",
                             found[0], now, was)
                 return
-            if state.examples_seen <= current[0].examples_seen:
+            if state.examples_seen <= current.state.examples_seen:
                 return  # (the newest could not be read: an older one was found)
+            self.refreshes += 1
+            MODEL_REFRESHES.inc()
         log.info("model %r: scoring with checkpoint %s", key, found[0])
-        self.models[key] = state, checkpoint_id
+        self.models[key] = Scoring(state, checkpoint_id, found[0])
+        self._keep_capacity()
+
+    def _keep_capacity(self):
+        while len(self.models) > self.capacity:
+            key, _ = self.models.popitem(last=False)
+            self.looked.pop(key, None)
+            self.newest.pop(key, None)
 
 
 def _learner(state):
@@ -108,10 +164,14 @@ def score_block(models, key, block):
     learner refuses (``check_examples``: a feature value not finite or past its bound, an
     index past the model's dimension, a label that is not one of its labels), and an example
     whose prediction, or loss, is not finite, so no output holds NaN or infinity."""
-    found = models.get(key)
+    return score_with(models.get(key), key, block)
+
+
+def score_with(found, key, block):
+    """``score_block`` with the key's model ``found`` (a ``Scoring``, or None: it has none)."""
     if found is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
-    state, checkpoint_id = found
+    state, checkpoint_id = found.state, found.checkpoint_id
     block, refused = block.screen(check_examples(block.batch(), state.dim, state.n_classes,
                                                  state.loss, block.served))
     if not len(block):
@@ -149,11 +209,11 @@ def _finite_outcomes(scores, loss, served):
 
 
 class ScoreDoFn(beam.DoFn):
-    def __init__(self, model_dir, refresh_seconds):
-        self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
+    def __init__(self, model_dir, refresh_seconds, capacity=10_000):
+        self.model_dir, self.refresh_seconds, self.capacity = model_dir, refresh_seconds, capacity
 
     def setup(self):
-        self.models = ScoringModels(self.model_dir, self.refresh_seconds)
+        self.models = ScoringModels(self.model_dir, self.refresh_seconds, self.capacity)
 
     def process(self, element):
         table, dead = score_block(self.models, *element)
@@ -183,10 +243,10 @@ class Score(beam.PTransform):
         self.dead_letters = None
 
     def expand(self, examples):
-        load_models(self.model_dir)  # fails fast, at graph construction, on no models
+        check_model_dir(self.model_dir)  # fails fast, at graph construction
         blocks, parse_dead = as_blocks(examples, self.cfg.spec, self.cfg.chunk_size,
                                        ScoringCheck(1 << self.cfg.spec.bits), None)
-        score = ScoreDoFn(self.model_dir, self.refresh_seconds)
+        score = ScoreDoFn(self.model_dir, self.refresh_seconds, self.cfg.models_in_memory)
         scored = (blocks | "Key by model" >> key_by_model(self.cfg.chunk_size)
                   | "Score" >> beam.ParDo(score).with_outputs(DEAD, main="scores"))
         self.dead_letters = scored[DEAD] if parse_dead is None else (

@@ -6,13 +6,15 @@ import logging
 
 import pyarrow as pa
 
-from ..connectors.storage import join
+from ..connectors.storage import join, list_dir
 from ..learner import read_metadata
 from . import per_key
-from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
-                       group_counts, group_dir, group_key, is_part, load_entries, load_located,
-                       locator, part_metadata, part_models, part_rows)
+from .by_group import (FIGURES, GROUPS, LOCATOR, GroupCheckpoints, examples_of,
+                       group_checkpoints, group_counts, group_dir, group_key, is_part,
+                       load_entries, load_located, locator, part_metadata, part_models,
+                       part_rows)
 from .checkpoint_file import kept_reads, once_per_run
+from .shards import SHARD_DIR, SHARDS, shard_counts
 
 log = logging.getLogger("unitless")
 
@@ -204,3 +206,37 @@ def _newest_metadata(model_dir, summary):
 def model_keys(model_dir):
     """The model keys with a checkpoint under model_dir, sorted (see ``checkpoint_metadata``)."""
     return [key for key, _, _ in checkpoint_metadata(model_dir)]
+
+
+def lists_models(model_dir: str) -> bool:
+    """True when model_dir lists checkpoints in any layout (model groups, feature shards, per
+    key): listings only, no checkpoint is read or verified."""
+    if group_counts(model_dir) or shard_counts(model_dir):
+        return True
+    return any(name.startswith((per_key.SHORT_PREFIX, per_key.HASHED_PREFIX))
+               and per_key.checkpoint_files(join(model_dir, name))
+               for name in list_dir(model_dir)[1])
+
+
+def model_directory_of(path: str) -> str:
+    """The model directory that ``path`` is or is under: the directory itself, or anything the
+    layouts put below one (a group's directory, its manifests and parts, a part's locator; a
+    shard's directory and files; a key's directory or checkpoint file), so that a file a
+    watcher reports (Beam's ``WatchFilePattern`` over ``<dir>/groups/*/*/manifest-*.json``)
+    names its models. A path under none of them is taken as the model directory."""
+    path = path.rstrip("/")
+    if lists_models(path):
+        return path
+    parts = path.split("/")
+    if parts[-1] in (GROUPS, SHARDS):
+        return "/".join(parts[:-1])
+    for i in range(len(parts) - 2, 0, -1):  # (the layout's marker nearest the path's end)
+        below = parts[i + 1]
+        if ((parts[i] == GROUPS and below.isdigit())
+                or (parts[i] == SHARDS and SHARD_DIR.fullmatch(below))):
+            return "/".join(parts[:i])
+    key_dir = parts[-2] if (per_key.CHECKPOINT_NAME.fullmatch(parts[-1])
+                            or parts[-1] == per_key.LATEST) else parts[-1]
+    if key_dir.startswith((per_key.SHORT_PREFIX, per_key.HASHED_PREFIX)):
+        return "/".join(parts[:len(parts) - (2 if key_dir != parts[-1] else 1)])
+    return path
