@@ -11,9 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
-def blocks(language, section=None):
-    """The ``language`` blocks of the README, or of its section headed ``## section``."""
-    text = README.read_text()
+def blocks(language, section=None, path=README):
+    """The ``language`` blocks of the README (or of the page at ``path``), or of its section
+    headed ``## section``."""
+    text = path.read_text()
     if section is not None:
         start = text.index(f"## {section}\n")
         end = text.find("\n## ", start + 1)

@@ -13,6 +13,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.ml.inference.base import ModelMetadata, RunInference
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.readme import ROOT, blocks
 from tests.runners import RUNNERS, pipeline
 from unitless.beam import Learn, ModelDirectoryHandler, Score, WritePredictions
 from unitless.connectors.files import read_output
@@ -201,3 +202,21 @@ def test_a_manifest_as_the_model_update_moves_the_handler_to_its_directory(tmp_p
                                   model_metadata_pcoll=update))
         assert_that(results | beam.Map(lambda r: r[1].inference["checkpoint_id"])
                     | beam.Distinct(), equal_to(["a@100", "b@100", "c@100"]))
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_the_usage_pages_run_inference_example_runs_and_its_assertion_holds(tmp_path,
+                                                                            monkeypatch, runner):
+    monkeypatch.chdir(tmp_path)
+    code, = [b for b in blocks("python", "In your own Beam pipeline", ROOT / "docs" / "usage.md")
+             if "RunInference" in b]
+    assert code.count("with beam.Pipeline() as p:") == 2 and "assert_that" in code
+    code = code.replace("with beam.Pipeline() as p:", f"with pipeline({runner!r}) as p:")
+    exec(compile(code, "docs/usage.md", "exec"), {"__name__": "usage_example",
+                                                  "pipeline": pipeline})
+    # (its assertion can fail: another checkpoint id is not what it got)
+    (tmp_path / "again").mkdir()
+    monkeypatch.chdir(tmp_path / "again")
+    with pytest.raises(Exception, match="eu@51"):
+        exec(compile(code.replace('"eu@50"', '"eu@51"'), "docs/usage.md", "exec"),
+             {"__name__": "usage_example", "pipeline": pipeline})
