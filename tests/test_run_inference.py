@@ -32,11 +32,11 @@ def region_records(n, seed):
              "y": float(X[i, 1])} for i in range(n)]
 
 
-def trained_model_dir(model_dir, n):
+def trained_model_dir(model_dir, n, **options):
     with pipeline("fnapi") as p:
         _ = p | beam.Create(region_records(n, 1)) | Learn(
             algorithm="scinol2", model_dir=str(model_dir), model_key_column="region",
-            predictions=None, dead_letter=None)
+            predictions=None, dead_letter=None, **options)
     return model_dir
 
 
