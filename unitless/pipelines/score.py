@@ -62,7 +62,7 @@ def _scoring_model(table):
 
 class Scoring(NamedTuple):
     """A key's model as scoring uses it."""
-    state: Any            # the LearnerState (read only: ``predict_next`` writes nothing)
+    state: Any            # the LearnerState, shared between threads
     checkpoint_id: str    # key@examples, as predictions name it
     checkpoint: str       # where it was read: a part's locator, a file, or a shard pattern
 
@@ -83,7 +83,8 @@ class ScoringModels:
     look and kept.
 
     One instance may serve many threads (Beam's RunInference shares it): its bookkeeping is
-    under a lock, and the models it hands out are only read."""
+    under a lock; the models it hands out are shared as they are (``predict_next`` must only
+    read them)."""
 
     def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, capacity=10_000):
         if capacity < 1:
