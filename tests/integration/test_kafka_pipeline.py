@@ -12,6 +12,7 @@ from kafka.partitioner.default import murmur2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import create_topics, send, train  # noqa: E402
 from tests.kafka_io import KEYS, consume_all, keyed, keyed_examples  # noqa: E402
+from tests.messages import check_message, strict_loads  # noqa: E402
 from unitless.cli import main  # noqa: E402
 from unitless.connectors.files import read_output  # noqa: E402
 from unitless.store.models import load_latest  # noqa: E402
@@ -40,8 +41,10 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
 
     messages = consume_all(bootstrap, f"{topic}-predictions", len(rows))
     assert len(messages) == len(rows)
-    predictions = [json.loads(m.value) for m in messages]
+    predictions = [strict_loads(m.value) for m in messages]
     assert all(p["schema"] == "unitless.prediction/3" for p in predictions)
+    for p in predictions:
+        check_message(p)
     assert {p["id"] for p in predictions} == {r["id"] for r in rows}
     for m, p in zip(messages, predictions):  # in the partition Kafka's Java client would pick
         assert m.key.decode() == p["model_key"]
@@ -132,7 +135,10 @@ def test_score_reads_examples_from_kafka_and_writes_scores_to_kafka(broker, tmp_
                  "--model-key-column", "segment", "--model-dir", models,
                  "--predictions", f"kafka://{bootstrap}/{topic}-scores",
                  "--dead-letter", f"kafka://{bootstrap}/{topic}-dead"]) == 0
-    scores = [json.loads(m.value) for m in consume_all(bootstrap, f"{topic}-scores", 300)]
+    scores = [strict_loads(m.value) for m in consume_all(bootstrap, f"{topic}-scores", 300)]
+    assert all(s["schema"] == "unitless.score/1" for s in scores)
+    for s in scores:
+        check_message(s)
     dead = consume_all(bootstrap, f"{topic}-dead", 2)
     assert sorted(s["id"] for s in scores) == sorted(r["id"] for r in fresh)
     # the same scores as scoring the same examples from a file
