@@ -105,7 +105,7 @@ def test_the_model_update_side_input_moves_the_handler_to_another_directory(tmp_
 
 def unitless_metrics(result):
     """{name: committed (or attempted) value} of the run's metrics in the unitless namespace:
-    counters summed, distributions as their max."""
+    counters summed, distributions as their max (absent when never updated)."""
     found = result.metrics().query(MetricsFilter().with_namespace("unitless"))
     out = {}
     for c in found["counters"]:
@@ -140,6 +140,8 @@ def test_batching_arguments_reach_beam_and_keyed_results_name_their_checkpoint(t
     metrics = unitless_metrics(result)
     assert metrics["inference_request_batch_size"] <= 2  # (Beam's own, in our namespace)
     assert (metrics["predictions"], metrics["refused"]) == (41, 1)
+    # (the checkpoints were written moments before: their age, by the wall clock, is small)
+    assert 0 <= metrics["checkpoint_age_seconds"] < 600
 
 
 def test_models_are_read_when_first_scored_and_at_most_capacity_kept(tmp_path):

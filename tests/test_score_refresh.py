@@ -59,7 +59,7 @@ def test_a_newer_checkpoint_and_a_new_key_are_taken_up_and_a_bad_one_skipped(tmp
     assert scoring.get("a")[1] == "a@300" and scoring.get("b") is None
     # training goes on (a's newer checkpoint) and meets key b (its first)
     train_csv(tmp_path, "more", scaled_rows(400, "ab", 2), "--resume")
-    state, used, _ = scoring.get("a")
+    state, used = scoring.get("a")[:2]
     assert used == "a@500"
     probe = csv_block(scaled_rows(5, "a", 3))
     assert np.array_equal(predict_next(state, probe.batch()),

@@ -1,5 +1,6 @@
 """Beam ML's ``RunInference`` over a unitless model directory: every model key's model, new keys
 and newer checkpoints included, as ``Score`` predicts."""
+import time
 from typing import Any, Optional
 
 import apache_beam as beam
@@ -14,6 +15,7 @@ from .score import MODEL_REFRESHES, ScoringModels, check_model_dir, score_with
 RESULT_FIELDS = ("prediction", "probability", "checkpoint_id")
 PREDICTIONS = beam.metrics.Metrics.counter("unitless", "predictions")
 REFUSED = beam.metrics.Metrics.counter("unitless", "refused")
+CHECKPOINT_AGE = beam.metrics.Metrics.distribution("unitless", "checkpoint_age_seconds")
 
 
 class ModelDirectoryHandler(ModelHandler):
@@ -34,7 +36,8 @@ class ModelDirectoryHandler(ModelHandler):
     model-update side input (``ModelMetadata.model_id``, e.g. from ``WatchFilePattern`` over
     ``<dir>/groups/*/*/manifest-*.json``) may name another, or any file or directory under
     one. Metrics (namespace ``unitless``): ``predictions``, ``refused``, ``model_refreshes``
-    (a newer checkpoint taken up, or another directory)."""
+    (a newer checkpoint taken up, or another directory) and ``checkpoint_age_seconds`` (a
+    distribution: the age of the checkpoint each prediction used)."""
 
     def __init__(self, model_dir: str, refresh_seconds: float = REFRESH_SECONDS, *,
                  min_batch_size: Optional[int] = None, max_batch_size: Optional[int] = None,
@@ -74,6 +77,7 @@ class ModelDirectoryHandler(ModelHandler):
                 for position, row in zip(positions, table.select(RESULT_FIELDS).to_pylist()):
                     inferences[position] = {**row, "refused": None}
                     used[position] = found.checkpoint
+                _count_age(found, table.num_rows)
         scored = sum(u is not None for u in used)
         PREDICTIONS.inc(scored)
         REFUSED.inc(len(batch) - scored)
@@ -82,6 +86,15 @@ class ModelDirectoryHandler(ModelHandler):
 
     def get_metrics_namespace(self):
         return "unitless"
+
+
+def _count_age(found, predictions):
+    """The age of the checkpoint used, once per prediction made with it (a checkpoint that
+    does not say when it was taken, as a sharded model's, is not counted)."""
+    if found.written is not None:
+        age = max(0, int(time.time() - found.written))
+        for _ in range(predictions):
+            CHECKPOINT_AGE.update(age)
 
 
 def _refused(reason):

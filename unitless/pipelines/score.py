@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..connectors.records import dead_letter_table
-from ..learner import check_examples, example_losses, predict_next
+from ..learner import check_examples, example_losses, predict_next, read_metadata
 from ..schemas import SCORE_SCHEMA
 from ..store.keyed_model import KeyedModel, outcome_columns
 from ..store.models import (has_checkpoint, lists_models, load_latest, model_keys,
@@ -65,6 +65,7 @@ class Scoring(NamedTuple):
     state: Any            # the LearnerState, shared between threads
     checkpoint_id: str    # key@examples, as predictions name it
     checkpoint: str       # where it was read: a part's locator, a file, or a shard pattern
+    written: Optional[float] = None  # when the checkpoint was taken (epoch s), where it says
 
 
 class ScoringModels:
@@ -130,6 +131,7 @@ class ScoringModels:
         if found is None:
             return
         state, checkpoint_id = _scoring_model(found[1])
+        written = read_metadata(found[1]).get("time")
         current = self.models.get(key)
         if current is not None:
             was, now = _learner(current.state), _learner(state)
@@ -142,7 +144,7 @@ class ScoringModels:
             self.refreshes += 1
             MODEL_REFRESHES.inc()
         log.info("model %r: scoring with checkpoint %s", key, found[0])
-        self.models[key] = Scoring(state, checkpoint_id, found[0])
+        self.models[key] = Scoring(state, checkpoint_id, found[0], written)
         self._keep_capacity()
 
     def _keep_capacity(self):
