@@ -95,7 +95,6 @@ class ScoringModels:
         self.looked = {}  # key -> when last looked for
         self.newest = {}  # key -> the newest checkpoint file listed (read or skipped)
         self.sharded = None  # key -> Scoring of the models over feature shards, once read
-        self.refreshes = 0  # newer checkpoints taken up (a key's first read is not one)
         self._lock = threading.Lock()
 
     def __getstate__(self):  # (a lock does not pickle; each copy reads its models anew)
@@ -141,8 +140,7 @@ class ScoringModels:
                 return
             if state.examples_seen <= current.state.examples_seen:
                 return  # (the newest could not be read: an older one was found)
-            self.refreshes += 1
-            MODEL_REFRESHES.inc()
+            MODEL_REFRESHES.inc()  # (a key's first read is not a refresh)
         log.info("model %r: scoring with checkpoint %s", key, found[0])
         self.models[key] = Scoring(state, checkpoint_id, found[0], written)
         self._keep_capacity()
@@ -269,6 +267,8 @@ class ScoringCheck:
     missing: Optional[Callable] = None
 
     def __call__(self, block):
+        # (a one-output regression learner's checks: those every learner makes whatever its
+        # labels' domain, which only the key's model knows)
         refused = dict(check_examples(block.batch(), self.dim, 1, "squared", block.served))
         if self.missing is not None:
             for row, reason in self.missing(block):
