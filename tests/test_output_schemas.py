@@ -57,13 +57,16 @@ def test_what_training_and_scoring_write_follows_the_schemas(tmp_path):
     data = rows_csv(tmp_path / "d.csv", 120, unlabeled={5, 17})
     keyed = ["--id-column", "id", "--model-key-column", "segment"]
     out = train(tmp_path / "run", "--input", data, *keyed, "--output-format", "jsonl")
+    # (one model in memory: the two keys' models take turns, each read again when it returns)
     assert main(["score", "--input", str(data), *keyed, "--model-dir", str(out / "models"),
                  "--predictions", str(tmp_path / "scores"), "--output-format", "jsonl",
-                 "--dead-letter", str(tmp_path / "score-dead")]) == 0
+                 "--dead-letter", str(tmp_path / "score-dead"), "--models-in-memory", "1",
+                 "--chunk-size", "10"]) == 0
     predictions = strict_json_lines(out / "pred")
     scores = strict_json_lines(tmp_path / "scores")
     dead = strict_json_lines(out / "dead") + strict_json_lines(tmp_path / "score-dead")
     assert len(predictions) == len(scores) == 120 and len(dead) == 2
+    assert {s["checkpoint_id"] for s in scores} == {"a@60", "b@58"}
     for row in predictions:
         check_message(row, PREDICTION_ID)
     for row in scores:

@@ -195,6 +195,11 @@ def parser():
     _input_args(score)
     score.add_argument("--model-dir", required=True,
                        help="model directory of a training run (one model per key)")
+    score.add_argument("--models-in-memory", type=int,
+                       default=LEARN_OPTIONS["models_in_memory"],
+                       help="models a worker keeps, each read when its key is first scored; "
+                            "the least recently scored leave first (read again when their key "
+                            "returns)")
     score.add_argument("--refresh-seconds", type=float, default=REFRESH_SECONDS,
                        help="look for a key's newer checkpoint (or its first) when one of its "
                             "examples comes and this long has passed since the last look "

@@ -308,7 +308,8 @@ def build_scoring(pipeline, cfg, model_dir, streaming=False, refresh_seconds=REF
     ``cfg.dead_letter``."""
     check = ScoringCheck(1 << cfg.spec.bits, MissingModel(model_dir, refresh_seconds))
     read = ReadExamples.from_config(cfg, streaming, check)
-    score = Score(model_dir, refresh_seconds, bits=cfg.spec.bits, chunk_size=cfg.chunk_size)
+    score = Score(model_dir, refresh_seconds, bits=cfg.spec.bits, chunk_size=cfg.chunk_size,
+                  models_in_memory=cfg.models_in_memory)
     scores = pipeline | "Read" >> read | score
     scores | "Write scores" >> WritePredictions(cfg.predictions, cfg.output_format,
                                                 cfg.kafka_settings)
