@@ -115,3 +115,17 @@ def test_every_score_names_the_checkpoint_it_used(tmp_path, runner):
                                                    t.column("checkpoint_id").to_pylist()))
         from apache_beam.testing.util import assert_that, equal_to
         assert_that(used | beam.Distinct(), equal_to([("a", "a@150"), ("b", "b@150")]))
+
+
+def test_a_key_is_looked_for_when_it_comes_and_many_new_keys_list_the_directory_once(tmp_path):
+    """The reader's check of `unitless score` lists a key's group when the key first comes,
+    not every key of the directory at the start; a block bringing more new keys than
+    LIST_ALL_PAST lists every key once instead."""
+    train_csv(tmp_path, "first", scaled_rows(90, "abc", 1))
+    missing = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
+    assert missing(csv_block(scaled_rows(4, "a", 5))) == []
+    assert missing.known == {"a"} and not missing.listed
+    many = MissingModel(str(tmp_path / "models"), refresh_seconds=3600)
+    many.LIST_ALL_PAST = 1
+    assert len(many(csv_block(scaled_rows(6, "bz", 5)))) == 3  # (z's three)
+    assert many.listed and many.known == {"a", "b", "c"}

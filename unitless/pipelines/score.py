@@ -278,26 +278,35 @@ class ScoringCheck:
 
 class MissingModel:
     """Refuses examples whose model key has no checkpoint (run where examples are read, so the
-    dead letter keeps the raw record); a key without one is looked for again after
-    ``refresh_seconds``, as ``ScoringModels`` does."""
+    dead letter keeps the raw record). A key is looked for when it first comes (a listing of
+    its group's directory), not every key of the directory at the start, so the first
+    examples of a directory of many models are scored at once; a block that brings more than
+    ``LIST_ALL_PAST`` keys not yet looked for has every key listed once instead, which then
+    costs less. A key without a checkpoint is looked for again after ``refresh_seconds``, as
+    ``ScoringModels`` does."""
+    LIST_ALL_PAST = 1_000
 
     def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
         self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
-        self.known, self.looked = None, {}
+        self.known, self.looked, self.listed = None, {}, False
 
-    def __getstate__(self):
-        return {**self.__dict__, "known": None, "looked": {}}  # (each worker lists anew)
+    def __getstate__(self):  # (each worker looks anew)
+        return {**self.__dict__, "known": None, "looked": {}, "listed": False}
 
     def __call__(self, block):
         if self.known is None:
-            self.known = set(model_keys(self.model_dir))
-            self.known.update(key for key, *_ in sharded_models(self.model_dir, verify=False))
+            self.known = {key for key, *_ in sharded_models(self.model_dir, verify=False)}
         now = time.monotonic()
-        for key in set(block.keys.to_pylist()) - self.known:
-            if now - self.looked.get(key, -np.inf) >= self.refresh_seconds:
-                self.looked[key] = now
-                if has_checkpoint(self.model_dir, key):
-                    self.known.add(key)
+        due = [key for key in set(block.keys.to_pylist()) - self.known
+               if now - self.looked.get(key, -np.inf) >= self.refresh_seconds]
+        if len(due) > self.LIST_ALL_PAST and not self.listed:
+            self.listed = True
+            self.known.update(model_keys(self.model_dir))
+            due = [key for key in due if key not in self.known]
+        for key in due:
+            self.looked[key] = now
+            if has_checkpoint(self.model_dir, key):
+                self.known.add(key)
         return [(r, f"no model for key {k!r}") for r, k in enumerate(block.keys.to_pylist())
                 if k not in self.known]
 
