@@ -84,8 +84,8 @@ class ScoringModels:
     look and kept.
 
     One instance may serve many threads (Beam's RunInference shares it): its bookkeeping is
-    under a lock; the models it hands out are shared as they are (``predict_next`` must only
-    read them)."""
+    under a lock; the models it hands out are shared as they are (``predict_next`` reads a
+    model and writes nothing to it)."""
 
     def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, capacity=10_000):
         if capacity < 1:
