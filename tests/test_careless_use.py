@@ -66,13 +66,25 @@ def test_a_second_run_without_resume_is_refused_and_overwrite_starts_over(
     assert train(out, "--input", second, *ARGS, "--overwrite", "--resume", expect=None) == 2
 
 
-def test_the_bundled_example_runs_each_time_it_is_typed(tmp_path, capsys):
-    out = tmp_path / "out"
+def test_the_bundled_example_runs_each_time_it_is_typed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # (its outputs where the command puts them by default: out/)
     for _ in range(2):
-        train(out)
-        assert _examples(out) == {"": 5000}
-        assert read_output(str(out / "pred")).num_rows == 5000
+        assert main(["train"]) == 0
+        assert _examples(tmp_path / "out") == {"": 5000}
+        assert read_output(str(tmp_path / "out" / "predictions")).num_rows == 5000
     assert "starts over each time" in capsys.readouterr().err
+    # a model directory the user named is never removed for the example: refused as any run
+    named = train(tmp_path / "mine", "--input", make_csv(tmp_path), *ARGS)
+    before = _manifests(named)
+    assert main(["train", "--model-dir", str(named / "models")]) == 2
+    assert "holds an earlier run's models" in capsys.readouterr().err
+    assert _manifests(named) == before
+
+
+def make_csv(tmp_path):
+    path = tmp_path / "few.csv"
+    write_csv(path, *make_examples(50, 5))
+    return path
 
 
 def test_a_file_named_twice_is_read_once(tmp_path, two_files, monkeypatch):

@@ -245,11 +245,19 @@ def _config(args, scoring=False):
         options["id_column"] = options.get("id_column") or "id"
         print(f"unitless: no --input given; using the bundled example {inputs[0]}",
               file=sys.stderr)
-        if not scoring and not options.get("resume"):
+        if not scoring and not options.get("resume") and _default_outputs(options):
             options["overwrite"] = True  # (a demonstration: typed twice, it runs twice)
             print("unitless: the example starts over each time: earlier runs' models and "
                   "outputs there are removed", file=sys.stderr)
     return configure(inputs, scoring=scoring, **options)
+
+
+def _default_outputs(options):
+    """Whether the run writes where the command does by default (out/): only there does the
+    bundled example start over, never in a model directory the user named."""
+    defaults = {**OUTPUT_OPTIONS, "model_dir": LEARN_OPTIONS["model_dir"]}
+    return all(options.get(name, default) == default for name, default in defaults.items()
+               if name != "output_format")
 
 
 def parse_args(argv=None):
