@@ -442,10 +442,8 @@ class LearnBlocks:
     def learn(self, group, block, at=None):
         """Learn a block of the group's model keys, handed on at ``at`` (µs; see ``InOrder``):
         each key's examples by its own model, in parts of up to ``chunk_size``."""
-        if at is not None and block.source is not None:
-            for k in block.keys.unique().to_pylist():
-                model = self._of(group, k)
-                model.last_seen = max(at, model.last_seen or at)
+        if block.source is not None:
+            self._seen_at(group, block, at)
         if self.cfg.labels:
             yield from self._join(group, block)
         else:
@@ -470,11 +468,16 @@ class LearnBlocks:
             return
         blocks = list(blocks)
         for block in blocks:
-            if at is not None:
-                for k in block.keys.unique().to_pylist():
-                    model = self._of(group, k)
-                    model.last_seen = max(at, model.last_seen or at)
+            self._seen_at(group, block, at)
         yield from self._join_in_time_order(group, blocks)
+
+    def _seen_at(self, group, block, at):
+        """The block's models were last seen at ``at`` (µs on the watermark's clock; None: the
+        end of the input, which moves no model's clock), for --model-ttl."""
+        if at is not None:
+            for k in block.keys.unique().to_pylist():
+                model = self._of(group, k)
+                model.last_seen = max(at, model.last_seen or at)
 
     def _join(self, group, block):
         """``--labels``: a labels block's examples learned with the features they were served

@@ -33,17 +33,28 @@ class DirectoryInUse(ValueError):
     """Another run holds the model directory."""
 
 
+# the directories of a model directory that runs write, and what each holds (for messages)
+LAYOUTS = ((GROUPS, "model group checkpoints"), (SHARDS, "feature shards' checkpoints"),
+           (STARTS, "Kafka start records"))
+
+
+def _earlier_dirs(model_dir):
+    """(path, what it holds) of each directory an earlier run wrote in ``model_dir``: the
+    layouts' directories that hold anything, then per-key model directories."""
+    _, dirs = list_dir(model_dir)
+    for name, what in LAYOUTS:
+        if name in dirs and any(list_dir(join(model_dir, name))):
+            yield join(model_dir, name), what
+    for name in dirs:
+        if name not in dict(LAYOUTS) and checkpoint_files(join(model_dir, name)):
+            yield join(model_dir, name), "checkpoints of a model key"
+
+
 def earlier_models(model_dir: str) -> Optional[str]:
     """What an earlier run left in ``model_dir`` that a new run's checkpoints would be mixed
     with (a phrase for a message), or None."""
-    _, dirs = list_dir(model_dir)
-    for name, what in ((GROUPS, "model group checkpoints"), (SHARDS, "feature shards' "
-                       "checkpoints"), (STARTS, "Kafka start records")):
-        if name in dirs and any(list_dir(join(model_dir, name))):
-            return f"{what} ({join(model_dir, name)})"
-    for name in dirs:
-        if checkpoint_files(join(model_dir, name)):
-            return f"checkpoints of a model key ({join(model_dir, name)})"
+    for path, what in _earlier_dirs(model_dir):
+        return f"{what} ({path})"
     return None
 
 
@@ -62,13 +73,10 @@ def start_over(model_dir: str, outputs: Sequence[str] = ()) -> None:
     """Remove what earlier runs wrote in ``model_dir`` (its checkpoints and start records) and
     the part files in the ``outputs`` directories (predictions, dead letters), so that a run
     holds only its own."""
-    _, dirs = list_dir(model_dir)
     removed = 0
-    for name in dirs:
-        path = join(model_dir, name)
-        if name in (GROUPS, SHARDS, STARTS) or checkpoint_files(path):
-            remove_tree(path)
-            removed += 1
+    for path, _ in list(_earlier_dirs(model_dir)):
+        remove_tree(path)
+        removed += 1
     for directory in outputs:
         for name in output_parts(directory):
             remove(join(directory, name))
