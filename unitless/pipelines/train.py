@@ -303,8 +303,7 @@ class LearnBlocks:
     def _join_of(self, group):
         if group.join is None:
             cfg = self.cfg
-            group.join = LabelJoin(cfg.label_wait, cfg.expired_label,
-                                   cfg.max_time_skew if cfg.label_wait is not None else None,
+            group.join = LabelJoin(cfg.label_wait, cfg.expired_label, cfg.max_time_skew,
                                    self.in_time_order, keyed=cfg.spec.model_key is not None)
         return group.join
 
