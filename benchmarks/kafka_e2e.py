@@ -45,6 +45,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -239,7 +240,9 @@ def bounded_run(bootstrap, work, n, client):
 
 
 class PredictionWatcher(threading.Thread):
-    """Consumes a prediction topic as it grows: (append time ms, event time s, id) per message.
+    """Consumes a prediction topic as it grows: (append time ms, event time s, id) per message,
+    whether it was served, and the age of the model state that served it (s; None: not served
+    apart from learning, or by a model not published yet).
     Reads with the product's own reader (the fastest installed client) and decodes a poll's
     messages at once with Arrow: it shares the 2 cores with the pipeline it measures, and
     kafka-python with a json.loads per message took most of one."""
@@ -250,7 +253,7 @@ class PredictionWatcher(threading.Thread):
         from unitless.connectors.kafka_clients import open_reader
         self.reader = open_reader(KafkaTopic.parse(f"kafka://{bootstrap}/{topic}"), 0, 50_000)
         self.reader.seek(0)
-        self.rows, self.served, self.stop = [], [], False
+        self.rows, self.served, self.ages, self.stop = [], [], [], False
 
     def run(self):
         import pyarrow as pa
@@ -263,6 +266,9 @@ class PredictionWatcher(threading.Thread):
             self.rows.extend(zip(records.timestamps, table.column("event_time").to_pylist(),
                                  table.column("id").to_pylist()))
             self.served.extend(table.column("served").to_pylist())
+            self.ages.extend(table.column("model_age_seconds").to_pylist()
+                             if "model_age_seconds" in table.column_names
+                             else [None] * table.num_rows)
         self.reader.close()
 
     def duplicates(self):
@@ -334,14 +340,14 @@ def streaming_pipeline(bootstrap, topic, work, log_name, *extra, runner_args=PRI
     log = open(work / log_name, "w")
     process = subprocess.Popen(unitless_command(train_cmd(
         bootstrap, topic, work, "--streaming", *runner_args, "--checkpoint-seconds", "10",
-        *extra)), stdout=log, stderr=subprocess.STDOUT)
+        *extra)), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     watcher = PredictionWatcher(bootstrap, f"{topic}-pred")
     watcher.start()
     watcher.log, watcher.pid = log.name, process.pid
     try:
         yield watcher
     finally:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)  # (and the runner it started: Prism outlives it)
         process.wait()
         watcher.stop = True
         watcher.join(5)

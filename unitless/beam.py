@@ -1,7 +1,8 @@
 """unitless in your own Beam pipeline: the command's steps as composable transforms.
 
 ``ReadExamples`` (files or a Kafka topic to example blocks), ``Learn`` (predictions made before
-each example is learned, one model per model key, checkpointed), ``Score``,
+each example is learned, one model per model key, checkpointed), ``Serve`` (examples answered by
+the model states a training run publishes), ``Score``,
 ``ModelDirectoryHandler`` (Beam ML's ``RunInference``), ``WritePredictions``,
 ``WriteDeadLetters`` and ``Rows`` (Arrow tables to dicts). Options are the command's flags as
 keywords (``configure`` checks them); the command builds its pipelines from these transforms.
@@ -13,9 +14,11 @@ from .pipelines.config import TrainConfig, configure
 from .pipelines.inference import ModelDirectoryHandler
 from .pipelines.io import ReadExamples, WriteDeadLetters, WritePredictions
 from .pipelines.score import Score
+from .pipelines.serve import Serve
 from .pipelines.train import Learn
 
-__all__ = ["Learn", "ModelDirectoryHandler", "ReadExamples", "Rows", "Score", "TrainConfig",
+__all__ = ["Learn", "ModelDirectoryHandler", "ReadExamples", "Rows", "Score", "Serve",
+           "TrainConfig",
            "WriteDeadLetters", "WritePredictions", "configure"]
 
 

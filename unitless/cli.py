@@ -160,6 +160,21 @@ def parser():
                             "wall clock, for files too) is a dead letter, so that a wrong "
                             "clock cannot expire what waits (default: 5m; larger for records "
                             "dated in the future on purpose)")
+    train.add_argument("--serve-apart", action="store_true",
+                       help="serve the examples without a label apart from learning, at once, "
+                            "by the models' newest published states (always so with --labels; "
+                            "without it, an example is served in its place in the order, by "
+                            "the model that learned every labeled one before it)")
+    train.add_argument("--publish-seconds", metavar="SECONDS",
+                       default=LEARN_OPTIONS["publish_seconds"],
+                       help="serving apart: the learning step publishes each model that "
+                            "changed at least this often (a checkpoint), and serving looks "
+                            "for it four times as often (default 1)")
+    train.add_argument("--max-staleness", metavar="SECONDS",
+                       default=LEARN_OPTIONS["max_staleness"],
+                       help="serving apart: a prediction served by a model state published "
+                            "longer ago than this is flagged stale (written all the same, and "
+                            "counted; default 10)")
     train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
                        help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
                             "input's clock) leaves Beam state and worker memory, its newest "

@@ -12,7 +12,7 @@ from unitless.connectors.files import read_output
 from unitless.store import join as label_join
 
 from tests.commands import create_topics, dead_letters, send, train
-from tests.kafka_io import seen, streaming, wait_for
+from tests.kafka_io import consume_all, seen, streaming, wait_for
 from tests.killing import kill_group
 from tests.runners import prism_args, runner_args
 from tests.labels import (JOINED, WAIT, assert_joined, check_timed_join, timed_join,
@@ -97,8 +97,27 @@ def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_
                 counts, quiet_since = now, time.time()
             return (sum(s for _, s in now) == 300 and time.time() - quiet_since >= 10)
         assert wait_for(quiet, 240, run), f"the stream did not go quiet: {counts}"
+        # served apart from learning: an example that comes once the models are quiet is
+        # served by the newest state its model published, which says its version and age
+        send(bootstrap, "live-features", timed_messages(
+            [(k, 301.0, {"id": f"late-{k}", "key": k, "a": 1.0, "b": 0.01}) for k in KEYS],
+            start))
+        late = {}
+
+        def late_served():
+            for m in consume_all(bootstrap, "live-features-pred", 10 ** 9, timeout=2):
+                row = json.loads(m.value)
+                if row["id"].startswith("late-") and row["served"]:
+                    late[row["model_key"]] = row
+            return len(late) == len(KEYS)
+        assert wait_for(late_served, 60, run), f"served of the late examples: {sorted(late)}"
     finally:
         kill_group(run)
+    for k, (learned, _) in zip(KEYS, counts):
+        row = late[k]
+        assert (row["examples_seen"], row["checkpoint_id"]) == (learned, f"{k}@{learned}")
+        # (quiet for 10 s and more: its state has aged, and says so)
+        assert row["model_age_seconds"] >= 10 and row["stale"] == (row["model_age_seconds"] > 10)
     mine = {k: [r for key, r in reference if key == k] for k in KEYS}
     prefix = tmp_path / "prefix.jsonl"
     prefix.write_text("".join(json.dumps(r) + "\n" for k, (learned, _) in zip(KEYS, counts)

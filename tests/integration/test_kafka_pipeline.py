@@ -42,7 +42,7 @@ def test_examples_in_predictions_out_equal_to_the_file_pipeline(broker, tmp_path
     messages = consume_all(bootstrap, f"{topic}-predictions", len(rows))
     assert len(messages) == len(rows)
     predictions = [strict_loads(m.value) for m in messages]
-    assert all(p["schema"] == "unitless.prediction/3" for p in predictions)
+    assert all(p["schema"] == "unitless.prediction/4" for p in predictions)
     for p in predictions:
         check_message(p)
     assert {p["id"] for p in predictions} == {r["id"] for r in rows}

@@ -102,7 +102,10 @@ def bundle_seconds(topics):
     hands a model group one element, and Prism gives a stateful step's key about one element a
     bundle, some ten bundles a second, whatever the elements hold; so with a labels topic beside
     the examples' each reader's bundles last longer, and the step gets as many elements a second
-    as from one topic (more, and they queue before it: benchmarks/results/labels_stream.md)."""
+    as from one topic (more, and they queue before it: benchmarks/results/labels_stream.md).
+    A topic served apart from learning keeps one topic's bundles (``io.read_source``): its
+    examples are served when its bundle ends, and its labels' longer bundles hold the step's
+    elements a second near one topic's."""
     return KafkaSourceConfig.max_bundle_s * topics
 
 
@@ -135,7 +138,7 @@ def parse_messages(cfg, partition, records):
 
 def prediction_messages(table):
     """One JSON object per row, as bytes: ``{"schema": <id>, <column>: <value>, ...}``, the id
-    that of the table's output (``schemas.schema_id``: ``unitless.prediction/3`` for a
+    that of the table's output (``schemas.schema_id``: ``unitless.prediction/4`` for a
     training run's predictions, ``unitless.score/1`` for scores), the columns in the table's
     order; the same objects ``json.dumps`` makes of ``{"schema": ..., **row}`` (a consumer
     decodes equal values of equal types), built a column at a time by Arrow rather than a

@@ -43,6 +43,9 @@ class ExampleBlock:
     # ``split_by_key``, ``screen`` and ``concat`` (of blocks whose spans tile), cut by
     # ``parts``; None from any other subset, and where the reader sets none
     span: tuple = None
+    # [n, K]: the scores each example was served with by a serving step apart from learning
+    # (NaN rows: not served there), carried to the learning step (``pipelines/serve.py``)
+    served_scores: np.ndarray = None
 
     def __len__(self):
         return len(self.labels)
@@ -87,7 +90,7 @@ class ExampleBlock:
     def nbytes(self):
         """Bytes of the block's columns (not of its raw records or names)."""
         arrays = (self.positions, self.labels, self.weights, self.indptr, self.indices,
-                  self.values, self.event_times)
+                  self.values, self.event_times, self.served_scores)
         return (sum(a.nbytes for a in arrays if a is not None) + self.ids.nbytes
                 + self.keys.nbytes)
 
@@ -110,7 +113,8 @@ class ExampleBlock:
                             self.keys.take(rows), b.labels, b.weights, b.indptr, b.indices,
                             b.values, self.names, None,
                             self.event_times[rows] if self.event_times is not None else None,
-                            restarts_midway=self.restarts_midway)
+                            restarts_midway=self.restarts_midway,
+                            served_scores=_rows(self.served_scores, rows))
 
     def first_positions(self):
         """(model keys, int64 array): each model key the block holds and the position of its
@@ -178,8 +182,9 @@ class ExampleBlock:
             np.concatenate([b.labels for b in blocks])[order],
             np.concatenate([b.weights for b in blocks])[order], indptr, indices,
             np.empty(int(lengths.sum())), merged_names(b.names for b in blocks),
-            None, None if any(t is None for t in times) else np.concatenate(times)[order],
-            restarts_midway=blocks[0].restarts_midway)
+            None, _rows(_concatenated(times), order),
+            restarts_midway=blocks[0].restarts_midway,
+            served_scores=_rows(_concatenated([b.served_scores for b in blocks]), order))
         span = _tiled([b.span for b in blocks])
         first = 0
         while blocks:
@@ -243,7 +248,8 @@ class ExampleBlock:
                             self.labels[start:stop], self.weights[start:stop], indptr,
                             indices, self.values[a:b], self.names, None,
                             self.event_times[start:stop] if self.event_times is not None
-                            else None, restarts_midway=self.restarts_midway)
+                            else None, restarts_midway=self.restarts_midway,
+                            served_scores=_rows(self.served_scores, slice(start, stop)))
 
     @staticmethod
     def concat(blocks):
@@ -263,8 +269,9 @@ class ExampleBlock:
             np.concatenate([b.labels for b in blocks]),
             np.concatenate([b.weights for b in blocks]), indptr,
             np.concatenate([b.indices for b in blocks]), np.concatenate([b.values for b in blocks]),
-            names, None, None if any(t is None for t in times) else np.concatenate(times),
-            restarts_midway=blocks[0].restarts_midway)
+            names, None, _concatenated(times),
+            restarts_midway=blocks[0].restarts_midway,
+            served_scores=_concatenated([b.served_scores for b in blocks]))
         if (np.diff(block.positions) < 0).any():
             block = block.take(np.argsort(block.positions, kind="stable"))
         block.span = _tiled([b.span for b in blocks])
@@ -292,6 +299,16 @@ class ExampleBlock:
                                "label": None if math.isnan(label) else label, "features": {
                                    str(i): float(v) for i, v in zip(row.indices, row.values)}})
         return raw
+
+
+def _rows(array, rows):
+    """``array[rows]``, or None for None (a column a block may not have)."""
+    return None if array is None else array[rows]
+
+
+def _concatenated(arrays):
+    """The arrays one after the other, or None unless every one is there."""
+    return None if any(a is None for a in arrays) else np.concatenate(arrays)
 
 
 def _tiled(spans):

@@ -53,7 +53,7 @@ class FileSink:
 class KafkaSink:
     """Arrow tables of predictions or dead letters -> one Kafka message per row.
 
-    Predictions and scores: key = model key, value = JSON (``unitless.prediction/3`` or
+    Predictions and scores: key = model key, value = JSON (``unitless.prediction/4`` or
     ``unitless.score/1``, ``unitless/schemas``). Dead
     letters: the original record byte for byte as the value; source, position and reason in
     headers. ``flush`` returns once the broker acknowledged every message (acks=all).

@@ -38,7 +38,8 @@ LEARN_OPTIONS = {
     "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
     "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
     "model_groups": 1024, "model_ttl": None, "labels": None, "label_wait": None,
-    "expired_label": None, "max_time_skew": None,
+    "expired_label": None, "max_time_skew": None, "serve_apart": False, "publish_seconds": 1.0,
+    "max_staleness": 10.0,
 }
 # Hyperparameters by option name; which apply depends on the algorithm (see the registry).
 HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
@@ -81,6 +82,19 @@ class TrainConfig:
     overwrite: bool = False      # remove an earlier run's models and outputs first (ownership)
     # seconds a record of a join with a wait may be dated ahead of the reader's clock
     max_time_skew: float = None
+    # examples without a label served apart from learning, by published model states
+    # (pipelines/serve.py): always with --labels
+    serve_apart: bool = False
+    publish_seconds: float = 1.0  # ... which the learning step publishes this often
+    max_staleness: float = 10.0   # ... and a served row is flagged stale past this age (s)
+
+    @property
+    def idle_seconds(self):
+        """A quiet stream's models are checkpointed, and published when serving apart, after
+        this long without an element (``LearnBlocks.idle``); 0: never."""
+        times = [t for t in (self.checkpoint_seconds,
+                             self.publish_seconds if self.serve_apart else 0) if t]
+        return min(times, default=0.0)
 
     def is_labels(self, source):
         """Whether a block's source is one of ``labels``: a file, or a partition of the
@@ -296,6 +310,7 @@ def configure(inputs=None, scoring=False, **options):
     if cfg.model_ttl and cfg.shards:
         raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
                          "keep their state)")
+    cfg.serve_apart, cfg.publish_seconds, cfg.max_staleness = serving_apart(o)
     if o["labels"]:
         cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
         cfg.label_wait, cfg.expired_label = label_expiry(o, cfg)
@@ -307,6 +322,23 @@ def configure(inputs=None, scoring=False, **options):
         time_skew(o["max_time_skew"], None)
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
+
+
+def serving_apart(o):
+    """(whether examples are served apart from learning, ``--publish-seconds``,
+    ``--max-staleness``), checked: apart with ``--labels`` always (docs/usage.md, "Serving
+    apart from learning"), else with ``--serve-apart``."""
+    apart = bool(o["serve_apart"] or o["labels"])
+    if apart and int(o["shards"]):
+        raise ValueError("--serve-apart (and --labels) cannot be used with --shards yet")
+    seconds = []
+    for name in ("publish_seconds", "max_staleness"):
+        value = duration(o[name], f"--{name.replace('_', '-')}")
+        if not value > 0:
+            raise ValueError(f"--{name.replace('_', '-')} wants a duration above 0, got "
+                             f"{o[name]!r}")
+        seconds.append(value)
+    return (apart, *seconds)
 
 
 def joined_labels(labels, cfg, given_format):

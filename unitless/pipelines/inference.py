@@ -10,7 +10,8 @@ from ..connectors.formats import parse_records
 from ..connectors.records import string_array
 from ..store.models import model_directory_of
 from .config import REFRESH_SECONDS, configure
-from .score import MODEL_REFRESHES, ScoringModels, check_model_dir, score_with
+from .score import check_model_dir, score_with
+from .scoring_models import MODEL_REFRESHES, ScoringModels
 
 RESULT_FIELDS = ("prediction", "probability", "checkpoint_id")
 PREDICTIONS = beam.metrics.Metrics.counter("unitless", "predictions")

@@ -397,16 +397,19 @@ class WriteToSink(beam.DoFn):
 
 
 def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kafka_settings,
-                streaming=False, earliest=None, furthest=None):
+                streaming=False, earliest=None, furthest=None, served=frozenset()):
     """Files or Kafka topics -> (ExampleBlocks, dead-letter tables). A Kafka source starts
     each partition at ``earliest`` (a resumed run's restart offsets, by source); dead letters
-    at or before ``furthest`` are not written again."""
+    at or before ``furthest`` are not written again. The topics ``served`` (their names) are
+    served apart from learning: their bundles end as a single topic's do, since a runner hands
+    a bundle's blocks on to the serving step only when it ends (``bundle_seconds``)."""
     if is_kafka(inputs[0]):
         reads = []
         for n, url in enumerate(inputs):  # (a topic's partitions; the first's steps unnumbered)
             topic = KafkaTopic.parse(url, kafka_settings)
             source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size,
-                                       max_bundle_s=bundle_seconds(len(inputs)),
+                                       max_bundle_s=bundle_seconds(
+                                           1 if topic.topic in served else len(inputs)),
                                        dead_letter=dead_letter, logged_through=furthest)
             ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
                                       bounded=not streaming)
@@ -477,9 +480,11 @@ class ReadExamples(beam.PTransform):
             # read once: the earliest position each checkpoint records is where a Kafka
             # source restarts; records refused at or before the furthest have dead letters
             earliest, furthest = resume_positions(self.resume_dir)
+        served = frozenset(KafkaTopic.parse(url).topic for url in cfg.inputs if is_kafka(url)
+                           ) - cfg.label_sources if cfg.serve_apart else frozenset()
         blocks, self.dead_letters = read_source(
             pbegin.pipeline, cfg.inputs, cfg.format, cfg.spec, cfg.chunk_size, self.check,
-            cfg.dead_letter, cfg.kafka_settings, self.streaming, earliest, furthest)
+            cfg.dead_letter, cfg.kafka_settings, self.streaming, earliest, furthest, served)
         return blocks
 
 

@@ -22,13 +22,13 @@ from ..connectors.sinks import check_target, open_sink
 from ..learner import read_metadata
 from ..store import per_key
 from ..store.by_group import (GroupWriter, examples_of, group_counts, group_key, group_keys,
-                              group_numbers)
+                              group_numbers, published_dir)
 from ..store.checkpoint_file import read_once
 from ..store.join import LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
 from ..store.models import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
-from ..store.resume import covered_partitions
+from ..store.resume import covered_partitions, served_positions
 from ..store.shards import shard_counts
 from ..store.starts import prune_starts, starts_dir, write_starts
 from .accounting import (ACCOUNTS, RANGES, CheckAccounts, CountOverlaps, Tally, count_as,
@@ -37,6 +37,7 @@ from .bundles import hold_each_key_in_one_bundle
 from .config import TrainConfig, check_resume, configure, learner_check, new_learner
 from .io import DEAD, ReadExamples, as_blocks
 from .ordering import InOrder
+from .serve import SERVED, serve_step
 
 log = logging.getLogger("unitless")
 
@@ -230,7 +231,7 @@ class LearnBlocks:
             str(cfg.labels[0]))
         # a stream that goes quiet still gets its --checkpoint-seconds checkpoint (``idle``);
         # a bounded input's end takes the last one
-        self.idle_seconds = cfg.checkpoint_seconds if streaming else None
+        self.idle_seconds = (cfg.idle_seconds or None) if streaming else None
         self.ttl_seconds = cfg.model_ttl or None
         self.examples = Metrics.counter("unitless", "examples")
         self.served = Metrics.counter("unitless", "served_examples")
@@ -238,6 +239,7 @@ class LearnBlocks:
         self.replayed = Metrics.counter("unitless", "replayed_examples_skipped")
         self.loss = Metrics.distribution("unitless", "loss_micros")
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
+        self.publications = Metrics.counter("unitless", "publications")
         self.decoded = Metrics.counter("unitless", "models_decoded")
         self.evicted = Metrics.counter("unitless", "models_evicted")
         self.returned = Metrics.counter("unitless", "models_returned")
@@ -256,6 +258,9 @@ class LearnBlocks:
         self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
         cfg = self.cfg
         self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
+        # (serving apart: the models' states as the serving step reads them, ``_publish``)
+        self.publisher = (GroupWriter(published_dir(cfg.model_dir), cfg.model_groups, keep=2)
+                          if cfg.serve_apart else None)
         self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
                                 cfg.kafka_settings),
                       open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
@@ -376,9 +381,10 @@ class LearnBlocks:
         """No element of the key for ``idle_seconds`` (of the watermark, which a quiet Kafka
         partition moves with the reader's clock): the checkpoint of each of its models that
         is behind, which --checkpoint-seconds would have taken had anything arrived (written
-        when the bundle ends, as those at a source's start or the end of input). Returns
-        whether it took any."""
-        return self._catch_up(group)
+        when the bundle ends, as those at a source's start or the end of input), and serving
+        apart, its models' publications. Returns whether it took any checkpoint."""
+        self._publish(group)
+        return self._catch_up(group) if self.cfg.checkpoint_seconds else False
 
     def expire(self, key, group, now, held):
         """--model-ttl: the group's models not seen for ``ttl_seconds`` by ``now`` (µs on the
@@ -434,6 +440,7 @@ class LearnBlocks:
         group = learned or self.state(key, stored)
         yield from self._labels_ended(group)
         self._catch_up(group)
+        self._publish(group, at_once=True)  # (a run serving from this directory later: the last)
         stored.clear()
         self.models.pop(key)
         yield from models_left(key, [model.learned_range() for model in group.every_model()])
@@ -446,8 +453,9 @@ class LearnBlocks:
         if self.cfg.labels:
             yield from self._join(group, block)
         else:
-            yield from self._learn_parts(group, block)
+            yield from self._take_served(group, block)
         group.learned(block)
+        self._publish(group, block.keys.unique().to_pylist())
 
     def _learn_parts(self, group, block, served=None, served_scores=None, tracked=True):
         """The block's examples learned by their models (``ModelGroup.learn``), in parts of up
@@ -457,6 +465,43 @@ class LearnBlocks:
             scores = None if served_scores is None else served_scores[at:at + len(part)]
             at += len(part)
             yield from self._learn(group, part, served, scores, tracked)
+
+    def _take_served(self, group, block, served=None):
+        """The block learned (``_learn_parts``, ``served`` as there), but for the examples that
+        the serving step served apart from learning (``served_scores``, pipelines/serve.py):
+        each is recorded by its model as served in its place (its position passed, counted in
+        its ``served``), not predicted again, with the scores it was served with appended to
+        ``served``; counted served here (``Learn`` counts the learning step's outputs, not the
+        serving step's). One the model passed before is counted replayed."""
+        scores = block.served_scores
+        apart = (block.served & ~np.isnan(scores[:, 0])) if scores is not None else None
+        if apart is None or not apart.any():
+            yield from self._learn_parts(group, block, served)
+            return
+        source, marks, replayed = block.source, [], 0
+        for key, piece in block.take(np.flatnonzero(apart)).split_by_key():
+            model = self._of(group, key)
+            if source is not None:  # (what it passed before it learns the rest of the block)
+                fresh = piece.positions > model.positions.get(source, -1)
+                replayed += len(piece) - int(fresh.sum())
+                piece = piece.take(np.flatnonzero(fresh))
+            if len(piece):
+                marks.append((model, piece))
+        rest = block.take(np.flatnonzero(~apart))
+        if len(rest):
+            rest.span = block.span
+            yield from self._learn_parts(group, rest, served)
+        for model, piece in marks:
+            model.served += len(piece)
+            if source is not None:
+                model.learns_to(source, max(int(piece.positions.max()),
+                                            model.positions.get(source, -1)), block.span)
+            if served is not None:
+                served.append((piece, piece.served_scores))
+        taken = sum(len(piece) for _, piece in marks)
+        if taken or replayed:
+            self.replayed.inc(replayed)
+            yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(served=taken, replayed=replayed))
 
     def learn_released(self, group, blocks, at=None):
         """The blocks the watermark released, in order (``InOrder``), each learned (``learn``);
@@ -520,7 +565,7 @@ class LearnBlocks:
             piece, before = join.served_before(k, piece)
             rows = []
             if len(piece):
-                yield from self._learn_parts(group, piece, rows)
+                yield from self._take_served(group, piece, rows)
             if before is not None:  # (what they were served with is gone)
                 rows.append((before, np.full((len(before), model.state.n_classes), np.nan)))
             served += [(k, b, scores) for b, scores in rows]
@@ -667,6 +712,28 @@ class LearnBlocks:
         if self.pending_bytes >= self.PENDING_BYTES:
             self._write_checkpoints()
 
+    def _publish(self, group, keys=None, at_once=False):
+        """Serving apart: publish the state of each of the group's models (of model ``keys``,
+        None: all) that learned since it was last published, ``publish_seconds`` ago or more
+        (``at_once``: however recently), for the serving step to read (``published_dir``; not
+        a checkpoint: no join's share, nothing a resumed run reads)."""
+        if self.publisher is None:
+            return
+        now = time.time()
+        models = (group.every_model() if keys is None
+                  else [group.models[k] for k in keys if k in group.models])
+        due = [m for m in models
+               if m.publish_due(0.0 if at_once else self.cfg.publish_seconds, now)]
+        if not due:
+            return
+        taken = group.checkpoints(due, [m.published_metadata(now) for m in due])
+        groups = {}
+        for model, (rows, meta) in zip(due, taken):
+            groups.setdefault(group_key(model.key, self.cfg.model_groups), []).append(
+                (model.key, rows, meta))
+        self.publisher.write(groups)
+        self.publications.inc(len(due))
+
     def _write_checkpoints(self):
         """Flush every sink, then write the checkpoints taken (see the class docstring), all
         made durable together. Returns {model key: locator} of those written (a model whose
@@ -719,9 +786,9 @@ def check_before_start(cfg):
                                    if d is not None and not is_kafka(d)])
     elif not cfg.resume:
         refuse_earlier_models(cfg.model_dir)
-    for directory, depth in ((cfg.model_dir, 3), (cfg.predictions, 1), (cfg.dead_letter, 1)):
+    for directory, depth in ((cfg.model_dir, 4), (cfg.predictions, 1), (cfg.dead_letter, 1)):
         if directory is not None and not is_kafka(directory):
-            remove_leftovers(directory, depth)  # (3: MODEL_DIR/shards/<s>-of-<S>/<key>/)
+            remove_leftovers(directory, depth)  # (4: MODEL_DIR/published/groups/<n>/<group>/)
     if cfg.resume:
         models, counts = checkpoint_metadata(cfg.model_dir), shard_counts(cfg.model_dir)
         if counts and not cfg.shards:
@@ -778,6 +845,15 @@ class Learn(beam.PTransform):
         tallies = [blocks | "Count read" >> count_as("read")]
         if parse_dead is not None:
             tallies.append(parse_dead | "Count unreadable" >> count_as("read", "refused"))
+        served = None
+        if cfg.serve_apart:
+            # (served examples are counted by the learning step, as it takes them: Tally.served)
+            served = blocks | "Serve" >> serve_step(cfg, served_positions(cfg.model_dir)
+                                                     if cfg.resume else None)
+            blocks = served.blocks
+            tallies.append(served[DEAD] | "Count refused serving" >> count_as("refused"))
+            parse_dead = served[DEAD] if parse_dead is None else (
+                (parse_dead, served[DEAD]) | "Read or served dead" >> beam.Flatten())
         if cfg.shards:
             from .sharded import learn_over_shards  # (it builds on this module)
             self.dead_letters = parse_dead if parse_dead is not None else (
@@ -800,6 +876,8 @@ class Learn(beam.PTransform):
             self.dead_letters = learned[DEAD] if parse_dead is None else (
                 (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
         tallies.append(predictions | "Count predicted" >> count_predictions())
+        if served is not None:
+            predictions = (served[SERVED], predictions) | "All predictions" >> beam.Flatten()
         if blocks.is_bounded:
             _ = (tallies | "Tallies" >> beam.Flatten()
                  | "Account" >> CheckAccounts(cfg.resume, models_counted=not cfg.shards))

@@ -2,7 +2,7 @@
 tables hold them, and the JSON Schema (a file shipped beside this module) that a consumer can
 validate a message with.
 
-* ``unitless.prediction/3``: what training writes for each example it learns or serves.
+* ``unitless.prediction/4``: what training writes for each example it learns or serves.
 * ``unitless.score/1``: what scoring (``unitless score``, ``Score``) writes for each example.
   Scoring learns nothing, so the training fields (``examples_seen``, ``served``,
   ``served_loss``, ``event_time``) have no meaning there; its rows are their own message
@@ -17,7 +17,7 @@ from importlib import resources
 
 import pyarrow as pa
 
-PREDICTION_ID = "unitless.prediction/3"
+PREDICTION_ID = "unitless.prediction/4"
 SCORE_ID = "unitless.score/1"
 DEAD_LETTER_ID = "unitless.dead_letter/1"
 
@@ -30,6 +30,10 @@ PREDICTION_SCHEMA = pa.schema([
     # the loss of the prediction the example was served with, once its label came (``--labels``:
     # what users experienced); null where it was not served first
     ("served_loss", pa.float64()),
+    # a row served apart from learning (``pipelines/serve.py``): seconds since the model state
+    # that served it was published (null: not published yet, a fresh model; or not served
+    # apart), and whether that was past --max-staleness
+    ("model_age_seconds", pa.float64()), ("stale", pa.bool_()),
 ])
 SCORE_SCHEMA = pa.schema([f for f in PREDICTION_SCHEMA if f.name in (
     "id", "model_key", "prediction", "probability", "label", "loss", "error", "source",

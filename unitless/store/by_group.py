@@ -26,6 +26,9 @@ from .per_key import key_dir_name
 log = logging.getLogger("unitless")
 
 GROUPS = "groups"
+# model states published to a serving step apart from learning: a model directory of its own
+# in the group layout, inside the run's (``published_dir``)
+PUBLISHED = "published"
 PART_KEY = b"unitless_group"
 MODEL_KEY = "model_key"
 PART = re.compile(r"part-([0-9]{12})-([0-9a-f]{1,64})\.arrow")
@@ -92,6 +95,12 @@ def groups_dir(model_dir, groups):
 def group_dir(model_dir, groups, key):
     """The directory of the group of the keyed step's ``key`` (a ``group_key``)."""
     return join(groups_dir(model_dir, groups), key_dir_name(key))
+
+
+def published_dir(model_dir):
+    """Where a run serving apart from learning publishes its models' states: checkpoints in
+    the group layout (``GroupWriter``), without the bookkeeping a resumed run needs."""
+    return join(model_dir, PUBLISHED)
 
 
 def group_counts(model_dir):

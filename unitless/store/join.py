@@ -42,6 +42,14 @@ AHEAD_OF_CLOCK = ("a record dated more than --max-time-skew after the reader's c
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
 
 
+def dated_ahead(block, now, max_skew):
+    """The rows of ``block`` dated beyond ``max_skew`` after ``now`` (s; None: no bound): a
+    clock that is wrong, not a time that has come."""
+    if max_skew is None or now is None or block.event_times is None:
+        return []
+    return np.flatnonzero(block.event_times > now + max_skew).tolist()
+
+
 class Rows:
     """A block whose rows wait (served examples, with the ``scores`` they were served with; or
     labels), shared by their entries: a waiting example costs an entry, not a block of its own.
@@ -240,11 +248,7 @@ class LabelJoin:
         return block.screen([(r, AHEAD_OF_CLOCK) for r in self._ahead(block, now)])
 
     def _ahead(self, block, now):
-        """The rows of ``block`` dated beyond ``max_skew`` after ``now`` (s): a clock that is
-        wrong, not a time that has come."""
-        if self.max_skew is None or now is None or block.event_times is None:
-            return []
-        return np.flatnonzero(block.event_times > now + self.max_skew).tolist()
+        return dated_ahead(block, now, self.max_skew)
 
     def _order(self, block):
         """The rows of ``block`` in the order the join takes them: by record time (then

@@ -43,7 +43,8 @@ def outcome_columns(state, scores, labels):
 
 
 def prediction_table(keys, state, ids, labels, result, examples_seen, sources, positions,
-                     checkpoint_ids=None, event_times=None, served_losses=None):
+                     checkpoint_ids=None, event_times=None, served_losses=None, ages=None,
+                     stale=None):
     """The predictions (PREDICTION_SCHEMA) of examples predicted by models of learner settings
     ``state``: ``keys`` their model keys (a string array, or one key for all), ``result`` their
     BatchResult, ``examples_seen`` each one's model's count after it (``seen_after``),
@@ -51,7 +52,9 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
     model's last checkpoint (an array, or one for all). An example without a label (NaN) was
     served, not learned: its label, loss and error are null, and its ``examples_seen`` is the
     model's count when it served it; a learned example's is the count with it (so a served
-    example and its labeled twin right after it share one)."""
+    example and its labeled twin right after it share one). ``ages`` and ``stale``: of rows
+    served apart from learning (``pipelines/serve.py``; NaN age: a model not published yet),
+    else null."""
     n = len(labels)
     served = np.isnan(labels)
     prediction, prob, error = outcome_columns(state, result.scores, labels)
@@ -66,6 +69,9 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
         pa.array(served_losses, pa.float64(), mask=np.isnan(served_losses))
         if served_losses is not None
         else pa.nulls(n, pa.float64()),
+        pa.array(ages, pa.float64(), mask=np.isnan(ages)) if ages is not None
+        else pa.nulls(n, pa.float64()),
+        pa.array(stale, pa.bool_()) if stale is not None else pa.nulls(n, pa.bool_()),
     ], schema=PREDICTION_SCHEMA)
 
 
@@ -123,6 +129,9 @@ class KeyedModel:
     # --labels: what its checkpoint kept of its group's join (``LabelJoin.resume_state``), as
     # read back, until the join has it again (``LabelJoin.restore``)
     saved_join: dict = None
+    # serving apart from learning: examples_seen and when (epoch s) it was last published
+    published_examples: int = -1
+    published_time: float = 0.0
 
     def learned_range(self):
         """(key, examples_seen when this run made or read it, examples_seen now)."""
@@ -257,6 +266,20 @@ class KeyedModel:
                 or self.checkpoint_served != self.served
                 or self.checkpoint_restart not in (None, self.restart)
                 or self.passed_partitions != (self.checkpoint_passed or set()))
+
+    def publish_due(self, every_seconds, now):
+        """It learned since it was last published, ``every_seconds`` ago or more."""
+        return (self.state.examples_seen != self.published_examples
+                and now - self.published_time >= every_seconds)
+
+    def published_metadata(self, now):
+        """What a published state says beside the learner's (figures of
+        ``checkpoint_metadata``, but no join's share: a serving step needs none of it), named
+        by its version; marks it published."""
+        self.published_examples, self.published_time = self.state.examples_seen, now
+        return {"model_key": self.key, "time": now, "examples_served": self.served,
+                "errors": self.errors,
+                "checkpoint_id": f"{self.key}@{self.state.examples_seen}"}
 
     def mark_checkpoint(self):
         self.checkpoint_restart = dict(self.restart)

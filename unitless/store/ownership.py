@@ -16,7 +16,7 @@ from typing import Iterator, Optional, Sequence
 from ..connectors.files import output_parts
 from ..connectors.storage import (atomic_write, join, list_dir, makedirs, read_bytes, remove,
                                   remove_tree, resolve, scheme, unique_token)
-from .by_group import GROUPS
+from .by_group import GROUPS, PUBLISHED
 from .per_key import checkpoint_files
 from .shards import SHARDS
 from .starts import STARTS
@@ -35,7 +35,7 @@ class DirectoryInUse(ValueError):
 
 # the directories of a model directory that runs write, and what each holds (for messages)
 LAYOUTS = ((GROUPS, "model group checkpoints"), (SHARDS, "feature shards' checkpoints"),
-           (STARTS, "Kafka start records"))
+           (STARTS, "Kafka start records"), (PUBLISHED, "model states published for serving"))
 
 
 def _earlier_dirs(model_dir):

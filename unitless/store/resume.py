@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from ..learner import read_metadata
 from .checkpoint_file import once_per_run
-from .models import latest_metadata, model_keys
+from .models import checkpoint_metadata, latest_metadata, model_keys
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 
@@ -109,3 +109,11 @@ def sharded_cuts(model_dir, shards, check=None):
                         {source: position for source, position in starts.get(key, {}).items()
                          if source not in positions})
     return cuts
+
+
+def served_positions(model_dir):
+    """{(model key, source): position} through which each model's latest valid checkpoint says
+    it learned or served its examples of each source: a resumed run's serving step does not
+    serve again what is at or before it (``pipelines/serve.py``)."""
+    return {(key, source): int(position) for key, _, meta in checkpoint_metadata(model_dir)
+            for source, position in (meta.get("input_positions") or {}).items()}
