@@ -167,9 +167,10 @@ def parser():
                             "the model that learned every labeled one before it)")
     train.add_argument("--publish-seconds", metavar="SECONDS",
                        default=LEARN_OPTIONS["publish_seconds"],
-                       help="serving apart: the learning step publishes each model that "
-                            "changed at least this often (a checkpoint), and serving looks "
-                            "for it four times as often (default 1)")
+                       help="serving apart: the learning step publishes the state of each "
+                            "model that learned this often (in MODEL_DIR/published, not a "
+                            "checkpoint), and serving looks for it four times as often "
+                            "(default 1)")
     train.add_argument("--max-staleness", metavar="SECONDS",
                        default=LEARN_OPTIONS["max_staleness"],
                        help="serving apart: a prediction served by a model state published "

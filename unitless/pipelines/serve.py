@@ -1,6 +1,6 @@
 """Serving apart from learning: each example without a label answered at once, in the bundle that
-reads it, by the newest state of its model that the learning step published (its checkpoints in
-the model directory), never waiting for the join, learning, checkpoints or the watermark. The
+reads it, by the newest state of its model that the learning step published (in the model
+directory), never waiting for the join, learning, checkpoints or the watermark. The
 example then goes on to the learning step carrying the scores it was served with
 (``ExampleBlock.served_scores``), so the learning step never predicts on the serving step's
 behalf: ``served_loss`` is the loss of the prediction actually served. Why published states
