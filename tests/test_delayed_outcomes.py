@@ -344,6 +344,7 @@ def test_on_a_stream_a_record_dated_far_ahead_moves_no_clock():
             "l/0", 1, ("e-0", now - 97, 1), ("e-1", now + 3e7, 1),
             *((f"e-{i}", now - 97 + i, 1) for i in range(2, 20))), now)
         learned = [i for _, block, _, _ in joined for i in block.ids.to_pylist()]
+        assert join.take_delays() == pytest.approx([3.0] * len(learned))  # (label_delay_ms)
         return dead + more, learned, join.take_counts()["expired"]
     dead, learned, expired = run(300.0)
     assert [(d.source, d.position, d.reason) for d in dead] == [

@@ -24,7 +24,7 @@ from ..store import per_key
 from ..store.by_group import (GroupWriter, examples_of, group_counts, group_key, group_keys,
                               group_numbers, published_dir)
 from ..store.checkpoint_file import read_once
-from ..store.join import LabelJoin
+from ..store.join import LATE_LABEL, LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
 from ..store.models import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
@@ -246,6 +246,8 @@ class LearnBlocks:
         self.waiting = Metrics.counter("unitless", "examples_waiting_for_labels")
         self.expired = Metrics.counter("unitless", "examples_expired_without_label")
         self.expired_learned = Metrics.counter("unitless", "examples_expired_learned")
+        self.label_delay = Metrics.distribution("unitless", "label_delay_ms")
+        self.late = Metrics.counter("unitless", "late_labels")
 
     def setup(self):
         # key -> ModelGroup last written to state (skips decoding)
@@ -619,6 +621,8 @@ class LearnBlocks:
             yield from self._learn_parts(group, rows, served_scores=scores,
                                          tracked=not (expired or self.in_time_order))
         self.last_join = group.join
+        for delay in group.join.take_delays():
+            self.label_delay.update(int(delay * 1000))
         counts = group.join.take_counts()
         if any(counts.values()):
             self.waiting.inc(counts["waiting"])
@@ -653,6 +657,7 @@ class LearnBlocks:
     def _dead(self, dead):
         if dead:
             self.bad.inc(len(dead))
+            self.late.inc(sum(d.reason == LATE_LABEL for d in dead))
             dead = dead_letter_table(dead)
             self.sinks[1].write(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)

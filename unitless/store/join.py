@@ -152,6 +152,7 @@ class LabelJoin:
         self.models = {}
         self.seq = 0
         self.counts = dict(waiting=0, expired=0, expired_learned=0, replayed=0)
+        self.delays = []  # label time less example time (s) of each join since ``take_delays``
         # what persists it (``log_entries``): the calls that changed it since the last
         # snapshot, numbered; the bytes of that snapshot (None: none yet) and of the calls
         self.log, self.logged, self.snapshot_bytes, self.log_bytes = [], 0, None, 0
@@ -197,7 +198,7 @@ class LabelJoin:
             join.logged = number  # (the calls it logs next are numbered after these)
         if join is not None:
             join.log, join.log_bytes, join.replaying = [], logged, False
-            join.counts = dict.fromkeys(join.counts, 0)
+            join.counts, join.delays = dict.fromkeys(join.counts, 0), []
         return join
 
     @property
@@ -226,6 +227,12 @@ class LabelJoin:
         resumed run read again (``replayed``, ``labels``)."""
         counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
         return counts
+
+    def take_delays(self):
+        """The time from each example to its label (s; below 0: the label came first) of the
+        examples joined since the last call, where both records have a time."""
+        delays, self.delays = self.delays, []
+        return delays
 
     def screen(self, key, block, seen=None):
         """A features block of model ``key`` -> (the block without the examples whose id is
@@ -640,6 +647,8 @@ class LabelJoin:
                     del join.served[i]
                     out.add(key, (rows, r), head)
                     self.counts["waiting"] -= 1
+                    if math.isfinite(t - came):
+                        self.delays.append(t - came)
                     self._close(join, i, False, came)
                     self._left(join, rows)
             elif ended or (self.wait is not None and t + self.wait < join.clocks[FEATURES]):
