@@ -122,3 +122,54 @@ def test_serve_in_a_users_pipeline_answers_with_the_published_states(tmp_path):
                                                       "finite" in d["reason"])),
                     equal_to([(True, True)]), label="dead")
 
+
+
+def learning_step(tmp_path, **options):
+    """A streaming run's learning step (``LearnBlocks``) serving apart, and a model group."""
+    from unitless.pipelines.config import configure
+    from unitless.pipelines.train import LearnBlocks
+    from unitless.store.keyed_model import ModelGroup
+    cfg = configure(None, model_dir=str(tmp_path / "models"), predictions=None,
+                    dead_letter=None, id_column="id", model_key_column="key", serve_apart=True,
+                    **options)
+    step = LearnBlocks(cfg, streaming=True)
+    step.setup()
+    return cfg, step, ModelGroup()
+
+
+def block_of(cfg, first, n, labeled):
+    """``n`` examples of model "k" at positions first.., read whole (a span), those without a
+    label served apart (score 0), the others not."""
+    from dataclasses import replace
+    from unitless.connectors.formats import parse_records
+    items = [(first + i, {"id": f"e{first + i}", "key": "k", "a": float(i),
+                          **({"label": 1} if labeled else {})}) for i in range(n)]
+    block, _ = parse_records(cfg.spec, "src", items)
+    block.span = (first - 1 if first else -1, first + n - 1)
+    return replace(block, served_scores=np.full((n, 1), np.nan if labeled else 0.0))
+
+
+def test_serving_apart_keeps_the_checkpoint_cadence(tmp_path):
+    """Found by review. A model whose examples are all served apart is checkpointed every
+    --checkpoint-seconds (its positions move); a quiet key's idle timer, due at
+    --publish-seconds, publishes at once but checkpoints only what --checkpoint-seconds makes
+    due, and asks to be called again then."""
+    import time
+    cfg, step, group = learning_step(tmp_path / "served", checkpoint_seconds=0.2)
+    for first in (0, 10, 20):
+        list(step.learn(group, block_of(cfg, first, 10, labeled=False)))
+        time.sleep(0.25)
+    model = group.models["k"]
+    assert model.positions == {"src": 29} and model.served == 30
+    assert model.checkpoint_served >= 20  # (not -1: checkpoints came as it served)
+
+    cfg, step, group = learning_step(tmp_path / "quiet", checkpoint_seconds=60)
+    assert step.idle_seconds == 1.0  # (--publish-seconds)
+    list(step.learn(group, block_of(cfg, 0, 10, labeled=True)))
+    model = group.models["k"]
+    took, again = step.idle("k", group)
+    assert not took and not step.pending and 59 < again <= 60
+    assert model.published_examples == 10  # (published at once, quiet)
+    model.checkpoint_time -= 61
+    took, again = step.idle("k", group)
+    assert took and len(step.pending) == 1 and again is None

@@ -135,7 +135,8 @@ class InOrder(beam.DoFn):
     ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
     ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
     never) past the key's last block of a source (learned on arrival or released), ``idle`` is
-    called (it returns whether it changed the state, which is then stored). (An event-time
+    called (it returns whether it changed the state, which is then stored, and in how many
+    seconds of the watermark to call it again if no block comes, None: not). (An event-time
     timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
     Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
     once the stream has been quiet that long.) And ``ttl_seconds`` and ``expire(key, state,
@@ -265,15 +266,19 @@ class InOrder(beam.DoFn):
             idle.set(min(timestamp + Duration(seconds), GlobalWindow().max_timestamp()))
 
     @on_timer(IDLE)
-    def went_idle(self, key=beam.DoFn.KeyParam, stored=beam.DoFn.StateParam(MODEL),
-                  log=beam.DoFn.StateParam(LOG)):
+    def went_idle(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                  stored=beam.DoFn.StateParam(MODEL), log=beam.DoFn.StateParam(LOG),
+                  idle=beam.DoFn.TimerParam(IDLE)):
         self.keys.hold(key)
         stored = Stored(stored, log)
         if stored.read() is None:  # (its input ended and it left state)
             return
         state = self.handler.state(key, stored)
-        if self.handler.idle(key, state):
+        changed, again = self.handler.idle(key, state)
+        if changed:
             self.handler.store(key, state, stored)
+        if again is not None:
+            idle.set(min(fired + Duration(again), GlobalWindow().max_timestamp()))
 
     def _expire_at(self, micros, expire_at, expire):
         micros = min(micros, GlobalWindow().max_timestamp().micros)

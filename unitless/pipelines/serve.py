@@ -65,7 +65,7 @@ class ServeBlocks(beam.DoFn):
     A labels block (``cfg.is_labels``) goes on as it is.
 
     With ``write``, the predictions and dead letters are also written to ``cfg.predictions``
-    and ``cfg.dead_letter`` and made durable before the bundle ends, so no example reaches the
+    and ``cfg.dead_letter``, durable before the block is handed on, so no example reaches the
     learning step (whose checkpoints then cover it) before its prediction is delivered.
 
     Refused here, as the learning step would: what the model's learner refuses
@@ -122,16 +122,22 @@ class ServeBlocks(beam.DoFn):
                 tables.append(table)
         kept, dead = block.screen(sorted(problems))
         kept = replace(kept, served_scores=np.delete(scores, [r for r, _ in problems], axis=0))
-        yield kept
         if dead:
             self.bad.inc(len(dead))
             dead = dead_letter_table(dead)
-            if self.sinks:
+        if self.sinks:
+            # durable before the block goes on: a runner may hand it to the learning step,
+            # whose checkpoint then covers it, before this bundle ends (Flink)
+            for table in tables:
+                self.sinks[0].write(table)
+            if dead:
                 self.sinks[1].write(dead)
+            for sink in self.sinks:
+                sink.flush()
+        yield kept
+        if dead:
             yield beam.pvalue.TaggedOutput(DEAD, dead)
         for table in tables:
-            if self.sinks:
-                self.sinks[0].write(table)
             yield beam.pvalue.TaggedOutput(SERVED, table)
 
     def _to_serve(self, block):

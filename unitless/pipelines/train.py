@@ -15,7 +15,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.storage import list_dir, remove_leftovers
+from ..connectors.storage import list_dir, remove_leftovers, remove_tree
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
@@ -381,12 +381,22 @@ class LearnBlocks:
 
     def idle(self, key, group):
         """No element of the key for ``idle_seconds`` (of the watermark, which a quiet Kafka
-        partition moves with the reader's clock): the checkpoint of each of its models that
-        is behind, which --checkpoint-seconds would have taken had anything arrived (written
-        when the bundle ends, as those at a source's start or the end of input), and serving
-        apart, its models' publications. Returns whether it took any checkpoint."""
-        self._publish(group)
-        return self._catch_up(group) if self.cfg.checkpoint_seconds else False
+        partition moves with the reader's clock): serving apart, the publication of each of
+        its models that learned since its last; and the checkpoint of each that is behind and
+        whose last is --checkpoint-seconds old, which that would have taken had anything
+        arrived (written when the bundle ends, as those at a source's start or the end of
+        input). Returns (whether it took any checkpoint, seconds until the next of the others
+        behind is due: ``InOrder`` calls again then; None: none is behind)."""
+        self._publish(group, at_once=True)
+        seconds = self.cfg.checkpoint_seconds
+        if not seconds:
+            return False, None
+        now = time.time()
+        due = [m for m in group.every_model() if m.checkpoint_due(0, seconds)]
+        self._checkpoint(due, group)
+        later = [m.checkpoint_time + seconds - now for m in group.every_model()
+                 if m.checkpoint_behind() and m not in due]
+        return bool(due), (max(min(later), 0.001) if later else None)
 
     def expire(self, key, group, now, held):
         """--model-ttl: the group's models not seen for ``ttl_seconds`` by ``now`` (µs on the
@@ -504,6 +514,8 @@ class LearnBlocks:
         if taken or replayed:
             self.replayed.inc(replayed)
             yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(served=taken, replayed=replayed))
+        if not self.cfg.labels:  # (with labels, once the join's call is learned whole: _join)
+            self._checkpoint_due([model for model, _ in marks], group)
 
     def learn_released(self, group, blocks, at=None):
         """The blocks the watermark released, in order (``InOrder``), each learned (``learn``);
@@ -543,11 +555,7 @@ class LearnBlocks:
             dead += lost
         yield from self._dead(dead)
         yield from self._learn_joined(group, joined)
-        due = [m for m in group.every_model()
-               if m.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)]
-        if due:
-            self._checkpoint(due, group)
-            self._write_checkpoints()
+        self._checkpoint_due(group.every_model(), group)
 
     def _serve(self, group, join, block, now, seen=None):
         """A features block's examples served by their models (those that carry their label
@@ -679,14 +687,20 @@ class LearnBlocks:
             yield predictions
         # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
         # join's state with the model's, and they agree only then)
-        due = [] if self.cfg.labels else [
-            m for m in models if m.checkpoint_due(self.cfg.checkpoint_every,
-                                                  self.cfg.checkpoint_seconds)]
+        checkpointed = not self.cfg.labels and self._checkpoint_due(models, group)
+        if not checkpointed and predictions_sink.rows >= self.FLUSH_ROWS:
+            self._flush()
+
+    def _checkpoint_due(self, models, group):
+        """Checkpoint those of the group's ``models`` that are due (--checkpoint-every,
+        --checkpoint-seconds), written now: not when the bundle ends, however long it is.
+        Returns whether any was."""
+        due = [m for m in models
+               if m.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)]
         if due:
             self._checkpoint(due, group)
-            self._write_checkpoints()  # due now: not when the bundle ends, however long it is
-        elif predictions_sink.rows >= self.FLUSH_ROWS:
-            self._flush()
+            self._write_checkpoints()
+        return bool(due)
 
     def _flush(self):
         for sink in self.sinks:
@@ -786,6 +800,8 @@ def check_before_start(cfg):
         check_target(target, cfg.kafka_settings)
     check_target(cfg.model_dir)
     own(cfg.model_dir)  # (first: what follows removes files another run may be writing)
+    if cfg.serve_apart:  # (states an earlier run published: this run publishes its own)
+        remove_tree(published_dir(cfg.model_dir))
     if cfg.overwrite:
         start_over(cfg.model_dir, [d for d in (cfg.predictions, cfg.dead_letter)
                                    if d is not None and not is_kafka(d)])
@@ -845,6 +861,7 @@ class Learn(beam.PTransform):
         with read_once():  # (the checks and the covered partitions read the same checkpoints)
             check_before_start(cfg)
             covered = covered_partitions(cfg.model_dir) if cfg.resume and not cfg.shards else ()
+            through = served_positions(cfg.model_dir) if cfg.resume and cfg.serve_apart else None
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
         tallies = [blocks | "Count read" >> count_as("read")]
@@ -853,8 +870,7 @@ class Learn(beam.PTransform):
         served = None
         if cfg.serve_apart:
             # (served examples are counted by the learning step, as it takes them: Tally.served)
-            served = blocks | "Serve" >> serve_step(cfg, served_positions(cfg.model_dir)
-                                                     if cfg.resume else None)
+            served = blocks | "Serve" >> serve_step(cfg, through)
             blocks = served.blocks
             tallies.append(served[DEAD] | "Count refused serving" >> count_as("refused"))
             parse_dead = served[DEAD] if parse_dead is None else (
