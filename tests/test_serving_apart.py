@@ -1,8 +1,10 @@
 """Serving apart from learning (``--serve-apart``, always with ``--labels``): an example without a
 label is served by the newest published state of its model (a checkpoint), named by its version
 and age, and the learning is what it would have been had it been served in its place."""
+from dataclasses import replace
 import json
 import shutil
+import time
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
@@ -11,6 +13,10 @@ import numpy as np
 from unitless.beam import Rows, Serve
 from unitless.cli import main
 from unitless.connectors.files import read_output
+from unitless.connectors.formats import parse_records
+from unitless.pipelines.config import configure
+from unitless.pipelines.train import LearnBlocks
+from unitless.store.keyed_model import ModelGroup
 
 from tests.commands import train
 from tests.killing import final_models
@@ -126,9 +132,6 @@ def test_serve_in_a_users_pipeline_answers_with_the_published_states(tmp_path):
 
 def learning_step(tmp_path, **options):
     """A streaming run's learning step (``LearnBlocks``) serving apart, and a model group."""
-    from unitless.pipelines.config import configure
-    from unitless.pipelines.train import LearnBlocks
-    from unitless.store.keyed_model import ModelGroup
     cfg = configure(None, model_dir=str(tmp_path / "models"), predictions=None,
                     dead_letter=None, id_column="id", model_key_column="key", serve_apart=True,
                     **options)
@@ -140,8 +143,6 @@ def learning_step(tmp_path, **options):
 def block_of(cfg, first, n, labeled):
     """``n`` examples of model "k" at positions first.., read whole (a span), those without a
     label served apart (score 0), the others not."""
-    from dataclasses import replace
-    from unitless.connectors.formats import parse_records
     items = [(first + i, {"id": f"e{first + i}", "key": "k", "a": float(i),
                           **({"label": 1} if labeled else {})}) for i in range(n)]
     block, _ = parse_records(cfg.spec, "src", items)
@@ -154,7 +155,6 @@ def test_serving_apart_keeps_the_checkpoint_cadence(tmp_path):
     --checkpoint-seconds (its positions move); a quiet key's idle timer, due at
     --publish-seconds, publishes at once but checkpoints only what --checkpoint-seconds makes
     due, and asks to be called again then."""
-    import time
     cfg, step, group = learning_step(tmp_path / "served", checkpoint_seconds=0.2)
     for first in (0, 10, 20):
         list(step.learn(group, block_of(cfg, first, 10, labeled=False)))

@@ -94,11 +94,7 @@ class ServeBlocks(beam.DoFn):
 
     def start_bundle(self):
         for sink in self.sinks:
-            sink.discard()  # what a failed bundle left behind
-
-    def finish_bundle(self):
-        for sink in self.sinks:
-            sink.flush()
+            sink.discard()  # what a failed bundle left behind (each block is flushed: process)
 
     def teardown(self):
         for sink in getattr(self, "sinks", ()):
