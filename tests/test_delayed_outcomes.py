@@ -9,6 +9,7 @@ import pytest
 from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.connectors.files import read_output
+from unitless.labels import by_id
 from unitless.store import join as label_join
 
 from tests.commands import dead_letters, train
@@ -382,3 +383,19 @@ def test_a_time_ordered_join_takes_a_bounded_input_once():
     assert [b.ids.to_pylist() for _, b, _, _ in joined] == [["b"]] and dead == []
     with pytest.raises(RuntimeError, match="took its records in two parts"):
         join.joined_in_time_order([], [timed_block("l/0", 2, ("a", 6.0, 1))], None)
+
+
+def test_a_bounded_join_judges_each_id_by_its_own_records():
+    """``labels.by_id.judge``, the rules a bounded input's join applies per model key and id
+    (wait 3): the first label within the wait joins, those before it never can, those after
+    are seconds; without one, the labels after the expiry are late; ids closed before a
+    resume keep their labels out."""
+    f_group, f_time = [1, 2, 6], [10.0, 10.0, 0.0]
+    labels = [(3, 4.0), (1, 5.0), (1, 8.0), (4, 9.0), (5, 9.5), (1, 12.0), (2, 20.0), (2, 21.0)]
+    outcome, joins, joined = by_id.judge(f_group, f_time, [g for g, _ in labels],
+                                         np.array([t for _, t in labels]), 3.0,
+                                         closed_group=[4, 5], closed_expired=[True, False])
+    assert outcome.tolist() == [by_id.NEVER, by_id.NEVER, by_id.JOIN, by_id.LATE, by_id.SECOND,
+                                by_id.SECOND, by_id.LATE, by_id.LATE]
+    assert joins.tolist() == [-1, -1, 0, -1, -1, -1, -1, -1]
+    assert joined.tolist() == [True, False, False]

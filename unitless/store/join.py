@@ -12,9 +12,10 @@ join only when the label's time is at most ``wait`` after the example's, or the 
 most ``wait`` after the label's; and what waits longer expires, on each input's clock: the
 time the model key's records have reached there (``_advance``), not the reader's. An expired
 example is dropped, or learned with ``expired_label`` at its expiry time's place among its
-model's labels. A bounded input is joined whole, its records in time order
-(``joined_in_time_order``), and a record dated beyond ``max_skew`` after the reader's clock is
-refused (a wrong clock must not expire what waits). See docs/delayed-outcomes.md.
+model's labels. A bounded input is joined whole at its end, example id by example id on
+record time (``joined_in_time_order``, ``labels.by_id``), and a record dated beyond ``max_skew``
+after the reader's clock is refused (a wrong clock must not expire what waits). See
+docs/delayed-outcomes.md.
 """
 import heapq
 import math
@@ -24,8 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..connectors.records import DeadLetter, ExampleBlock
+from ..labels import by_id
 from ..learner.names import merged_names
 
 # dead letter reasons
@@ -127,6 +130,76 @@ class Released:
             for run in _runs(pairs):
                 out.append((key, *joined(run), run[0][1][0] is None))
         return out, self.dead
+
+
+class _Waiting:
+    """``joined_in_time_order``'s served examples that wait: ``rows`` of one block (None:
+    none), with the scores each was served with and the index of its features source; its
+    columns are those rows' (``take`` makes a block of some of them)."""
+
+    def __init__(self, block=None, rows=(), scores=None, sources=None):
+        self.block, self.rows = block, np.asarray(rows, np.int64)
+        self.scores, self.sources = scores, sources
+        if block is None:
+            self.keys = self.ids = pa.array([], pa.string())
+            self.times, self.positions = np.zeros(0), np.zeros(0, np.int64)
+            self.sources = np.zeros(0, np.int64)
+        else:
+            self.keys, self.ids = block.keys.take(self.rows), block.ids.take(self.rows)
+            self.times, self.positions = block.event_times[self.rows], block.positions[self.rows]
+
+    def take(self, rows):
+        """(a block of the examples at ``rows``, in that order; the scores they were served
+        with)."""
+        at = self.rows[rows]
+        return self.block.take(at), self.scores[at]
+
+
+class _Labels:
+    """``joined_in_time_order``'s labels taken [(block, read again)], as one block."""
+
+    def __init__(self, taken):
+        self.blocks = [b for b, _ in taken if len(b)]
+        self.again = np.array([a for b, again in taken if len(b) for a in again], dtype=bool)
+        self.sources = np.repeat(np.arange(len(self.blocks)), [len(b) for b in self.blocks])
+        self.source_names = [b.source for b in self.blocks]
+        self.starts = np.cumsum([0] + [len(b) for b in self.blocks])
+        self.block = by_id.stacked(self.blocks) if self.blocks else _no_labels()
+        self.times = (self.block.event_times if self.block.event_times is not None
+                      else np.full(len(self.block), math.inf))
+
+    def in_order(self):
+        """The labels not read again, in the order the join takes them: time, file, line."""
+        rows = np.flatnonzero(~self.again)
+        return rows[np.lexsort((self.block.positions[rows], self.sources[rows],
+                                self.times[rows]))]
+
+    def source_of(self, n):
+        return self.source_names[self.sources[n]]
+
+    def dead(self, n, reason):
+        j = int(self.sources[n])
+        block, row = self.blocks[j], n - int(self.starts[j])
+        return DeadLetter(block.source, int(block.positions[row]), block.raw_record(row), reason)
+
+
+def _max_by(keys, sources, positions):
+    """[(key code, source index, the greatest position)] of each (key, source) present."""
+    width = int(sources.max()) + 1 if len(sources) else 1
+    unique, inverse = np.unique(np.asarray(keys, np.int64) * width + sources,
+                                return_inverse=True)
+    greatest = np.full(len(unique), -1, np.int64)
+    np.maximum.at(greatest, inverse, positions)
+    return list(zip((unique // width).tolist(), (unique % width).tolist(), greatest.tolist()))
+
+
+def _no_labels():
+    return ExampleBlock("", np.zeros(0, np.int64), pa.array([], pa.string()),
+                        pa.array([], pa.string()), np.zeros(0), np.zeros(0),
+                        np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0))
+
+
+_REASONS = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
 
 
 class LabelJoin:
@@ -339,31 +412,30 @@ class LabelJoin:
         dated beyond ``max_skew`` after ``now`` (the reader's clock) is refused."""
         self._record("labels", block, now)
         out = Released()
-        rows, again = self._labels_taken(block, now, out)
+        block, again = self._labels_taken(block, now, out)
+        rows = Rows(block)
         for q in np.argsort(rows.block.positions, kind="stable").tolist():
             self._label(rows, q, again[q], out)
         return out.result()
 
     def _labels_taken(self, block, now, out):
-        """A labels block's rows the join takes (``Rows``) and which of them a resumed run
-        read again (``again``); the others are dead letters (in ``out``): without an id, a
-        model key (``keyed``: it would wait in the model of no key, for features that never
-        come there) or a label, or dated beyond ``max_skew`` after ``now``."""
-        ids, again = block.ids.to_pylist(), self._judged(block)
-        ahead = set(self._ahead(block, now))
-        keys = block.keys.to_pylist() if self.keyed else None
-
-        def refusal(r):
-            return (AHEAD_OF_CLOCK if r in ahead else NO_ID if ids[r] is None
-                    else NO_KEY if keys is not None and not keys[r]
-                    else NO_LABEL if np.isnan(block.labels[r]) else None)
-        refused = [(r, why) for r in range(len(block)) if not again[r]
-                   for why in (refusal(r),) if why is not None]
+        """A labels block's rows the join takes and which of them a resumed run read again
+        (``again``); the others are dead letters (in ``out``): without an id, a model key
+        (``keyed``: it would wait in the model of no key, for features that never come there)
+        or a label, or dated beyond ``max_skew`` after ``now``."""
+        again = np.asarray(self._judged(block), dtype=bool)
+        reasons = np.full(len(block), None, dtype=object)
+        reasons[np.isnan(block.labels)] = NO_LABEL
+        if self.keyed:
+            reasons[~pc.fill_null(pc.greater(pc.utf8_length(block.keys), 0), False)
+                    .to_numpy(zero_copy_only=False)] = NO_KEY
+        reasons[block.ids.is_null().to_numpy(zero_copy_only=False)] = NO_ID
+        reasons[self._ahead(block, now)] = AHEAD_OF_CLOCK
+        reasons[again] = None
+        refused = [(r, reasons[r]) for r in np.flatnonzero(reasons != None).tolist()]  # noqa: E711
         block, dead = block.screen(refused)
-        if refused:  # (of the rows kept)
-            again = np.delete(np.asarray(again, dtype=bool), [r for r, _ in refused]).tolist()
         out.dead += dead
-        return Rows(block), again
+        return block, np.delete(again, [r for r, _ in refused]).tolist()
 
     def _label(self, rows, q, again, out):
         """Label ``q`` of ``rows``: it moves the labels clock, and waits in its model's queue
@@ -384,47 +456,153 @@ class LabelJoin:
     def joined_in_time_order(self, features, labels, now=None):
         """A bounded input's join, whole (``in_time_order``): every features source's records,
         ``features`` [(source, positions, model keys, record times, served)] as ``features``
-        takes them, and every labels block, taken together in record-time order (then by
-        input, features first; source; position), so that the join does not depend on the
-        order of the records in their files. Returns ``Released.result``. Called once: a
-        later call's records could be older than the clocks its first call moved."""
+        takes them, and every labels block, judged example id by example id on record time
+        (``labels.by_id``), whatever the order of the records in their files. Returns
+        ``Released.result``: each model's examples to learn in record-time order (a label's
+        time; an expired example's expiry, after the labels of that time), in runs of one
+        labels file or of one features file's expired examples. Called once, at the input's
+        end, whose state is cleared once learned: not logged."""
         if self.ordered_once:
             raise RuntimeError("the labels join of a bounded input took its records in two "
                                "parts: it joins them in time order only when it has them all")
         self.ordered_once = True
-        self._record("joined_in_time_order", features, labels, now)
         out = Released()
-        for step in self._in_time_order(features, labels, now, out):
-            if step[0] == FEATURES:
-                self._feature(*step[1:], out)
-            else:
-                self._label(*step[1:], out)
-        return out.result()
+        waiting = self._waiting_in_order(features)
+        taken = _Labels([self._labels_taken(block, now, out) for block in labels])
+        self.counts["replayed"] += int(taken.again.sum())
+        closed = [(k, i, e) for k, j in self.models.items() for i, (e, _, _) in j.closed.items()]
+        codes = by_id.group_codes(
+            pa.concat_arrays([waiting.keys, taken.block.keys,
+                              pa.array([k for k, _, _ in closed], pa.string())]),
+            pa.concat_arrays([waiting.ids, taken.block.ids,
+                              pa.array([i for _, i, _ in closed], pa.string())]))
+        nf, nl = len(waiting.keys), len(taken.block)
+        order = taken.in_order()
+        outcome, joins, joined = by_id.judge(
+            codes[:nf], waiting.times, codes[nf:nf + nl][order], taken.times[order], self.wait,
+            codes[nf + nl:], np.array([e for _, _, e in closed], dtype=bool))
+        for n in np.flatnonzero(outcome != by_id.JOIN).tolist():
+            out.dead.append(taken.dead(int(order[n]), _REASONS[int(outcome[n])]))
+        settled = self._settle(features, waiting, taken, order[outcome == by_id.JOIN],
+                               joins[outcome == by_id.JOIN], joined)
+        return self._learning(waiting, taken, settled), out.dead
 
-    def _in_time_order(self, features, labels, now, out):
-        """``joined_in_time_order``'s records as steps, in the order it takes them:
-        (FEATURES, source, model key, time, served entry or None) and (LABELS, Rows, row,
-        read again); labels refused go to ``out``."""
-        steps, times, sides, sources, positions = [], [], [], [], []
-        for j, (source, at, keys, when, served) in enumerate(features):
-            entries = self._served_entries(source, served)
-            steps += [(FEATURES, source, keys[n], float(when[n]), entries.get(p))
-                      for n, p in enumerate(at.tolist())]
-            times.append(np.asarray(when, dtype=np.float64))
-            sides.append(np.full(len(at), FEATURES))
-            sources.append(np.full(len(at), j))
-            positions.append(np.asarray(at))
-        for j, block in enumerate(labels, start=len(features)):
-            rows, again = self._labels_taken(block, now, out)
-            steps += [(LABELS, rows, q, again[q]) for q in range(len(rows.block))]
-            times.append(np.asarray(rows.block.event_times, dtype=np.float64))
-            sides.append(np.full(len(rows.block), LABELS))
-            sources.append(np.full(len(rows.block), j))
-            positions.append(rows.block.positions)
-        if not steps:
-            return []
-        order = np.lexsort(tuple(np.concatenate(c) for c in (positions, sources, sides, times)))
-        return [steps[n] for n in order.tolist()]
+    def _waiting_in_order(self, features):
+        """``joined_in_time_order``'s served examples with an id (``_Waiting``), in the order
+        it takes them (time, file, line), the first of each model key and id only."""
+        blocks, scores, sources = [], [], []
+        for j, (source, _, _, _, served) in enumerate(features):
+            for key, block, served_scores in served:
+                owed = self._resumed(key)
+                owed = owed.waiting.get(source) if owed is not None else None
+                if owed:  # (come again: it waits as it did)
+                    owed.difference_update(block.positions.tolist())
+                blocks.append(block)
+                scores.append(served_scores)
+                sources.append(np.full(len(block), j))
+        if not blocks:
+            return _Waiting()
+        block = by_id.stacked(blocks)
+        sources = np.concatenate(sources)
+        rows = np.flatnonzero(block.ids.is_valid().to_numpy(zero_copy_only=False))
+        rows = rows[np.lexsort((block.positions[rows], sources[rows], block.event_times[rows]))]
+        rows = rows[by_id.first_of_each(by_id.group_codes(block.keys.take(rows),
+                                                          block.ids.take(rows)))]
+        return _Waiting(block, rows, np.concatenate(scores), sources[rows])
+
+    def _settle(self, features, waiting, taken, joining, joins, joined):
+        """What the judgement leaves in each model's join, as the streaming join would have it
+        at the end of the input: its labels judged, the ids it closed (those older than twice
+        the wait behind both of its clocks forgotten) and its clocks; the examples never joined
+        expire at their time + wait, learned with the expired label, or else owed their label
+        (``unlabeled``) where no label of their model came after that. Counts what it did.
+        Returns the examples to learn, columns (model key code, time, after the labels of that
+        time, file, line, labels row or -1, waiting row), and the model keys."""
+        features_keys = [pa.array(k, pa.string()) for _, _, k, _, _ in features]
+        keys = pc.dictionary_encode(pa.concat_arrays(
+            [waiting.keys, taken.block.keys, *features_keys]))
+        names = keys.dictionary.to_pylist()
+        codes = keys.indices.to_numpy(zero_copy_only=False)
+        nw, nl = len(waiting.keys), len(taken.block)
+        w_key, l_key, f_key = codes[:nw], codes[nw:nw + nl], codes[nw + nl:]
+        clocks = np.full((len(names), 2), -math.inf)
+        if len(f_key):
+            np.maximum.at(clocks[:, FEATURES], f_key, np.concatenate(
+                [np.asarray(t, np.float64) for _, _, _, t, _ in features]))
+        np.maximum.at(clocks[:, LABELS], l_key, taken.times)
+        judged = ~taken.again
+        for code, source, position in _max_by(l_key[judged], taken.sources[judged],
+                                              taken.block.positions[judged]):
+            join, name = self._of(names[code]), taken.source_names[source]
+            join.judged[name] = max(position, join.judged.get(name, -1))
+
+        f_times, ids = waiting.times, waiting.ids
+        self._close_all(names, w_key[joins], ids.take(joins), False, f_times[joins])
+        delays = taken.times[joining] - f_times[joins]
+        self.delays += delays[np.isfinite(delays)].tolist()
+        expired = np.flatnonzero(~joined)
+        at = f_times[expired] + self.wait
+        self.counts["expired"] += len(expired)
+        learned = self.expired_label is not None
+        closes = np.ones(len(expired), bool) if learned else at < clocks[w_key[expired], LABELS]
+        self._close_all(names, w_key[expired[closes]], ids.take(expired[closes]), True,
+                        f_times[expired[closes]])
+        for r in expired[~closes].tolist():
+            self._of(names[w_key[r]]).unlabeled.setdefault(
+                features[waiting.sources[r]][0], []).append(int(waiting.positions[r]))
+        if learned:
+            self.counts["expired_learned"] += len(expired)
+        else:
+            expired = expired[:0]
+
+        for code, clock in enumerate(clocks.tolist()):
+            join = self._of(names[code])
+            join.clocks = clock
+            kept = [t for t in clock if t > -math.inf
+                    or (join.resumed is not None and join.resumed.labeled)]
+            forget = min(kept) if kept else -math.inf
+            join.closed = {i: v for i, v in join.closed.items()
+                           if not v[2] + 2 * self.wait < forget}
+        learn = np.concatenate([
+            np.stack([w_key[joins], taken.times[joining], np.zeros(len(joins)),
+                      taken.sources[joining], taken.block.positions[joining], joining, joins]),
+            np.stack([w_key[expired], f_times[expired] + self.wait, np.ones(len(expired)),
+                      waiting.sources[expired], waiting.positions[expired],
+                      np.full(len(expired), -1), expired])], axis=1)
+        return learn[:, np.lexsort(learn[4::-1])], names
+
+    def _close_all(self, names, key_codes, ids, expired, times):
+        """Close ``ids`` (an array) of the models of ``key_codes`` at ``times``."""
+        ids, times = ids.to_pylist(), times.tolist()
+        for code in np.unique(key_codes).tolist():
+            rows = np.flatnonzero(key_codes == code).tolist()
+            first = self.seq + 1
+            self.seq += len(rows)
+            self._of(names[code]).closed.update(
+                (ids[r], (expired, first + n, times[r])) for n, r in enumerate(rows))
+
+    def _learning(self, waiting, taken, settled):
+        """``Released.result`` of ``_settle``'s examples to learn: each model's in order, in
+        runs of one labels file or one features file's expired examples, made as they are
+        learned."""
+        learn, names = settled
+        if not learn.shape[1]:
+            return
+        kind = learn[[0, 2, 3]]
+        cuts = np.flatnonzero((kind[:, 1:] != kind[:, :-1]).any(axis=0)) + 1
+        for run in np.split(learn, cuts, axis=1):
+            key, expired, source = names[int(run[0, 0])], bool(run[2, 0]), int(run[3, 0])
+            block, scores = waiting.take(run[6].astype(np.int64))
+            block.served_scores = None
+            block.event_times = run[1].copy()
+            if expired:
+                block.labels = np.full(len(block), self.expired_label, dtype=np.float64)
+            else:
+                at = run[5].astype(np.int64)
+                block.source = taken.source_names[source]
+                block.positions = taken.block.positions[at]
+                block.labels = taken.block.labels[at]
+            yield key, block, scores, expired
 
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
@@ -548,17 +726,15 @@ class LabelJoin:
         clock of that input moves to the oldest newest time of the sources it has seen there
         (a source's records are taken to come in time order), or to ``SOURCE_LAG`` before the
         newest when a source lags further (its later records may then find their partners
-        expired); with ``in_time_order``, to ``time`` itself. What the model waits for on the
-        other input past ``wait`` behind it expires: its examples (labels: its head,
-        ``_release``)."""
+        expired). What the model waits for on the other input past ``wait`` behind it expires:
+        its examples (labels: its head, ``_release``)."""
         newest = join.newest[side]
         if time <= newest.get(source, -math.inf):
             return
         newest[source] = time
         times = newest.values()
-        # (in time order every record of the input before this one is no later than it)
-        clock = max(join.clocks[side], time) if self.in_time_order else max(
-            join.clocks[side], min(times), max(times) - max(self.wait, self.SOURCE_LAG))
+        clock = max(join.clocks[side], min(times),
+                    max(times) - max(self.wait, self.SOURCE_LAG))
         if clock <= join.clocks[side]:
             return
         join.clocks[side] = clock
