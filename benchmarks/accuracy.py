@@ -1,16 +1,19 @@
 """Progressive logistic loss and error of every learner at its defaults on real data, next to
-Vowpal Wabbit's default and best-tuned learning rate on the same examples in the same order.
+Vowpal Wabbit's tuning-free learners (`--coin`, `--freegrad`), its default update and its
+best-tuned learning rate on the same examples in the same order.
 
 Data (read in place from ``../shared/data`` or ``UNITLESS_DATA``), parsed by the product's own
 readers as ``unitless train`` parses them (``connectors.files.read_file``: CSV with one-hot
 categoricals, libsvm, labels mapped by --positive-label / --classes, bias on, names hashed into
 2^18): bank marketing (binary, `duration` dropped: it leaks the label), a9a (binary), letter
-(26 classes, one-against-all), shuttle (7 classes, one-against-all), all in file order.
+(26 classes, one-against-all), shuttle (7 classes, one-against-all), madelon (binary, its
+train then valid rows, labels pasted in front as column 0), all in file order.
 The hashed indices in use are then numbered 0..d-1 (a one-to-one renaming, so every learner
 behaves as in 2^18, and the O(d) / O(d²) learners stay cheap); VW gets the same indices and
 values (its own constant replaces our bias feature).
 
-Goals: NAG ≤ VW default × 1.01 on each set; untuned ScInOL2 within 2% of best-tuned AdaGrad.
+Goals: NAG ≤ VW default × 1.01 on each set; untuned ScInOL2 within 2% of best-tuned AdaGrad;
+one untuned learner ≤ VW `--coin` × 1.00 and ≤ VW best -l × 1.02 on every set (issue #62).
 
     .venv/bin/python benchmarks/accuracy.py [--quick]
 """
@@ -39,17 +42,38 @@ DATASETS = {  # name: (file, format, how `unitless train` would be told to read 
     "letter": ("letter/letter-recognition.data", "csv", RecordSpec(
         label="0", header=False, labels=LabelMap(classes=tuple(string.ascii_uppercase))), 26),
     "shuttle": ("shuttle/shuttle.trn", "csv", RecordSpec(label="9", header=False, delimiter=" "), 7),
+    "madelon": (("madelon/madelon_train", "madelon/madelon_valid"), "csv",
+                RecordSpec(label="0", header=False), 1),
 }
-GRID = log_grid(-2, 2, 10, sig=3)  # VW -l: 0.01 … 100, log spaced
+# VW's learners without a learning rate to tune, as a user runs them (their defaults)
+VW_TUNING_FREE = {"vw_coin": "--coin", "vw_freegrad": "--freegrad"}
+HEADLINE = ("scinol2", "coin")  # our untuned learners held against VW's tuning-free ones
+# VW -l: 1e-4 … 100, log spaced (madelon's best lies below 0.01), and its default 0.5
+GRID = sorted(log_grid(-4, 2, 16, sig=3) + [0.5])
 # AdaGrad is not scale-invariant: its best η on raw features can lie far below 0.01
 ADAGRAD_GRID = log_grid(-6, 2, 17, sig=3)  # 1e-6 … 100
 MAX_MATRIX_D = 256  # kotlowski2 keeps K dense d×d matrices
 NAG_TARGET, SCINOL_TARGET = 1.01, 1.02
+COIN_TARGET, BEST_L_TARGET = 1.00, 1.02
+
+
+def pasted(stems):
+    """Files published as ``STEM.data`` (space-separated values) and ``STEM.labels`` (one a
+    line), as one CSV of ``label,values…`` rows, in order (results/tmp/)."""
+    path = TMP / (Path(stems[0]).name.rsplit("_", 1)[0] + ".csv")
+    if not path.exists():
+        TMP.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as out:
+            for stem in stems:
+                with open(DATA / f"{stem}.data") as x, open(DATA / f"{stem}.labels") as y:
+                    out.writelines(",".join([label.strip(), *row.split()]) + "\n"
+                                   for row, label in zip(x, y))
+    return path
 
 
 def load(name, limit):
     rel, fmt, spec, k = DATASETS[name]
-    ex = read_examples(DATA / rel, fmt, spec, limit)
+    ex = read_examples(pasted(rel) if isinstance(rel, tuple) else DATA / rel, fmt, spec, limit)
     used, idx = np.unique(ex["indices"], return_inverse=True)  # hashed index -> 0..d-1
     bias = int(np.searchsorted(used, bias_index(spec.bits)))
     return {**ex, "indices": idx, "d": len(used), "bias": bias, "k": k, "fmt": fmt,
@@ -75,9 +99,11 @@ def vw_file(name, data):
     return write_vw(path, indptr, data["indices"][keep], data["values"][keep], data["labels"])
 
 
-def vw(path, data, eta=None):
+def vw(path, data, eta=None, learner=""):
+    """VW's progressive loss and error: its default update (-l eta, or its default) or
+    ``learner`` (e.g. --coin), one-against-all for K classes."""
     k, y = data["k"], data["labels"]
-    args = "--loss_function logistic" + (f" -l {eta}" if eta else "")
+    args = " ".join(filter(None, [learner, "--loss_function logistic", f"-l {eta}" if eta else ""]))
     if k > 1:
         args += f" --oaa {k} -r {path}.r"
     r = vw_run(path, args, f"{path}.p")
@@ -105,6 +131,8 @@ def run_set(name, limit):
     r["vw_default"] = vw(path, data)
     r["vw_grid"] = {eta: vw(path, data, eta) for eta in GRID}
     r["vw_best_l"] = best({e: x["loss"] for e, x in r["vw_grid"].items()})[0]
+    for key, learner in VW_TUNING_FREE.items():
+        r[key] = vw(path, data, learner=learner)
     return r
 
 
@@ -141,16 +169,35 @@ def report(results):
         d, b = r["vw_default"], r["vw_grid"][r["vw_best_l"]]
         vw_rows.append([name, fnum(d["loss"]), fnum(d["error"]), fnum(d["printed_average_loss"]),
                         feta(r["vw_best_l"]) + edge(r["vw_best_l"], GRID), fnum(b["loss"]), fnum(b["error"]),
-                        fnum(b["printed_average_loss"])])
+                        fnum(b["printed_average_loss"])]
+                       + [fnum(r[key][m]) for key in VW_TUNING_FREE for m in ("loss", "error")])
     vw_md = table(["data", "VW default (-l 0.5): loss", "error", "VW printed average loss",
-                   "best -l", "loss", "error", "printed average loss"], vw_rows)
+                   "best -l", "loss", "error", "printed average loss"]
+                  + [f"{flag}: {m}" for flag in VW_TUNING_FREE.values() for m in ("loss", "error")],
+                  vw_rows)
     goals_md = table(["data", "NAG / VW default", f"≤ {NAG_TARGET}?", "ScInOL2 / best AdaGrad",
                       f"≤ {SCINOL_TARGET}?"], goal_rows)
-    return "\n\n".join(parts), vw_md, goals_md
+    return "\n\n".join(parts), vw_md, goals_md, tuning_free(results)
+
+
+def tuning_free(results):
+    """Our untuned learners (HEADLINE) against VW's tuning-free learners and its best -l."""
+    ours_ = [a for a in HEADLINE if a in ALGORITHMS]
+    rows = []
+    for name, r in results.items():
+        coin, best_l = r["vw_coin"]["loss"], r["vw_grid"][r["vw_best_l"]]["loss"]
+        row = [name, fnum(coin), fnum(r["vw_freegrad"]["loss"]), fnum(r["vw_default"]["loss"]),
+               fnum(best_l)]
+        for a in ours_:
+            x = r["learners"][a]["loss"]
+            row += [fnum(x), fnum(x / coin), fnum(x / best_l)]
+        rows.append(row)
+    return table(["data", "VW --coin", "VW --freegrad", "VW default", "VW best -l (hindsight)"]
+                 + [h for a in ours_ for h in (a, f"{a} / VW --coin", f"{a} / VW best -l")], rows)
 
 
 def method_md(results):
-    sets_md, vw_md, goals_md = report(results)
+    sets_md, vw_md, goals_md, free_md = report(results)
     notes = ", ".join(f"{k}: {r['dead']}" for k, r in results.items())
     return f"""
 Same examples, same order, same feature indices and values on both sides. Features are parsed
@@ -158,7 +205,9 @@ by the product (`connectors.files.read_file`, as `unitless train` reads the file
 marketing with `--delimiter ';' --label-column y --positive-label yes --categorical-columns
 {','.join(BANK_CATEGORICAL)} --ignore-columns duration` (the data set's notes: `duration` is
 known only after the call and leaks the label); a9a as libsvm; letter with `--no-header
---label-column 0 --classes A,…,Z`; shuttle with `--no-header --delimiter ' ' --label-column 9`.
+--label-column 0 --classes A,…,Z`; shuttle with `--no-header --delimiter ' ' --label-column 9`;
+madelon (published as `madelon_{{train,valid}}.data` + `.labels`: the 2,000 train rows then the 600
+valid rows, each label pasted in front) with `--no-header --label-column 0`.
 Names hashed into 2^18 with the bias feature, then the indices in use renumbered 0..d-1 (one to
 one: any collision in 2^18 stays as `unitless train` would have it). Records the reader refused
 (dead letters, left out on both sides): {notes}.
@@ -180,9 +229,18 @@ one: any collision in 2^18 stays as `unitless train` would have it). Records the
   K raw scores of `-r` (oaa), summed over classes. Its error: its `-p` predictions (binary: sign
   of the score; oaa: its predicted class). "printed average loss" is what VW prints: the
   logistic loss for binary (matches our recomputation), the multiclass 0/1 error for `--oaa`
-  (matches the error column).
+  (matches the error column). VW's tuning-free learners, untuned, as a user runs them:
+  `--coin --loss_function logistic` and `--freegrad --loss_function logistic` (with `--oaa K`
+  for K classes), their losses recomputed the same way.
 * AdaGrad's best η is chosen by progressive loss, in hindsight, over {ADAGRAD_GRID} (wider
   than VW's grid: AdaGrad is not scale-invariant, and on raw features its best η can be small).
+
+## Against VW's tuning-free learners (progressive logistic loss)
+
+{free_md}
+
+Target (issue #62): one unitless learner, untuned, ≤ VW `--coin` × {COIN_TARGET:.2f} and
+≤ VW best -l × {BEST_L_TARGET} on every set.
 
 ## Goals
 
