@@ -10,7 +10,8 @@ line citing the step), plus the conventions of docs/design.md "Choices made":
 * Kotłowski Alg. 2 runs on z = D⁻¹x, D_i the first non-zero |x_i| seen; exponents capped at 700;
 * OMD (diagonal) and Kotłowski Alg. 1 use d = the number of features seen so far (x_t's
   included), not the model dimension; OMD uses L = 1; p-norm OMD uses p_t = max(2, 2 ln m_t);
-* Adam and COCOB touch only the coordinates present in the example.
+* Adam and COCOB touch only the coordinates present in the example;
+* coin betting (not in ALGORITHMS.md) is written from Vowpal Wabbit's ftrl.cc, its names as there.
 
 Weights that an algorithm computes from x_t at prediction time (OMD, Kotłowski, ScInOL) are stored
 as last computed: a coordinate absent from x_t keeps the w_i it had when it was last present.
@@ -369,12 +370,53 @@ def ref_cocob(X, Y, loss, alpha=100.0):
     return preds, losses, {"w": w, "L": L, "G": G, "reward": Reward, "theta": -theta}
 
 
+def ref_coin(X, Y, loss, epsilon=4.0, lipschitz=1.0):
+    """Coin betting as Vowpal Wabbit's ``--coin`` runs it (ftrl.cc: inner_coin_betting_predict,
+    coin_betting_predict, inner_coin_betting_update_after_prediction), in float64, unit weights."""
+    n, d = X.shape
+    alpha, beta = epsilon, lipschitz  # VW's ftrl_alpha (initial wealth), ftrl_beta
+    W_XT, W_ZT, W_G2, W_MX, W_WE, W_MG = (np.zeros(d) for _ in range(6))  # VW's weight slots
+    normalized_sum_norm_x, total_weight = 0.0, 0.0
+    preds, losses = [], []
+    for x, y in zip(X, Y):
+        predict, normalized_squared_norm_x = 0.0, 0.0
+        for i in nonzero(x):  # inner_coin_betting_predict
+            w_mx = max(W_MX[i], abs(x[i]))
+            w_xt = 0.0
+            if W_MG[i] * w_mx > 0:
+                w_xt = (alpha + W_WE[i]) / (W_MG[i] * w_mx * (W_MG[i] * w_mx + W_G2[i])) * W_ZT[i]
+            predict += w_xt * x[i]
+            normalized_squared_norm_x += (x[i] / w_mx) ** 2
+        normalized_sum_norm_x += normalized_squared_norm_x  # coin_betting_predict (weight 1)
+        total_weight += 1.0
+        average_squared_norm_x = (normalized_sum_norm_x + 1e-6) / total_weight
+        y_hat = predict / average_squared_norm_x  # ec.partial_prediction
+        update = loss_derivative(loss, y, y_hat)  # d.update = ∂ℓ/∂ŷ × weight
+        for i in nonzero(x):  # inner_coin_betting_update_after_prediction
+            gradient = update * x[i]
+            W_MX[i] = max(W_MX[i], abs(x[i]))
+            if abs(update) > W_MG[i]:
+                W_MG[i] = max(abs(update), beta)
+            if W_MG[i] * W_MX[i] > 0:
+                W_XT[i] = (alpha + W_WE[i]) / (W_MG[i] * W_MX[i] * (W_MG[i] * W_MX[i] + W_G2[i])) * W_ZT[i]
+            else:
+                W_XT[i] = 0.0
+            W_ZT[i] += -gradient
+            W_G2[i] += abs(gradient)
+            W_WE[i] += -gradient * W_XT[i]
+            W_XT[i] /= average_squared_norm_x
+        preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
+    return preds, losses, {"w": W_XT, "theta": W_ZT, "G": W_G2, "M": W_MX, "wealth": W_WE,
+                           "L": W_MG, "N": normalized_sum_norm_x, "T": total_weight}
+
+
 REFERENCES = {
     "ng": ref_ng, "nag": ref_nag, "snag": ref_snag,
     "omd_diagonal": ref_omd_diagonal, "omd_pnorm": ref_omd_pnorm,
     "kotlowski1": ref_kotlowski1, "kotlowski2": ref_kotlowski2,
     "scinol1": ref_scinol1, "scinol2": ref_scinol2,
     "sgd": ref_sgd, "adagrad": ref_adagrad, "adam": ref_adam, "cocob": ref_cocob,
+    "coin": ref_coin,
 }
 
 
@@ -402,7 +444,8 @@ HYPER = {"ng": {"learning_rate": 0.7}, "nag": {"learning_rate": 0.9},
          "omd_pnorm": {"learning_rate": 1.5}, "kotlowski1": {"alpha": 1.5},
          "kotlowski2": {"alpha": 2.0}, "scinol1": {"epsilon": 1.0}, "scinol2": {"epsilon": 1.0},
          "sgd": {"learning_rate": 1e-7}, "adagrad": {"learning_rate": 0.002},
-         "adam": {"learning_rate": 0.001}, "cocob": {"alpha": 100.0}}
+         "adam": {"learning_rate": 0.001}, "cocob": {"alpha": 100.0},
+         "coin": {"epsilon": 4.0, "lipschitz": 1.0}}
 
 
 def assert_close(actual, expected, what):

@@ -7,7 +7,7 @@ included: docs/design.md, "The learner library".
 """
 from dataclasses import dataclass, field
 
-from . import baselines, normalized, scinol
+from . import baselines, coin, normalized, scinol
 from .kotlowski import kotlowski1_step, kotlowski2_step
 from .mirror_descent import omd_diagonal_step, omd_pnorm_step
 
@@ -97,6 +97,11 @@ ALGORITHMS = {a.name: a for a in [
               initial={"eta": "epsilon"}, invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL2",
               predict=scinol.scinol2_predict, update=scinol.scinol2_update),
+    Algorithm("coin", coin.coin_step, ("w", "theta", "G", "M", "wealth", "L"),
+              {"epsilon": 4.0, "lipschitz": 1.0}, scalars=("N", "T"), invariance="diagonal",
+              scale="M", about={**_SCINOL_EPSILON,  # VW's --ftrl_alpha
+                                "lipschitz": "β, the least |∂ℓ/∂ŷ| bound assumed (VW's --ftrl_beta)"},
+              reference="Orabona, Pál 2016 (KT bettor); Vowpal Wabbit --coin (ftrl.cc coin_betting)"),
     Algorithm("sgd", baselines.sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
               reference="SGD with η/√t",
               predict=baselines.sgd_predict, update=baselines.sgd_update),
