@@ -270,16 +270,17 @@ def artificial_stream(n, rng):
     return X, y, w_star
 
 
-def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0, label=True):
-    """A CSV file ``id[,key],label,x1..xd`` of dense rows (ids first_id.., labels as integers when
-    they are), every number as the shortest text that reads back as the same float64; ``keys``:
-    a string per row (e.g. model keys); ``label`` False: without the label column. Written with
-    Arrow in chunks; returns the path."""
+def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0, label=True, times=None):
+    """A CSV file ``id[,key],label,x1..xd[,t]`` of dense rows (ids first_id.., labels as integers
+    when they are), every number as the shortest text that reads back as the same float64;
+    ``keys``: a string per row (e.g. model keys); ``label`` False: without the label column;
+    ``times``: a record time per row (s), as column t. Written with Arrow in chunks; returns
+    the path."""
     import pyarrow as pa
     import pyarrow.compute as pc
     n, d = X.shape
     names = ["id", *(["key"] if keys is not None else []), *(["label"] if label else []),
-             *(f"x{j + 1}" for j in range(d))]
+             *(f"x{j + 1}" for j in range(d)), *(["t"] if times is not None else [])]
     y = y.astype(np.int64) if np.array_equal(y, np.round(y)) else y
     with open(path, "w") as f:
         f.write(",".join(names) + "\n")
@@ -288,7 +289,8 @@ def write_csv(path, X, y, keys=None, chunk=250_000, first_id=0, label=True):
             cols = [pc.cast(pa.array(np.arange(a, b) + first_id), pa.string())]
             cols += [pa.array(keys[a:b], pa.string())] if keys is not None else []
             cols += [pc.cast(pa.array(v), pa.string())
-                     for v in ((y[a:b],) if label else ()) + tuple(X[a:b].T)]
+                     for v in ((y[a:b],) if label else ()) + tuple(X[a:b].T)
+                     + ((times[a:b],) if times is not None else ())]
             lines = pc.binary_join_element_wise(*cols, ",").to_pylist()
             f.write("\n".join(lines) + "\n")
     return path

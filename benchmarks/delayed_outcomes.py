@@ -12,10 +12,16 @@ peak RSS, and A/B. First, the join alone (``store/join.py``, no Beam, in this pr
 examples served and waiting in blocks of 1,000, then their labels joined in another order,
 timed, with the bytes of what waits and the growth of this process's peak RSS.
 
+With ``--timed`` (issue #59's case), the records carry their time: the examples one a
+millisecond, the labels all after the last of them in the same order as above, one a
+millisecond, so every example waits at once; A runs with ``--time-column t --label-wait 3h``,
+a bounded input joined whole at its end (docs/delayed-outcomes.md), B as above.
+
     .venv/bin/python benchmarks/delayed_outcomes.py            # 300,000 examples, 3 pairs
     .venv/bin/python benchmarks/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
+    .venv/bin/python benchmarks/delayed_outcomes.py --timed --examples 2000000 --pairs 2
 
-Writes benchmarks/results/delayed_outcomes{.md,.json} (``--quick``: in results/tmp/).
+Writes benchmarks/results/delayed_outcomes{,_timed}{.md,.json} (``--quick``: in results/tmp/).
 """
 import resource
 import sys
@@ -35,18 +41,23 @@ from unitless.store.join import LabelJoin  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])
 LABELED = 0.95
+TICK = 0.001  # s between records' times (--timed)
+TIMED = ("--time-column", "t", "--label-wait", "3h")
 
 
-def write_inputs(work, n, seed=0):
-    """features.csv (no label), labels.csv (95% labeled, shuffled), joined.csv (B's input)."""
+def write_inputs(work, n, seed=0, timed=False):
+    """features.csv (no label), labels.csv (95% labeled, shuffled), joined.csv (B's input);
+    ``timed``: with a time column t (s), every label after every example."""
     rng = np.random.default_rng(seed)
     X, y, _ = artificial_stream(n, rng)
     keys = KEYS[rng.integers(len(KEYS), size=n)]
-    write_csv(work / "features.csv", X, y, keys, label=False)
+    times = np.arange(n) * TICK if timed else None
+    write_csv(work / "features.csv", X, y, keys, label=False, times=times)
     order = rng.permutation(n)[:int(n * LABELED)]
     with open(work / "labels.csv", "w") as f:
-        f.write("id,key,label\n")
-        f.writelines(f"{i},{keys[i]},{int(y[i])}\n" for i in order)
+        f.write("id,key,label" + ",t" * timed + "\n")
+        f.writelines(f"{i},{keys[i]},{int(y[i])}" + (f",{(n + j) * TICK:.3f}" if timed else "")
+                     + "\n" for j, i in enumerate(order))
     write_csv(work / "joined.csv", X[order], y[order], keys[order])
     return len(order)
 
@@ -92,44 +103,57 @@ def run(work, name, inputs):
 
 
 def main():
-    args = parse_args(__doc__, examples=(int, 300_000), pairs=(int, 3), workdir=(str, None))
+    args = parse_args(__doc__, examples=(int, 300_000), pairs=(int, 3), workdir=(str, None),
+                      timed=(bool, False, "record times, every label after every example"))
     n, pairs = (30_000, 1) if args.quick else (args.examples, args.pairs)
     h = header()
-    progress(f"the join alone: {n:,} examples")
-    waited, joined, nbytes, rss = join_alone(n)
+    if not args.timed:
+        progress(f"the join alone: {n:,} examples")
+        waited, joined, nbytes, rss = join_alone(n)
     with scratch(args.workdir, "unitless-delayed-") as work:
-        labeled = write_inputs(work, n)
+        labeled = write_inputs(work, n, timed=args.timed)
         runs = []
+        a = [work / "features.csv", "--labels", work / "labels.csv", *TIMED * args.timed]
         for p in range(pairs):
-            for name, inputs in (("A", [work / "features.csv", "--labels", work / "labels.csv"]),
-                                 ("B", [work / "joined.csv"])):
+            for name, inputs in (("A", a), ("B", [work / "joined.csv"])):
                 progress(f"pair {p + 1}: {name}")
                 r = run(work, f"{name}{p}", inputs)
                 runs.append({"pair": p + 1, "run": name, **{k: r[k] for k in (
                     "wall_s", "cpu_s", "max_rss_mib", "load_1min", "command")}})
     walls = {name: [r["wall_s"] for r in runs if r["run"] == name] for name in "AB"}
+    peaks = {name: [r["max_rss_mib"] for r in runs if r["run"] == name] for name in "AB"}
     ratios = [a / b for a, b in zip(walls["A"], walls["B"])]
+    above = [a - b for a, b in zip(peaks["A"], peaks["B"])]
     rows = [[r["pair"], r["run"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
              f"{r['max_rss_mib']:.0f}", r["load_1min"]] for r in runs]
-    body = f"""
+    alone = "" if args.timed else f"""
 The join alone (no Beam): {n:,} examples of 21 features served in blocks of 1,000 and waiting:
 {waited:.2f} s ({1e6 * waited / n:.1f} µs an example), {nbytes / 2**20:.1f} MiB waiting, peak RSS
 +{rss:.0f} MiB; then all their labels joined, in a random order: {joined:.2f} s
 ({1e6 * joined / n:.1f} µs an example).
-
+"""
+    timed = (" `--time-column t --label-wait 3h`, every label dated after every example (all "
+             "wait at once; the input joined whole at its end)" if args.timed else "")
+    body = f"""{alone}
 {n:,} examples served (A), {labeled:,} of them labeled and learned (A and B); 8 model keys.
 
 {table(["pair", "run", "wall s", "CPU s", "peak RSS MiB", "load 1-min before/after"], rows)}
 
-A/B wall time, pair by pair: {", ".join(f"{x:.2f}" for x in ratios)}.
+A/B wall time, pair by pair: {", ".join(f"{x:.2f}" for x in ratios)}; A's peak RSS above B's:
+{", ".join(f"{x:.0f}" for x in above)} MiB.
 
-A: `unitless train --input features.csv --labels labels.csv` (serves all, joins, learns);
-B: `unitless train --input joined.csv` (learns the same labeled examples, in label order).
+A: `unitless train --input features.csv --labels labels.csv`{timed} (serves all, joins,
+learns); B: `unitless train --input joined.csv` (learns the same labeled examples, in label
+order).
 """
-    write_results(result_name("delayed_outcomes", args.quick), "Delayed outcomes over files", h,
-                  body, {"examples": n, "labeled": labeled, "runs": runs, "a_over_b": ratios,
-                         "join_alone": {"wait_s": waited, "join_s": joined,
-                                        "waiting_bytes": nbytes, "peak_rss_growth_mib": rss}})
+    name = "delayed_outcomes" + "_timed" * args.timed
+    write_results(result_name(name, args.quick), "Delayed outcomes over files" + (
+        ", every example waiting at once" if args.timed else ""), h, body, {
+        "examples": n, "labeled": labeled, "timed": args.timed, "runs": runs,
+        "a_over_b": ratios, "a_rss_above_b_mib": above,
+        **({} if args.timed else {"join_alone": {
+            "wait_s": waited, "join_s": joined, "waiting_bytes": nbytes,
+            "peak_rss_growth_mib": rss}})})
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ N = 600
 JOINED = ("--id-column", "id", "--model-key-column", "key", "--chunk-size", "64",
           "--model-groups", "2")
 WAIT = 10.0  # s: --label-wait
+HOURS = 360.0  # ``timed_join``'s times and wait scaled by it: a one-hour wait, examples 6 min apart
 
 
 def write_join(tmp_path, features_name, seed=0):
@@ -109,33 +110,37 @@ def assert_joined(joined, plain, label_sources, bad):
                if d["reason"] == label_join.NEVER_SERVED)
 
 
-def timed_join(n, seed):
+def timed_join(n, seed, scale=1.0):
     """Features and labels records with record times (s) for ``n`` examples, 1 s apart: most
     labels within WAIT of their example, after it or before; some later than that, some too
-    early, some never; labels of unknown ids, second labels, repeated features records.
+    early, some never; labels of unknown ids, second labels, repeated features records (every
+    time and the wait multiplied by ``scale``).
     Returns (features [(key, t, record)], labels [(key, t, record)], the reference: each model
     key's joined records in label order with the expired ones at their expiry time
     [(key, record with label)], the expired examples [(id, expiry time)], {reason: count})."""
     rng = np.random.default_rng(seed)
     features, labels, rows = [], [], {}
+    wait = WAIT * scale
     for i in range(n):
-        key, t = KEYS[rng.integers(len(KEYS))], 1.0 * i + rng.uniform(0, 0.5)
+        key, t = KEYS[rng.integers(len(KEYS))], (1.0 * i + rng.uniform(0, 0.5)) * scale
         a, b = rng.normal() * 1e3, rng.normal() * 1e-2
         y = 1 if a / 1e3 + b / 1e-2 + rng.normal() > 0 else -1
         rows[f"e-{i}"] = (key, t, a, b, y)
         features.append((key, t, {"id": f"e-{i}", "key": key, "a": a, "b": b}))
         if rng.random() < 0.02:  # (an at-least-once producer's retry)
-            features.append((key, t + 0.1, {"id": f"e-{i}", "key": key, "a": a + 1, "b": b}))
+            features.append((key, t + 0.1 * scale,
+                             {"id": f"e-{i}", "key": key, "a": a + 1, "b": b}))
         kind = rng.choice(["after", "before", "late", "early", "never"],
                           p=[0.7, 0.1, 0.06, 0.06, 0.08])
         delay = {"after": rng.uniform(0.2, 8), "before": -rng.uniform(0.2, 8),
                  "late": rng.uniform(12, 18), "early": -rng.uniform(12, 18)}.get(kind)
         if delay is not None:
-            labels.append((key, t + delay, {"id": f"e-{i}", "key": key, "label": y}))
+            labels.append((key, t + delay * scale, {"id": f"e-{i}", "key": key, "label": y}))
             if kind == "after" and rng.random() < 0.03:
-                labels.append((key, t + delay + 0.5, {"id": f"e-{i}", "key": key, "label": -y}))
+                labels.append((key, t + (delay + 0.5) * scale,
+                               {"id": f"e-{i}", "key": key, "label": -y}))
         if rng.random() < 0.02:
-            labels.append((key, t + 1.0, {"id": f"unknown-{i}", "key": key, "label": 1}))
+            labels.append((key, t + scale, {"id": f"unknown-{i}", "key": key, "label": 1}))
     features.sort(key=lambda e: e[1])
     labels.sort(key=lambda e: e[1])
     # the rule, model key by model key: an example and its label join when at most WAIT
@@ -154,17 +159,17 @@ def timed_join(n, seed):
             bad(label_join.NEVER_SERVED)
         elif i in closed:
             bad(label_join.SECOND_LABEL if closed[i] == "joined" else label_join.LATE_LABEL)
-        elif abs(t - rows[i][1]) <= WAIT:
+        elif abs(t - rows[i][1]) <= wait:
             closed[i] = "joined"
             events.append((t, 0, key, i, label["label"]))
-        elif t > rows[i][1] + WAIT:
+        elif t > rows[i][1] + wait:
             closed[i] = "expired"
             bad(label_join.LATE_LABEL)
         else:
             bad(label_join.NEVER_SERVED)
     for i, (key, t, *_) in rows.items():
         if closed.get(i) != "joined":
-            events.append((t + WAIT, 1, key, i, -1))
+            events.append((t + wait, 1, key, i, -1))
     events.sort(key=lambda e: e[:2])
     reference = [(key, {"id": i, "key": key, "a": rows[i][2], "b": rows[i][3], "label": y})
                  for _, _, key, i, y in events]
@@ -179,16 +184,19 @@ def timed_messages(records, start, stamp=None):
              int(1000 * (start + t if stamp is None else stamp))) for key, t, record in records]
 
 
-def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka", order=None):
+def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka", order=None,
+                     scale=1.0):
     """``timed_join``'s records on two topics, read to their ends by a run on ``runner_args``:
     each model's final state equals a plain run over its joined records in label order and its
     expired examples learned with --expired-label at their expiry time; the dead letters are
     exactly the labels too late, too early, second or of unknown ids, and the repeated
     features records. The records' times are their Kafka timestamps (``times`` "kafka"), or
     a ``ts`` field read by --time-column on topics ("column") or in files ("files"); files
-    hold their records in time order, or (``order``) "reversed" or "shuffled" each."""
-    features, labels, reference, expiries, bad = timed_join(500, seed=5)
-    start = time.time() - 3600
+    hold their records in time order, or (``order``) "reversed" or "shuffled" each. ``scale``
+    multiplies every time and the wait (``HOURS``: a one-hour wait), all of them in the past."""
+    n = 500
+    features, labels, reference, expiries, bad = timed_join(n, seed=5, scale=scale)
+    start = time.time() - 3600 - (n + 20) * scale
     if times != "kafka":
         features, labels = [[(k, t, {**r, "ts": start + t}) for k, t, r in records]
                             for records in (features, labels)]
@@ -211,7 +219,7 @@ def check_timed_join(bootstrap, tmp_path, name, runner_args, times="kafka", orde
     plain = tmp_path / "reference.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for _, r in reference))
     out = tmp_path / "joined"
-    train(out, "--input", inputs[0], "--labels", inputs[1], "--label-wait", f"{WAIT:g}s",
+    train(out, "--input", inputs[0], "--labels", inputs[1], "--label-wait", f"{WAIT * scale:g}s",
           "--expired-label", "-1", "--format", "jsonl", *JOINED,
           *(["--time-column", "ts"] if times != "kafka" else []), *runner_args)
     got, want = final_models(KEYS, str(out / "models")), final_models(KEYS, str(train(

@@ -57,7 +57,10 @@ def test_examples_never_labeled_are_learned_with_the_expired_label_at_the_end(tm
 
 def test_what_labels_cannot_be_used_with_is_refused_in_one_line(tmp_path, capsys):
     features, labels, _, _ = write_join(tmp_path, "features.csv")
-    for more, said in ((["--model-ttl", "1h"], "--labels cannot be used with --model-ttl yet"),
+    for more, said in ((["--model-ttl", "1h"], "--labels cannot be used with --model-ttl yet: a "
+                        "model leaving state would leave its join's share"),
+                       (["--shards", "2", "--feedback-topic", "kafka://localhost:1/t"],
+                        "--labels cannot be used with --shards yet: a model's labels are kept"),
                        (["--labels", str(features)], "a file given to --labels is an input too")):
         code = main(["train", "--input", str(features), "--id-column", "id", "--labels",
                      str(labels), *more, "--model-dir", str(tmp_path / "m")])

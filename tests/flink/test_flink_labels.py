@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.commands import train  # noqa: E402
-from tests.labels import (JOINED, assert_joined, check_timed_join, kill_campaigns,  # noqa: E402
-                          write_join)
+from tests.labels import (HOURS, JOINED, assert_joined, check_timed_join,  # noqa: E402
+                          kill_campaigns, write_join)
 
 
 def test_labels_files_joined_on_flink(flink_args, tmp_path):
@@ -22,7 +22,8 @@ def test_labels_files_joined_on_flink(flink_args, tmp_path):
 
 
 def test_labels_topic_with_a_wait_on_flink(broker, flink_args, tmp_path):
-    check_timed_join(broker.bootstrap_servers, tmp_path, "flink", flink_args)
+    """A one-hour wait over records timestamped over two days (``check_timed_join``)."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, "flink", flink_args, scale=HOURS)
 
 
 def test_killed_and_resumed_on_flink_the_join_learns_every_label_once(broker, flink_args,

@@ -15,7 +15,7 @@ from tests.commands import create_topics, dead_letters, send, train
 from tests.kafka_io import consume_all, seen, streaming, wait_for
 from tests.killing import kill_group
 from tests.runners import prism_args, runner_args
-from tests.labels import (JOINED, WAIT, assert_joined, check_timed_join, timed_join,
+from tests.labels import (HOURS, JOINED, WAIT, assert_joined, check_timed_join, timed_join,
                           timed_messages, write_join)
 from tests.killing import final_models
 from tests.ordered import KEYS
@@ -48,9 +48,11 @@ def test_labels_on_a_topic_of_their_own_join_their_examples(broker, tmp_path, ru
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])
 def test_what_waits_past_the_label_wait_expires_on_record_time(broker, tmp_path, runner):
-    """Two topics keyed by model key, their records timestamped (an hour ago: replaying a
-    backlog, which the reader's clock would expire at once): see ``check_timed_join``."""
-    check_timed_join(broker.bootstrap_servers, tmp_path, runner, runner_args(runner))
+    """Two topics keyed by model key, their records timestamped over two days up to an hour
+    ago (replaying a backlog, which the reader's clock would expire at once), a one-hour wait:
+    see ``check_timed_join``."""
+    check_timed_join(broker.bootstrap_servers, tmp_path, runner, runner_args(runner),
+                     scale=HOURS)
 
 
 def test_the_records_own_time_column_is_the_clock(broker, tmp_path):
@@ -64,8 +66,9 @@ def test_the_records_own_time_column_is_the_clock(broker, tmp_path):
 def test_with_a_time_column_files_expire_on_record_time_too(tmp_path, order):
     """--time-column gives files record time: --label-wait then applies to them as to topics
     (see ``check_timed_join``), whatever the order of the records in each file: the join takes
-    a bounded input's records in time order."""
-    check_timed_join(None, tmp_path, "files", [], "files", order)
+    a bounded input's records in time order; shuffled, over hours with a one-hour wait."""
+    check_timed_join(None, tmp_path, "files", [], "files", order,
+                     scale=HOURS if order == "shuffled" else 1.0)
 
 
 def test_a_stream_learns_what_the_records_times_let_it_as_they_come(broker, tmp_path):

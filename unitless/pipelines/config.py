@@ -329,8 +329,8 @@ def serving_apart(o):
     ``--max-staleness``), checked: apart with ``--labels`` always (docs/usage.md, "Serving
     apart from learning"), else with ``--serve-apart``."""
     apart = bool(o["serve_apart"] or o["labels"])
-    if apart and int(o["shards"]):
-        raise ValueError("--serve-apart (and --labels) cannot be used with --shards yet")
+    if apart and int(o["shards"]) and not o["labels"]:  # (--labels: ``joined_labels`` says)
+        raise ValueError("--serve-apart cannot be used with --shards yet")
     seconds = []
     for name in ("publish_seconds", "max_staleness"):
         value = duration(o[name], f"--{name.replace('_', '-')}")
@@ -347,9 +347,14 @@ def joined_labels(labels, cfg, given_format):
     sets ``cfg.label_sources``."""
     if isinstance(labels, str):
         labels = [labels]
-    for option, on in (("--shards", cfg.shards), ("--model-ttl", cfg.model_ttl)):
+    for option, on, why in (
+            ("--shards", cfg.shards, "a model's labels are kept in order where its state is, "
+             "which shards split over keys"),
+            ("--model-ttl", cfg.model_ttl, "a model leaving state would leave its join's share "
+             "(ids closed, labels judged) behind")):
         if on:
-            raise ValueError(f"--labels cannot be used with {option} yet")
+            raise ValueError(f"--labels cannot be used with {option} yet: {why} "
+                             "(docs/delayed-outcomes.md)")
     if cfg.spec.id is None:
         raise ValueError("--labels joins labels to examples by id: pass --id-column")
     kafka = [is_kafka(str(x)) for x in [*labels, *(cfg.inputs or ())]]

@@ -524,10 +524,15 @@ class LearnBlocks:
             for block in blocks:
                 yield from self.learn(group, block, at)
             return
-        blocks = list(blocks)
-        for block in blocks:
+        by_source, spanned = {}, []
+        for block in blocks:  # (no list of them all: each file's blocks are concatenated next)
             self._seen_at(group, block, at)
-        yield from self._join_in_time_order(group, blocks)
+            by_source.setdefault(block.source, []).append(block)
+            if block.span is not None:
+                spanned.append(block)
+        yield from self._join_in_time_order(group, by_source)
+        for block in spanned:
+            group.learned(block)
 
     def _seen_at(self, group, block, at):
         """The block's models were last seen at ``at`` (µs on the watermark's clock; None: the
@@ -588,22 +593,21 @@ class LearnBlocks:
             return block
         return block.take(np.flatnonzero(~np.isin(block.positions, positions)))
 
-    def _join_in_time_order(self, group, blocks):
-        """``--labels`` files with ``--label-wait``: a bounded input's blocks, all handed on
-        at once at its end, joined whole in record-time order (``LabelJoin.
+    def _join_in_time_order(self, group, by_source):
+        """``--labels`` files with ``--label-wait``: a bounded input's blocks by source, all
+        handed on at once at its end, joined whole in record-time order (``LabelJoin.
         joined_in_time_order``), whatever the order of the records in their files: each
         features file's examples served first, in file order. The joined examples are learned
         in that order, so their labels' positions are not tracked by the models (the join's
         checkpointed state says what it judged), and the models' checkpoints wait for the
         end of the input (``input_ended``), when nothing waits any more."""
         join, now = self._join_of(group), time.time()
-        by_source = {}
-        for block in blocks:
-            by_source.setdefault(block.source, []).append(block)
         features, labels, dead, seen = [], [], [], {}
-        for source, parts in by_source.items():
+        for source in list(by_source):
+            parts = by_source.pop(source)  # (each file's blocks go once concatenated)
             block = in_position_order(ExampleBlock.concat(
                 sorted(parts, key=lambda b: int(b.positions.min()))))
+            del parts
             if self.cfg.is_labels(source):
                 if self.cfg.resume:
                     self._resume_labeled(group, block.keys.unique().to_pylist())
@@ -614,11 +618,10 @@ class LearnBlocks:
             timed = self._without(block, ahead)
             features.append((source, timed.positions, timed.keys.to_pylist(), timed.event_times,
                              served))
+        block = timed = None  # (what waits is the join's: it holds the served examples once)
         joined, lost = join.joined_in_time_order(features, labels, now)
         yield from self._dead(dead + lost)
         yield from self._learn_joined(group, joined)
-        for block in blocks:
-            group.learned(block)
 
     def _learn_joined(self, group, joined):
         """Learn the join's ``[(model key, block, the scores its examples were served with,

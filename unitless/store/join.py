@@ -489,7 +489,8 @@ class LabelJoin:
 
     def _waiting_in_order(self, features):
         """``joined_in_time_order``'s served examples with an id (``_Waiting``), in the order
-        it takes them (time, file, line), the first of each model key and id only."""
+        it takes them (time, file, line), the first of each model key and id only; ``features``'
+        lists of them are emptied (one copy of them is enough)."""
         blocks, scores, sources = [], [], []
         for j, (source, _, _, _, served) in enumerate(features):
             for key, block, served_scores in served:
@@ -503,6 +504,9 @@ class LabelJoin:
         if not blocks:
             return _Waiting()
         block = by_id.stacked(blocks)
+        for *_, served in features:  # (stacked: the join holds its served examples once)
+            served.clear()
+        del blocks
         sources = np.concatenate(sources)
         rows = np.flatnonzero(block.ids.is_valid().to_numpy(zero_copy_only=False))
         rows = rows[np.lexsort((block.positions[rows], sources[rows], block.event_times[rows]))]
