@@ -402,3 +402,18 @@ def test_a_bounded_join_judges_each_id_by_its_own_records():
                                 by_id.SECOND, by_id.LATE, by_id.LATE]
     assert joins.tolist() == [-1, -1, 0, -1, -1, -1, -1, -1]
     assert joined.tolist() == [True, False, False]
+
+
+def test_a_bounded_join_learns_expired_examples_from_their_own_file():
+    """An expired example learned with --expired-label names its own features file and line,
+    whichever file the join's other examples came from."""
+    join = label_join.LabelJoin(wait=2.0, expired_label=0.0, in_time_order=True)
+    features = []
+    for source in ("f/0", "f/1"):
+        block = timed_block(source, 1, ("a" if source == "f/0" else "b", 0.0, None))
+        features.append((source, block.positions, block.keys.to_pylist(), block.event_times,
+                         [("", block, np.zeros((1, 1)))]))
+    joined, dead = join.joined_in_time_order(features, [timed_block("l/0", 1, ("a", 1.0, 1))])
+    assert dead == [] and [(b.source, b.ids.to_pylist(), b.labels.tolist(), expired)
+                           for _, b, _, expired in joined] == [
+        ("l/0", ["a"], [1.0], False), ("f/1", ["b"], [0.0], True)]

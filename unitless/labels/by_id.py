@@ -29,9 +29,9 @@ JOIN, NEVER, SECOND, LATE = 0, 1, 2, 3
 
 def group_codes(keys, ids):
     """int64 codes of (model key, example id) pairs, equal where both are: ``keys`` and ``ids``
-    are string arrays of one length, ids not null."""
+    are string arrays of one length (a null id codes as an empty one)."""
     keys = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    encoded = pc.dictionary_encode(ids)
+    encoded = pc.dictionary_encode(pc.fill_null(ids, ""))
     ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return keys * len(encoded.dictionary) + ids
 
@@ -61,8 +61,10 @@ def judge(f_group, f_time, l_group, l_time, wait, closed_group=(), closed_expire
         f_of = np.where(has_f, by_group[at], -1)
     else:
         has_f, f_of = np.zeros(n, bool), np.full(n, -1)
-    delay = l_time - f_time[f_of]
-    within = has_f & (np.abs(delay) <= wait)
+    came = f_time[f_of]
+    # (as the streaming join compares: a label later than came + wait, came later than t + wait)
+    late, early = l_time > came + wait, came > l_time + wait
+    within = has_f & ~late & ~early
     closed_group = np.asarray(closed_group, np.int64)
     closed = np.isin(l_group, closed_group)
     expired = np.isin(l_group, closed_group[np.asarray(closed_expired, bool)])
@@ -79,7 +81,7 @@ def judge(f_group, f_time, l_group, l_time, wait, closed_group=(), closed_expire
 
     outcome = np.select(
         [closed & expired, closed, ~has_f, (first_within < n) & (rank == first_within),
-         (first_within < n) & (rank > first_within), (first_within == n) & (delay > wait)],
+         (first_within < n) & (rank > first_within), (first_within == n) & late],
         [LATE, SECOND, NEVER, JOIN, SECOND, LATE], NEVER).astype(np.int8)
     joined = np.zeros(len(f_group), bool)
     joined[f_of[outcome == JOIN]] = True

@@ -849,9 +849,15 @@ class Learn(beam.PTransform):
     its options: docs/usage.md ("In your own Beam pipeline") and docs/guarantees.md.
     """
 
-    def __init__(self, config: Optional[TrainConfig] = None, **options: Any):
+    def __init__(self, config: Optional[TrainConfig] = None, outputs: bool = True,
+                 **options: Any):
         super().__init__()
         self.cfg = config if config is not None else configure(**options)
+        # (False: `unitless train`'s own graph, which writes every prediction and dead letter
+        # through its sinks and uses neither PCollection whole: they stay the learning step's,
+        # since a Flatten of the serving step's with the learning step's would make a batch
+        # runner hold every prediction of the run in memory)
+        self.outputs = outputs
         self.dead_letters = None
 
     def expand(self, examples):
@@ -868,20 +874,19 @@ class Learn(beam.PTransform):
         blocks, parse_dead = as_blocks(examples, cfg.spec, cfg.chunk_size, learner_check(cfg),
                                        cfg.dead_letter, cfg.kafka_settings)
         tallies = [blocks | "Count read" >> count_as("read")]
+        dead = []
         if parse_dead is not None:
             tallies.append(parse_dead | "Count unreadable" >> count_as("read", "refused"))
+            dead.append(parse_dead)
         served = None
         if cfg.serve_apart:
             # (served examples are counted by the learning step, as it takes them: Tally.served)
             served = blocks | "Serve" >> serve_step(cfg, through)
             blocks = served.blocks
             tallies.append(served[DEAD] | "Count refused serving" >> count_as("refused"))
-            parse_dead = served[DEAD] if parse_dead is None else (
-                (parse_dead, served[DEAD]) | "Read or served dead" >> beam.Flatten())
+            dead.append(served[DEAD])
         if cfg.shards:
             from .sharded import learn_over_shards  # (it builds on this module)
-            self.dead_letters = parse_dead if parse_dead is not None else (
-                blocks.pipeline | "No dead letters" >> beam.Create([]))
             predictions, replayed = learn_over_shards(blocks, cfg)
             tallies.append(replayed)
         else:
@@ -897,26 +902,26 @@ class Learn(beam.PTransform):
             tallies += [learned[DEAD] | "Count refused" >> count_as("refused"), learned[ACCOUNTS]]
             if blocks.is_bounded:
                 tallies.append(learned[RANGES] | "Learned twice" >> CountOverlaps())
-            self.dead_letters = learned[DEAD] if parse_dead is None else (
-                (parse_dead, learned[DEAD]) | "Dead letters" >> beam.Flatten())
+            dead.append(learned[DEAD])
         tallies.append(predictions | "Count predicted" >> count_predictions())
-        if served is not None:
-            predictions = (served[SERVED], predictions) | "All predictions" >> beam.Flatten()
         if blocks.is_bounded:
             _ = (tallies | "Tallies" >> beam.Flatten()
                  | "Account" >> CheckAccounts(cfg.resume, models_counted=not cfg.shards))
+        if not self.outputs:
+            return predictions
+        self.dead_letters = (dead[0] if len(dead) == 1 else dead | "Dead letters" >> beam.Flatten()
+                             if dead else blocks.pipeline | "No dead letters" >> beam.Create([]))
+        if served is not None:
+            predictions = (served[SERVED], predictions) | "All predictions" >> beam.Flatten()
         return predictions
 
 
 def build_training(pipeline, cfg, streaming=False):
-    """The `unitless train` graph: read ``cfg.inputs``, learn; returns (predictions, dead
-    letters of the reader and of the learner)."""
+    """The `unitless train` graph: read ``cfg.inputs``, learn, each prediction and dead letter
+    written where ``cfg`` says (no PCollection of all of them: ``Learn``'s ``outputs``)."""
     # (labels files are read as inputs: the learning step tells them by their source)
     read = ReadExamples.from_config(replace(cfg, inputs=[*cfg.inputs, *cfg.labels]) if cfg.labels
                                     else cfg, streaming, learner_check(cfg),
                                     cfg.model_dir if cfg.resume else None)
-    learn = Learn(cfg)
     with read_once():  # (the reader's resume positions too)
-        predictions = pipeline | "Read" >> read | learn
-    dead = (read.dead_letters, learn.dead_letters) | "All dead letters" >> beam.Flatten()
-    return predictions, dead
+        _ = pipeline | "Read" >> read | Learn(cfg, outputs=False)

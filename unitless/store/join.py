@@ -485,7 +485,7 @@ class LabelJoin:
             out.dead.append(taken.dead(int(order[n]), _REASONS[int(outcome[n])]))
         settled = self._settle(features, waiting, taken, order[outcome == by_id.JOIN],
                                joins[outcome == by_id.JOIN], joined)
-        return self._learning(waiting, taken, settled), out.dead
+        return self._learning(waiting, taken, settled, [f[0] for f in features]), out.dead
 
     def _waiting_in_order(self, features):
         """``joined_in_time_order``'s served examples with an id (``_Waiting``), in the order
@@ -544,22 +544,15 @@ class LabelJoin:
         self._close_all(names, w_key[joins], ids.take(joins), False, f_times[joins])
         delays = taken.times[joining] - f_times[joins]
         self.delays += delays[np.isfinite(delays)].tolist()
+        # (expired while records came, where a label of its model came past it; else at the
+        # end of the input: closed with the expired label, else owed its label)
         expired = np.flatnonzero(~joined)
         at = f_times[expired] + self.wait
         self.counts["expired"] += len(expired)
-        learned = self.expired_label is not None
-        closes = np.ones(len(expired), bool) if learned else at < clocks[w_key[expired], LABELS]
-        self._close_all(names, w_key[expired[closes]], ids.take(expired[closes]), True,
-                        f_times[expired[closes]])
-        for r in expired[~closes].tolist():
-            self._of(names[w_key[r]]).unlabeled.setdefault(
-                features[waiting.sources[r]][0], []).append(int(waiting.positions[r]))
-        if learned:
-            self.counts["expired_learned"] += len(expired)
-        else:
-            expired = expired[:0]
-
-        for code, clock in enumerate(clocks.tolist()):
+        midway = at < clocks[w_key[expired], LABELS]
+        self._close_all(names, w_key[expired[midway]], ids.take(expired[midway]), True,
+                        f_times[expired[midway]])
+        for code, clock in enumerate(clocks.tolist()):  # (what the end closes is kept)
             join = self._of(names[code])
             join.clocks = clock
             kept = [t for t in clock if t > -math.inf
@@ -567,6 +560,15 @@ class LabelJoin:
             forget = min(kept) if kept else -math.inf
             join.closed = {i: v for i, v in join.closed.items()
                            if not v[2] + 2 * self.wait < forget}
+        ended = expired[~midway]
+        if self.expired_label is not None:
+            self._close_all(names, w_key[ended], ids.take(ended), True, f_times[ended])
+            self.counts["expired_learned"] += len(expired)
+        else:
+            for r in ended.tolist():
+                self._of(names[w_key[r]]).unlabeled.setdefault(
+                    features[waiting.sources[r]][0], []).append(int(waiting.positions[r]))
+            expired = expired[:0]
         learn = np.concatenate([
             np.stack([w_key[joins], taken.times[joining], np.zeros(len(joins)),
                       taken.sources[joining], taken.block.positions[joining], joining, joins]),
@@ -585,28 +587,33 @@ class LabelJoin:
             self._of(names[code]).closed.update(
                 (ids[r], (expired, first + n, times[r])) for n, r in enumerate(rows))
 
-    def _learning(self, waiting, taken, settled):
+    def _learning(self, waiting, taken, settled, features_sources):
         """``Released.result`` of ``_settle``'s examples to learn: each model's in order, in
-        runs of one labels file or one features file's expired examples, made as they are
-        learned."""
+        runs of one labels file or one features file's expired examples (``features_sources``:
+        the features files' names)."""
         learn, names = settled
         if not learn.shape[1]:
-            return
+            return []
+        every, scores = waiting.take(learn[6].astype(np.int64))  # (one take: then slices)
+        every.served_scores = None
         kind = learn[[0, 2, 3]]
         cuts = np.flatnonzero((kind[:, 1:] != kind[:, :-1]).any(axis=0)) + 1
-        for run in np.split(learn, cuts, axis=1):
+        out = []
+        for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), learn.shape[1]]):
+            run = learn[:, start:stop]
             key, expired, source = names[int(run[0, 0])], bool(run[2, 0]), int(run[3, 0])
-            block, scores = waiting.take(run[6].astype(np.int64))
-            block.served_scores = None
+            block = every.slice(start, stop)
             block.event_times = run[1].copy()
             if expired:
+                block.source = features_sources[source]
                 block.labels = np.full(len(block), self.expired_label, dtype=np.float64)
             else:
                 at = run[5].astype(np.int64)
                 block.source = taken.source_names[source]
                 block.positions = taken.block.positions[at]
                 block.labels = taken.block.labels[at]
-            yield key, block, scores, expired
+            out.append((key, block, scores[start:stop], expired))
+        return out
 
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
