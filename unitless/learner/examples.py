@@ -30,10 +30,11 @@ class Batch:
         return Batch(self.indptr[start:stop + 1] - a, self.indices[a:b], self.values[a:b],
                      self.labels[start:stop], self.weights[start:stop])
 
-    def take(self, rows):
-        """The examples at the given positions, in that order."""
+    def take(self, rows, lengths=None):
+        """The examples at the given positions, in that order (``lengths``: ``np.diff`` of
+        ``indptr``, from a caller taking from this batch many times)."""
         rows = np.asarray(rows, dtype=np.int64)
-        lengths = np.diff(self.indptr)[rows]
+        lengths = (np.diff(self.indptr) if lengths is None else lengths)[rows]
         indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         # entry j of new row r comes from old entry indptr_old[rows[r]] + j

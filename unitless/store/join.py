@@ -147,12 +147,19 @@ class _Waiting:
         else:
             self.keys, self.ids = block.keys.take(self.rows), block.ids.take(self.rows)
             self.times, self.positions = block.event_times[self.rows], block.positions[self.rows]
+            self.batch = block.batch()
+            self.lengths = np.diff(self.batch.indptr)
 
     def take(self, rows):
         """(a block of the examples at ``rows``, in that order; the scores they were served
-        with)."""
+        with), in time proportional to their number (``ExampleBlock.take`` makes the whole
+        block's batch first: once per run of examples learned, that grew as runs times the
+        input)."""
         at = self.rows[rows]
-        return self.block.take(at), self.scores[at]
+        b, block = self.batch.take(at, self.lengths), self.block
+        return ExampleBlock(block.source, block.positions[at], block.ids.take(at),
+                            block.keys.take(at), b.labels, b.weights, b.indptr, b.indices,
+                            b.values, block.names, None, block.event_times[at]), self.scores[at]
 
 
 class _Labels:
@@ -458,7 +465,8 @@ class LabelJoin:
         ``features`` [(source, positions, model keys, record times, served)] as ``features``
         takes them, and every labels block, judged example id by example id on record time
         (``labels.by_id``), whatever the order of the records in their files. Returns
-        ``Released.result``: each model's examples to learn in record-time order (a label's
+        ``Released.result``, each block made as it is taken: each model's examples to learn in
+        record-time order (a label's
         time; an expired example's expiry, after the labels of that time), in runs of one
         labels file or of one features file's expired examples. Called once, at the input's
         end, whose state is cleared once learned: not logged."""
@@ -590,19 +598,15 @@ class LabelJoin:
     def _learning(self, waiting, taken, settled, features_sources):
         """``Released.result`` of ``_settle``'s examples to learn: each model's in order, in
         runs of one labels file or one features file's expired examples (``features_sources``:
-        the features files' names)."""
+        the features files' names), each made as it is learned."""
         learn, names = settled
         if not learn.shape[1]:
-            return []
-        every, scores = waiting.take(learn[6].astype(np.int64))  # (one take: then slices)
-        every.served_scores = None
+            return
         kind = learn[[0, 2, 3]]
         cuts = np.flatnonzero((kind[:, 1:] != kind[:, :-1]).any(axis=0)) + 1
-        out = []
-        for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), learn.shape[1]]):
-            run = learn[:, start:stop]
+        for run in np.split(learn, cuts, axis=1):
             key, expired, source = names[int(run[0, 0])], bool(run[2, 0]), int(run[3, 0])
-            block = every.slice(start, stop)
+            block, scores = waiting.take(run[6].astype(np.int64))
             block.event_times = run[1].copy()
             if expired:
                 block.source = features_sources[source]
@@ -612,8 +616,7 @@ class LabelJoin:
                 block.source = taken.source_names[source]
                 block.positions = taken.block.positions[at]
                 block.labels = taken.block.labels[at]
-            out.append((key, block, scores[start:stop], expired))
-        return out
+            yield key, block, scores, expired
 
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
