@@ -847,6 +847,8 @@ class Learn(beam.PTransform):
     keywords, with its defaults (``config.configure``); the examples refused are
     ``transform.dead_letters`` once it is applied. What it guarantees whatever the runner and
     its options: docs/usage.md ("In your own Beam pipeline") and docs/guarantees.md.
+    ``outputs=False``: neither PCollection is made whole (the learning step's predictions
+    are returned, ``dead_letters`` stays None), for a graph that only needs them written.
     """
 
     def __init__(self, config: Optional[TrainConfig] = None, outputs: bool = True,
@@ -909,8 +911,11 @@ class Learn(beam.PTransform):
                  | "Account" >> CheckAccounts(cfg.resume, models_counted=not cfg.shards))
         if not self.outputs:
             return predictions
-        self.dead_letters = (dead[0] if len(dead) == 1 else dead | "Dead letters" >> beam.Flatten()
-                             if dead else blocks.pipeline | "No dead letters" >> beam.Create([]))
+        if len(dead) == 1:
+            self.dead_letters = dead[0]
+        else:
+            self.dead_letters = (dead | "Dead letters" >> beam.Flatten() if dead
+                                 else blocks.pipeline | "No dead letters" >> beam.Create([]))
         if served is not None:
             predictions = (served[SERVED], predictions) | "All predictions" >> beam.Flatten()
         return predictions

@@ -181,9 +181,6 @@ class _Labels:
         return rows[np.lexsort((self.block.positions[rows], self.sources[rows],
                                 self.times[rows]))]
 
-    def source_of(self, n):
-        return self.source_names[self.sources[n]]
-
     def dead(self, n, reason):
         j = int(self.sources[n])
         block, row = self.blocks[j], n - int(self.starts[j])
@@ -466,10 +463,9 @@ class LabelJoin:
         takes them, and every labels block, judged example id by example id on record time
         (``labels.by_id``), whatever the order of the records in their files. Returns
         ``Released.result``, each block made as it is taken: each model's examples to learn in
-        record-time order (a label's
-        time; an expired example's expiry, after the labels of that time), in runs of one
-        labels file or of one features file's expired examples. Called once, at the input's
-        end, whose state is cleared once learned: not logged."""
+        record-time order (a label's time; an expired example's expiry, after the labels of
+        that time), in runs of one labels file or of one features file's expired examples.
+        Called once, at the input's end, whose state is cleared once learned: not logged."""
         if self.ordered_once:
             raise RuntimeError("the labels join of a bounded input took its records in two "
                                "parts: it joins them in time order only when it has them all")
@@ -525,9 +521,10 @@ class LabelJoin:
     def _settle(self, features, waiting, taken, joining, joins, joined):
         """What the judgement leaves in each model's join, as the streaming join would have it
         at the end of the input: its labels judged, the ids it closed (those older than twice
-        the wait behind both of its clocks forgotten) and its clocks; the examples never joined
-        expire at their time + wait, learned with the expired label, or else owed their label
-        (``unlabeled``) where no label of their model came after that. Counts what it did.
+        the wait behind both of its clocks forgotten, but those the end closes) and its clocks;
+        the examples never joined expire at their time + wait, learned with the expired label,
+        or else owed their label (``unlabeled``) where no label of their model came after that.
+        Counts what it did.
         Returns the examples to learn, columns (model key code, time, after the labels of that
         time, file, line, labels row or -1, waiting row), and the model keys."""
         features_keys = [pa.array(k, pa.string()) for _, _, k, _, _ in features]
@@ -895,10 +892,11 @@ def _time(entry):
 
 def _runs(pairs):
     """[(served entry, pending entry)] -> runs of consecutive pairs whose pending entries share
-    a labels source, or are all expired examples."""
+    a labels source, or are expired examples of one features source."""
     def kind(pair):
         label = pair[1]
-        return None if label[0] is None else label[0].block.source
+        return (True, pair[0][0].block.source) if label[0] is None else (
+            False, label[0].block.source)
     runs = []
     for pair in pairs:
         if runs and kind(runs[-1][-1]) == kind(pair):
@@ -913,8 +911,8 @@ def joined(pairs):
     example's features with its label, weighted as its features record was, at its label's
     place in the labels input (source, position, record time), as a plain run over the joined
     records would learn it; and the scores it was served with, [n, K]. Expired examples
-    (pending entries ``(None, entry, at, label)``) keep their features record's source and position,
-    with the expired label and their expiry time."""
+    (pending entries ``(None, entry, at, label)``, of one features source) keep their features
+    record's source and position, with the expired label and their expiry time."""
     features = [(rows.block, r) for (rows, r, *_), _ in pairs]
     if pairs[0][1][0] is None:
         labels = np.array([value for _, (_, _, _, value) in pairs], dtype=np.float64)
