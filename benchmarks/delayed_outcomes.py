@@ -24,6 +24,7 @@ a bounded input joined whole at its end (docs/delayed-outcomes.md), B as above.
 Writes benchmarks/results/delayed_outcomes{,_timed}{.md,.json} (``--quick``: in results/tmp/).
 """
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,7 @@ def join_alone(n, chunk=1000, seed=0):
 
 def run(work, name, inputs):
     out = work / name
+    shutil.rmtree(out, ignore_errors=True)  # (a kept --workdir's earlier run)
     return run_timed(unitless_command([
         "train", "--input", *map(str, inputs), "--id-column", "id", "--model-key-column", "key",
         "--model-dir", str(out / "models"), "--predictions", str(out / "p"),

@@ -404,6 +404,28 @@ def test_a_bounded_join_judges_each_id_by_its_own_records():
     assert joined.tolist() == [True, False, False]
 
 
+def test_a_bounded_joins_closed_ids_are_checkpointed_as_columns_and_read_back():
+    """The ids a bounded join closes (joined, expired) are checkpointed as columns
+    (``ClosedIds.to_json``); a resumed run reads them, or an older checkpoint's [id, expired,
+    time] lists, alike: a second features record for either id is then refused."""
+    join = label_join.LabelJoin(wait=2.0, expired_label=0.0, in_time_order=True)
+    block = timed_block("f/0", 1, ("a", 0.0, None), ("b", 0.5, None))
+    features = [("f/0", block.positions, block.keys.to_pylist(), block.event_times,
+                 [("", block, np.zeros((2, 1)))])]
+    joined, dead = join.joined_in_time_order(features, [timed_block("l/0", 1, ("a", 1.0, 1))])
+    assert dead == [] and len(list(joined)) == 2
+    closed = join.resume_state("", {"f/0": 2})["closed"]
+    assert closed == {"ids": ["a", "b"], "expired": [False, True], "times": [0.0, 0.5]}
+    for saved in (closed, [["a", False, 0.0], ["b", True, 0.5]]):
+        resumed = label_join.LabelJoin(wait=2.0, expired_label=0.0, in_time_order=True)
+        resumed.restore("", {"rejoin": {"f/0": 2}, "waiting": {}, "labels": {"l/0": 1},
+                             "closed": saved}, {"f/0": 2})
+        again = timed_block("f/1", 1, ("a", 3.0, None), ("b", 3.0, None), ("c", 3.0, None))
+        kept, refused = resumed.screen("", again)
+        assert kept.ids.to_pylist() == ["c"] and [d.reason for d in refused] == [
+            label_join.SECOND_FEATURES] * 2
+
+
 def test_a_bounded_join_learns_expired_examples_from_their_own_file():
     """An expired example learned with --expired-label names its own features file and line,
     whichever file the join's other examples came from."""

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..learner import make_batch
+from ..learner import Batch, make_batch
 from ..learner.names import FeatureNames, merged_names
 from ..schemas import DEAD_LETTER_SCHEMA
 
@@ -106,9 +106,14 @@ class ExampleBlock:
 
     def take(self, rows):
         """The examples at positions ``rows`` (in that order) as a new block (without the raw
-        records, which stay at the source)."""
+        records, which stay at the source); every row in order gives a block whose features
+        are the block's own arrays (blocks are not changed in place)."""
         rows = np.asarray(rows, dtype=np.int64)
-        b = self.batch().take(rows)
+        full = self.full()  # (rows first, then ``make_batch``: in time of the rows, not the block)
+        b = Batch(full.indptr, full.indices, full.values, full.labels, full.weights)
+        if len(rows) != len(self) or (rows != np.arange(len(rows))).any():
+            b = b.take(rows)
+        b = make_batch(b.indptr, b.indices, b.values, b.labels, b.weights)
         return ExampleBlock(self.source, self.positions[rows], self.ids.take(rows),
                             self.keys.take(rows), b.labels, b.weights, b.indptr, b.indices,
                             b.values, self.names, None,
@@ -257,25 +262,30 @@ class ExampleBlock:
         without raw records."""
         if len(blocks) == 1:
             return blocks[0]
+        block = ExampleBlock.stacked(blocks)
+        if (np.diff(block.positions) < 0).any():
+            block = block.take(np.argsort(block.positions, kind="stable"))
+        block.span = _tiled([b.span for b in blocks])
+        return block
+
+    @staticmethod
+    def stacked(blocks):
+        """One block of the examples of ``blocks`` one after the other, in the order given,
+        without raw records; its source the first's."""
         blocks = [b.full() for b in blocks]
         lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        names = merged_names(b.names for b in blocks)
-        times = [b.event_times for b in blocks]
-        block = ExampleBlock(
+        return ExampleBlock(
             blocks[0].source, np.concatenate([b.positions for b in blocks]),
             pa.concat_arrays([b.ids for b in blocks]), pa.concat_arrays([b.keys for b in blocks]),
             np.concatenate([b.labels for b in blocks]),
             np.concatenate([b.weights for b in blocks]), indptr,
             np.concatenate([b.indices for b in blocks]), np.concatenate([b.values for b in blocks]),
-            names, None, _concatenated(times),
+            merged_names(b.names for b in blocks), None,
+            _concatenated([b.event_times for b in blocks]),
             restarts_midway=blocks[0].restarts_midway,
             served_scores=_concatenated([b.served_scores for b in blocks]))
-        if (np.diff(block.positions) < 0).any():
-            block = block.take(np.argsort(block.positions, kind="stable"))
-        block.span = _tiled([b.span for b in blocks])
-        return block
 
     def screen(self, problems):
         """Drop the rows named in ``problems`` [(row, reason)]: (remaining block, dead letters

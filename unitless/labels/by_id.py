@@ -18,11 +18,7 @@ clocks. Since each id's outcome depends on its own records only, they apply as w
 ids that holds all of their records (a bucket of ids): docs/delayed-outcomes.md.
 """
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
-
-from ..connectors.records import ExampleBlock
-from ..learner.names import merged_names
 
 JOIN, NEVER, SECOND, LATE = 0, 1, 2, 3
 
@@ -86,23 +82,3 @@ def judge(f_group, f_time, l_group, l_time, wait, closed_group=(), closed_expire
     joined = np.zeros(len(f_group), bool)
     joined[f_of[outcome == JOIN]] = True
     return outcome, np.where(outcome == JOIN, f_of, -1), joined
-
-
-def stacked(blocks):
-    """One block of ``blocks``' rows in the order given (``ExampleBlock.concat`` keeps one
-    source's in position order), its source the first's; None for none."""
-    if not blocks:
-        return None
-    blocks = [b.full() for b in blocks]
-    first = blocks[0]
-    lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
-    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    times = [b.event_times for b in blocks]
-    return ExampleBlock(
-        first.source, np.concatenate([b.positions for b in blocks]),
-        pa.concat_arrays([b.ids for b in blocks]), pa.concat_arrays([b.keys for b in blocks]),
-        np.concatenate([b.labels for b in blocks]), np.concatenate([b.weights for b in blocks]),
-        indptr, np.concatenate([b.indices for b in blocks]),
-        np.concatenate([b.values for b in blocks]), merged_names(b.names for b in blocks), None,
-        None if any(t is None for t in times) else np.concatenate(times))

@@ -109,7 +109,7 @@ class ServeBlocks(beam.DoFn):
         rows = self._to_serve(block)
         ahead = set(dated_ahead(block, now, self.cfg.max_time_skew)) & set(rows.tolist())
         problems = [(r, AHEAD_OF_CLOCK) for r in sorted(ahead)]
-        rows = np.array([r for r in rows.tolist() if r not in ahead], dtype=np.int64)
+        rows = rows[~np.isin(rows, list(ahead))]
         tables = []
         for key, at in _by_key(block, rows):
             table, refused = self._serve(key, block, at, scores, now)
@@ -152,12 +152,12 @@ class ServeBlocks(beam.DoFn):
         reason)] refused)."""
         state, checkpoint_id, published = self.models.get(key)
         piece, served, _, refused = scored(state, block.take(at))
-        row_of = dict(zip(block.positions[at].tolist(), at.tolist()))
+        row_of = dict(zip(block.positions[at].tolist(), at.tolist())) if refused else {}
         problems = [(row_of[d.position], d.reason) for d in refused]
         if not len(piece):
             return None, problems
         n = len(piece)
-        scores[[row_of[p] for p in piece.positions.tolist()]] = served
+        scores[at[np.isin(block.positions[at], piece.positions)]] = served  # (kept in order)
         age = np.full(n, np.nan if published is None else max(0.0, now - published))
         stale = age > self.cfg.max_staleness  # (NaN: not published yet, not stale)
         self.served.inc(n)

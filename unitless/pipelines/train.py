@@ -217,6 +217,12 @@ class LearnBlocks:
     # its metadata, its rows' objects, then its sealed JSON and its share of the part
     # (a run's last checkpoints, of all of its models, are taken together)
     CHECKPOINT_BYTES = 8 << 10
+    # --labels: what a checkpoint's share of its group's join costs per id it names (closed,
+    # or a position still waiting), as Python objects until sealed: a bounded input's join
+    # closes every id at its end, millions of them, so its checkpoints are written once their
+    # shares reach ``JOIN_PENDING_BYTES``, not with the bundle
+    JOIN_ENTRY_BYTES = 200
+    JOIN_PENDING_BYTES = 64 << 20
 
     def __init__(self, cfg, streaming=False):
         self.cfg = cfg
@@ -257,7 +263,8 @@ class LearnBlocks:
         self.seen = 0
         self.last_join = None  # (``--labels``: its waiting state is logged)
         self.unsaved = set()  # (--resume, --labels: model keys without a checkpoint)
-        self.pending, self.pending_bytes = [], 0  # checkpoints taken, not yet written
+        # checkpoints taken, not yet written; about what they hold (``_checkpoint``)
+        self.pending, self.pending_bytes, self.pending_join_bytes = [], 0, 0
         cfg = self.cfg
         self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
         # (serving apart: the models' states as the serving step reads them, ``_publish``)
@@ -731,7 +738,10 @@ class LearnBlocks:
         tables = {id(rows.table): rows.table for rows, _ in taken}.values()
         self.pending_bytes += (sum(table.nbytes for table in tables)
                                + self.CHECKPOINT_BYTES * len(taken))
-        if self.pending_bytes >= self.PENDING_BYTES:
+        self.pending_join_bytes += self.JOIN_ENTRY_BYTES * sum(
+            _join_entries(m["label_join"]) for m in metadata if "label_join" in m)
+        if (self.pending_bytes >= self.PENDING_BYTES
+                or self.pending_join_bytes >= self.JOIN_PENDING_BYTES):
             self._write_checkpoints()
 
     def _publish(self, group, keys=None, at_once=False):
@@ -778,7 +788,7 @@ class LearnBlocks:
                 self.loss.update(int(1e6 * loss))
             log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
                       meta["examples_seen"], loss)
-        self.pending, self.pending_bytes = [], 0
+        self.pending, self.pending_bytes, self.pending_join_bytes = [], 0, 0
         return written
 
     def _log(self, model, n):
@@ -791,6 +801,13 @@ class LearnBlocks:
                 log.info("waiting for labels in the group last joined: %d examples, %.1f MiB",
                          self.last_join.waiting_examples, self.last_join.nbytes / (1 << 20))
             self.last_log = now
+
+
+def _join_entries(saved):
+    """How many ids and positions a checkpoint's share of its join names
+    (``LabelJoin.resume_state``)."""
+    closed = saved["closed"]
+    return (len(closed["ids"]) if closed else 0) + sum(map(len, saved["waiting"].values()))
 
 
 def check_before_start(cfg):

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from ..connectors.records import DeadLetter, ExampleBlock
 from ..labels import by_id
+from ..labels.closed import ClosedIds
 from ..learner.names import merged_names
 
 # dead letter reasons
@@ -97,7 +98,7 @@ class ModelJoin:
     seq, id): of served examples, expiring once the labels' clock passes it, and of ids
     closed, forgotten once both clocks do. ``resumed``: what it did before a resume."""
     served: dict = field(default_factory=dict)
-    closed: dict = field(default_factory=dict)
+    closed: ClosedIds = field(default_factory=ClosedIds)
     pending: deque = field(default_factory=deque)
     labeled: dict = field(default_factory=dict)  # id -> the times of its labels in ``pending``
     parked: dict = field(default_factory=dict)  # id -> its ``closing`` entry, while labeled
@@ -171,7 +172,7 @@ class _Labels:
         self.sources = np.repeat(np.arange(len(self.blocks)), [len(b) for b in self.blocks])
         self.source_names = [b.source for b in self.blocks]
         self.starts = np.cumsum([0] + [len(b) for b in self.blocks])
-        self.block = by_id.stacked(self.blocks) if self.blocks else _no_labels()
+        self.block = ExampleBlock.stacked(self.blocks) if self.blocks else _no_labels()
         self.times = (self.block.event_times if self.block.event_times is not None
                       else np.full(len(self.block), math.inf))
 
@@ -317,14 +318,19 @@ class LabelJoin:
         their dead letters). Earlier is in record time with ``in_time_order``, else in the
         block."""
         join = self.models.get(key, ModelJoin())
-        ids, again = block.ids.to_pylist(), []
         seen = set() if seen is None else seen
-        for r in self._order(block):
-            i = ids[r]
-            if i is not None and (i in seen or i in join.served or i in join.closed):
-                again.append((r, SECOND_FEATURES))
-            seen.add(i)
-        return block.screen(sorted(again))
+        order = np.asarray(self._order(block), np.int64)
+        encoded = pc.dictionary_encode(block.ids.take(order))
+        ids = encoded.dictionary.to_pylist()
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        # (index -1, no id: never again)
+        known = np.array([i in seen or i in join.served or i in join.closed for i in ids]
+                         + [False], dtype=bool)
+        first = codes < 0
+        first[np.unique(codes, return_index=True)[1]] = True
+        seen.update(ids)
+        again = np.sort(order[~first | known[codes]])
+        return block.screen([(r, SECOND_FEATURES) for r in again.tolist()])
 
     def refuse_ahead(self, block, now):
         """A features block -> (the block without its records dated beyond ``max_skew`` after
@@ -474,17 +480,16 @@ class LabelJoin:
         waiting = self._waiting_in_order(features)
         taken = _Labels([self._labels_taken(block, now, out) for block in labels])
         self.counts["replayed"] += int(taken.again.sum())
-        closed = [(k, i, e) for k, j in self.models.items() for i, (e, _, _) in j.closed.items()]
+        closed = [(k, *j.closed.arrays()[:2]) for k, j in self.models.items()]
         codes = by_id.group_codes(
-            pa.concat_arrays([waiting.keys, taken.block.keys,
-                              pa.array([k for k, _, _ in closed], pa.string())]),
-            pa.concat_arrays([waiting.ids, taken.block.ids,
-                              pa.array([i for _, i, _ in closed], pa.string())]))
+            pa.concat_arrays([waiting.keys, taken.block.keys, *(
+                pa.repeat(pa.scalar(k, pa.string()), len(i)) for k, i, _ in closed)]),
+            pa.concat_arrays([waiting.ids, taken.block.ids, *(i for _, i, _ in closed)]))
         nf, nl = len(waiting.keys), len(taken.block)
         order = taken.in_order()
         outcome, joins, joined = by_id.judge(
             codes[:nf], waiting.times, codes[nf:nf + nl][order], taken.times[order], self.wait,
-            codes[nf + nl:], np.array([e for _, _, e in closed], dtype=bool))
+            codes[nf + nl:], np.concatenate([np.zeros(0, bool), *(e for _, _, e in closed)]))
         for n in np.flatnonzero(outcome != by_id.JOIN).tolist():
             out.dead.append(taken.dead(int(order[n]), _REASONS[int(outcome[n])]))
         settled = self._settle(features, waiting, taken, order[outcome == by_id.JOIN],
@@ -507,7 +512,7 @@ class LabelJoin:
                 sources.append(np.full(len(block), j))
         if not blocks:
             return _Waiting()
-        block = by_id.stacked(blocks)
+        block = ExampleBlock.stacked(blocks)
         for *_, served in features:  # (stacked: the join holds its served examples once)
             served.clear()
         del blocks
@@ -563,8 +568,7 @@ class LabelJoin:
             kept = [t for t in clock if t > -math.inf
                     or (join.resumed is not None and join.resumed.labeled)]
             forget = min(kept) if kept else -math.inf
-            join.closed = {i: v for i, v in join.closed.items()
-                           if not v[2] + 2 * self.wait < forget}
+            join.closed.forget(2 * self.wait, forget)
         ended = expired[~midway]
         if self.expired_label is not None:
             self._close_all(names, w_key[ended], ids.take(ended), True, f_times[ended])
@@ -584,13 +588,14 @@ class LabelJoin:
 
     def _close_all(self, names, key_codes, ids, expired, times):
         """Close ``ids`` (an array) of the models of ``key_codes`` at ``times``."""
-        ids, times = ids.to_pylist(), times.tolist()
-        for code in np.unique(key_codes).tolist():
-            rows = np.flatnonzero(key_codes == code).tolist()
+        order = np.argsort(key_codes, kind="stable")
+        codes, starts = np.unique(key_codes[order], return_index=True)
+        for code, rows in zip(codes.tolist(), np.split(order, starts[1:])):
             first = self.seq + 1
             self.seq += len(rows)
-            self._of(names[code]).closed.update(
-                (ids[r], (expired, first + n, times[r])) for n, r in enumerate(rows))
+            self._of(names[code]).closed.add_columns(
+                ids.take(rows), np.full(len(rows), expired), np.arange(first, self.seq + 1),
+                times[rows])
 
     def _learning(self, waiting, taken, settled, features_sources):
         """``Released.result`` of ``_settle``'s examples to learn: each model's in order, in
@@ -617,10 +622,11 @@ class LabelJoin:
 
     def _judged(self, block):
         """Which records of a labels block their models learned or judged before a resume."""
-        source, keys = block.source, block.keys.to_pylist()
-        done = {key: resumed.positions.get(source, -1) for key in set(keys)
-                for resumed in (self._resumed(key),) if resumed is not None}
-        return [p <= done.get(k, -1) for k, p in zip(keys, block.positions.tolist())]
+        encoded = pc.dictionary_encode(block.keys)
+        done = [-1 if resumed is None else resumed.positions.get(block.source, -1)
+                for resumed in map(self._resumed, encoded.dictionary.to_pylist())]
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        return block.positions <= np.array(done + [-1], np.int64)[codes]  # (-1: no key)
 
     def resume_state(self, key, served):
         """What model ``key``'s checkpoint keeps of its join, for a resumed run (``restore``),
@@ -629,11 +635,13 @@ class LabelJoin:
         resumed run reads the source again from there) and the positions of those waiting
         (``waiting``: only they wait again), per labels source the position through which its
         labels were learned or judged (``labels``: only those after come again); and with a
-        wait, the ids it joined or let expire that it still knows (``closed``: [id, expired,
-        time or None]; without a wait the ids read again are closed again, ``replayed``)."""
+        wait, the ids it joined or let expire that it still knows (``closed``,
+        ``ClosedIds.to_json``; without a wait none, ``[]`` as before: the ids read again are
+        closed again, ``replayed``)."""
         rejoin, join = dict(served), self.models.get(key)
         if join is None:
-            return {"rejoin": rejoin, "waiting": {}, "labels": {}, "closed": []}
+            return {"rejoin": rejoin, "waiting": {}, "labels": {},
+                    "closed": [] if self.wait is None else ClosedIds().to_json()}
         labels, waiting = dict(join.judged), {}
         for source, owed in (join.resumed.waiting.items() if join.resumed else ()):
             if owed:  # (read again, not yet come)
@@ -653,9 +661,7 @@ class LabelJoin:
         for source, positions in join.unlabeled.items():
             waiting.setdefault(source, []).extend(positions)
             rejoin[source] = min(rejoin.get(source, math.inf), min(positions) - 1)
-        closed = [] if self.wait is None else [
-            [i, expired, time if math.isfinite(time) else None]
-            for i, (expired, _, time) in join.closed.items() if i not in held]
+        closed = [] if self.wait is None else join.closed.to_json(held)
         return {"rejoin": rejoin, "waiting": {s: sorted(p) for s, p in waiting.items()},
                 "labels": labels, "closed": closed}
 
@@ -666,7 +672,7 @@ class LabelJoin:
         sources read again are told apart (``replayed``, ``served_before``, ``labels``)."""
         self._record("restore", key, saved, positions)
         join = self._of(key)
-        for i, expired, time in saved["closed"]:
+        for i, expired, time in ClosedIds.from_json(saved["closed"]):
             self._close(join, i, expired, math.inf if time is None else time)
         join.resumed = Resumed({**positions, **saved["labels"]}, dict(saved["rejoin"]),
                                {s: set(p) for s, p in saved["waiting"].items()},
