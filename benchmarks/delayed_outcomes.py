@@ -23,6 +23,7 @@ a bounded input joined whole at its end (docs/delayed-outcomes.md), B as above.
 
 Writes benchmarks/results/delayed_outcomes{,_timed}{.md,.json} (``--quick``: in results/tmp/).
 """
+import re
 import resource
 import shutil
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +41,7 @@ from _common import (artificial_stream, header, parse_args, progress, result_nam
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.learner import dense_batch  # noqa: E402
 from unitless.store.join import LabelJoin  # noqa: E402
+from unitless.store.models import newest_models  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])
 LABELED = 0.95
@@ -120,14 +123,22 @@ def main():
             for name, inputs in (("A", a), ("B", [work / "joined.csv"])):
                 progress(f"pair {p + 1}: {name}")
                 r = run(work, f"{name}{p}", inputs)
-                runs.append({"pair": p + 1, "run": name, **{k: r[k] for k in (
-                    "wall_s", "cpu_s", "max_rss_mib", "load_1min", "command")}})
+                largest = re.search(r"largest value written to Beam state: (\d+) bytes",
+                                    r["stderr"])
+                runs.append({"pair": p + 1, "run": name, "largest_state_value_bytes": int(
+                    largest.group(1)) if largest else None, **{k: r[k] for k in (
+                        "wall_s", "cpu_s", "max_rss_mib", "load_1min", "command")}})
+            equal = models_equal(work / f"A{p}" / "models", work / f"B{p}" / "models")
+            progress(f"pair {p + 1}: A's final models equal B's: {equal}")
+            if not equal:
+                raise SystemExit(f"pair {p + 1}: A's final models differ from B's")
     walls = {name: [r["wall_s"] for r in runs if r["run"] == name] for name in "AB"}
     peaks = {name: [r["max_rss_mib"] for r in runs if r["run"] == name] for name in "AB"}
     ratios = [a / b for a, b in zip(walls["A"], walls["B"])]
     above = [a - b for a, b in zip(peaks["A"], peaks["B"])]
     rows = [[r["pair"], r["run"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
-             f"{r['max_rss_mib']:.0f}", r["load_1min"]] for r in runs]
+             f"{r['max_rss_mib']:.0f}", _mib(r["largest_state_value_bytes"]), r["load_1min"]]
+            for r in runs]
     alone = "" if args.timed else f"""
 The join alone (no Beam): {n:,} examples of 21 features served in blocks of 1,000 and waiting:
 {waited:.2f} s ({1e6 * waited / n:.1f} µs an example), {nbytes / 2**20:.1f} MiB waiting, peak RSS
@@ -139,10 +150,13 @@ The join alone (no Beam): {n:,} examples of 21 features served in blocks of 1,00
     body = f"""{alone}
 {n:,} examples served (A), {labeled:,} of them labeled and learned (A and B); 8 model keys.
 
-{table(["pair", "run", "wall s", "CPU s", "peak RSS MiB", "load 1-min before/after"], rows)}
+{table(["pair", "run", "wall s", "CPU s", "peak RSS MiB", "largest state value MiB",
+        "load 1-min before/after"], rows)}
 
 A/B wall time, pair by pair: {", ".join(f"{x:.2f}" for x in ratios)}; A's peak RSS above B's:
-{", ".join(f"{x:.0f}" for x in above)} MiB.
+{", ".join(f"{x:.0f}" for x in above)} MiB. In each pair A's final models equal B's, column by
+column (the newest checkpoints). "largest state value": the largest value the learning step
+wrote to Beam state (its own accounting, the `state_value_bytes` distribution the run logs).
 
 A: `unitless train --input features.csv --labels labels.csv`{timed} (serves all, joins,
 learns); B: `unitless train --input joined.csv` (learns the same labeled examples, in label
@@ -156,6 +170,22 @@ order).
         **({} if args.timed else {"join_alone": {
             "wait_s": waited, "join_s": joined, "waiting_bytes": nbytes,
             "peak_rss_growth_mib": rss}})})
+
+
+def models_equal(a, b):
+    """Whether two model directories' newest checkpoints hold the same rows, column by column."""
+    tables = []
+    for directory in (a, b):
+        t = newest_models(str(directory))
+        t = t.set_column(0, "model_key", pc.cast(t.column(0), pa.string()))
+        tables.append(t.sort_by([("model_key", "ascending"), ("class", "ascending"),
+                                 ("index", "ascending")]))
+    return tables[0].column_names == tables[1].column_names and all(
+        x.equals(y) for x, y in zip(tables[0].columns, tables[1].columns))
+
+
+def _mib(size):
+    return "—" if size is None else f"{size / 2**20:.2f}"
 
 
 if __name__ == "__main__":

@@ -139,3 +139,31 @@ def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order
                    for m in metas)
         assert any(m["restart_positions"][source] < m["input_positions"][source] for m in metas)
         assert metas[-1]["restart_positions"] == metas[-1]["input_positions"]
+
+
+def test_a_large_waiting_block_waits_in_parts_each_a_state_value_of_its_own(tmp_path,
+                                                                           monkeypatch):
+    """A block whose columns outgrow ``WAITING_COLUMNS_BYTES`` waits as its consecutive parts
+    of about that size, each a state value with its own header (so no value grows with a
+    reader's block); handed on in order they are the block again, its span tiled."""
+    from unitless.pipelines import ordering
+    path = tmp_path / "a.csv"
+    write_random_key_examples(path, 3000, 0)
+    cfg = configure([str(path)], id_column="id", model_key_column="key")
+    (block, _), = read_file(cfg.inputs[0], "csv", cfg.spec, 10_000)
+    block.span = (0, int(block.positions.max()))  # (as a file read whole in one block)
+    monkeypatch.setattr(ordering, "WAITING_COLUMNS_BYTES", block.nbytes // 5)
+    header = (7, block.source, int(block.positions.min()), int(block.positions.max()))
+    entries = ordering.waiting_entries(header, block)
+    assert len(entries) >= 5
+    headers = [ordering.waiting_header(e) for e in entries]
+    parts = [ordering.waiting_block(e) for e in entries]
+    assert all(p.nbytes <= 1.05 * (block.nbytes // 5) for p in parts)  # (rows vary)
+    assert [h[:2] for h in headers] == [(7, block.source)] * len(entries)
+    assert [h[2:] for h in headers] == [(int(p.positions[0]), int(p.positions[-1]))
+                                        for p in parts]
+    whole, again = block.full(), ExampleBlock.concat(parts).full()
+    assert again.span == block.span
+    for column in ("positions", "labels", "weights", "indptr", "indices", "values"):
+        assert (getattr(again, column) == getattr(whole, column)).all()
+    assert again.ids.equals(block.ids) and again.keys.equals(block.keys)

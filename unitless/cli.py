@@ -7,6 +7,7 @@ import argparse
 import builtins
 import gc
 import json
+import logging
 import os
 import re
 import sys
@@ -323,6 +324,7 @@ def _tune_collector():
 def train(args, beam_args):
     from .compile import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
+    from .pipelines.ordering import STATE_VALUE_BYTES
     from .pipelines.train import build_training
     from .store.ownership import given_up_after
     pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
@@ -339,6 +341,10 @@ def train(args, beam_args):
                        _counter(result, "examples_expired_without_label"),
                        _counter(result, "examples_expired_learned"))
     print(render(model_lines(cfg.model_dir, verify=False), counts))
+    largest = _largest(result, STATE_VALUE_BYTES)
+    if largest is not None:
+        logging.getLogger("unitless").info(
+            "largest value written to Beam state: %d bytes (%.2f MiB)", largest, largest / 2**20)
     notice = compiled_notice()
     if notice:
         print(notice)
@@ -350,6 +356,16 @@ def train(args, beam_args):
                               cfg.resume)
     if problem:
         raise ValueError(problem)
+
+
+def _largest(result, name):
+    """The largest value of one of unitless's Beam distributions over the steps that record
+    it, None if none did (or the runner reports none)."""
+    from apache_beam.metrics.metric import MetricsFilter
+    found = result.metrics().query(MetricsFilter().with_namespace("unitless").with_name(name))
+    values = [r.committed if r.committed is not None else r.attempted
+              for r in found["distributions"]]
+    return max((v.max for v in values if v is not None and v.count), default=None)
 
 
 def _counter(result, name):

@@ -61,6 +61,19 @@ def waiting_entry(header, block):
                                                                  protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def waiting_entries(header, block):
+    """A block as it waits in Beam state: ``waiting_entry``s of its consecutive parts, each
+    with its own header, whose columns hold about ``WAITING_COLUMNS_BYTES`` at most (cut by
+    rows, whose sizes vary; its feature names, which each part carries whole, aside), so that
+    no state value grows with a reader's block."""
+    if block is None or block.nbytes <= WAITING_COLUMNS_BYTES:
+        return [waiting_entry(header, block)]
+    rows = max(1, len(block) * WAITING_COLUMNS_BYTES // block.nbytes)
+    return [waiting_entry((header[0], header[1], int(part.positions.min()),
+                           int(part.positions.max()), *header[4:]), part)
+            for part in block.parts(rows)]
+
+
 def due(header):
     """When a waiting entry is released (µs): a block when the watermark reaches its stamp; a
     mark once the watermark is past it: the next millisecond (timers fire at whole ones)."""
@@ -94,19 +107,32 @@ def learning_order(ready):
 
 
 
+# every value this step writes to Beam state, in bytes (a runner's state backend may bound a
+# value: RocksDB on Flink, 2 GiB): what the run's summary reports as the largest
+STATE_VALUE_BYTES = "state_value_bytes"
+# a block waits in state in parts whose columns hold about this many bytes at most, so that
+# each part with its header and feature names stays within 1 MiB (``waiting_entries``)
+WAITING_COLUMNS_BYTES = 896 << 10
+
+
 class Stored:
     """A key's handler state in Beam state: its encoded state (``read``, ``write``, ``clear``)
-    and ``log``, a bag of bytes beside it that the handler may append to instead of rewriting
-    (cleared with it)."""
+    and ``log``, a bag of bytes beside it that the handler may append to (``append``) instead
+    of rewriting (cleared with it); ``weigh`` is given the size of each value written."""
 
-    def __init__(self, state, log):
-        self.state, self.log = state, log
+    def __init__(self, state, log, weigh):
+        self.state, self.log, self.weigh = state, log, weigh
 
     def read(self):
         return self.state.read()
 
     def write(self, data):
+        self.weigh(len(data))
         self.state.write(data)
+
+    def append(self, data):
+        self.weigh(len(data))
+        self.log.add(data)
 
     def clear(self):
         self.state.clear()
@@ -166,6 +192,7 @@ class InOrder(beam.DoFn):
         self.ttl = int(ttl * 1e6) if ttl else 0  # µs
         self.step = new_step()
         self.on_arrival = Metrics.counter("unitless", "blocks_learned_on_arrival")
+        self.state_value = Metrics.distribution("unitless", STATE_VALUE_BYTES)
 
     def setup(self):
         weigh_state_without_scanning_modules()
@@ -195,7 +222,7 @@ class InOrder(beam.DoFn):
                 idle=beam.DoFn.TimerParam(IDLE), expire_at=beam.DoFn.StateParam(EXPIRE_AT),
                 expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         key, block = element
-        stored = Stored(stored, log)
+        stored = Stored(stored, log, self.state_value.update)
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
@@ -228,7 +255,9 @@ class InOrder(beam.DoFn):
             header += (LEARNED,)
         elif self.ttl:  # (its model keys, which hold their models in state: ``expire_idle``)
             header += (tuple(block.keys.unique().to_pylist()),)
-        waiting.add(waiting_entry(header, block if not learned else None))
+        for entry in waiting_entries(header, block if not learned else None):
+            self.state_value.update(len(entry))
+            waiting.add(entry)
         release_at = earliest.read()
         if release_at is None or due(header) < release_at:
             earliest.write(due(header))
@@ -245,7 +274,7 @@ class InOrder(beam.DoFn):
                         expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
-        stored = Stored(stored, log)
+        stored = Stored(stored, log, self.state_value.update)
         state, sourced = yield from self._release(key, fired.micros, stored, waiting, earliest,
                                                   release)
         if state is not None:
@@ -270,7 +299,7 @@ class InOrder(beam.DoFn):
                   stored=beam.DoFn.StateParam(MODEL), log=beam.DoFn.StateParam(LOG),
                   idle=beam.DoFn.TimerParam(IDLE)):
         self.keys.hold(key)
-        stored = Stored(stored, log)
+        stored = Stored(stored, log, self.state_value.update)
         if stored.read() is None:  # (its input ended and it left state)
             return
         state = self.handler.state(key, stored)
@@ -293,7 +322,7 @@ class InOrder(beam.DoFn):
         """The watermark passed the time the key's least recently seen model would have been
         idle for ``ttl_seconds``: the handler's ``expire`` (see the class docstring)."""
         self.keys.hold(key)
-        stored = Stored(stored, log)
+        stored = Stored(stored, log, self.state_value.update)
         expire_at.clear()
         if stored.read() is None:  # (its input ended and it left state)
             return
@@ -317,7 +346,7 @@ class InOrder(beam.DoFn):
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE), log=beam.DoFn.StateParam(LOG)):
         self.keys.hold(key)
-        stored = Stored(stored, log)
+        stored = Stored(stored, log, self.state_value.update)
         state = None
         if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
             state, _ = yield from self._release(key, None, stored, waiting, earliest, release)

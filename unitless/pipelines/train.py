@@ -364,7 +364,7 @@ class LearnBlocks:
             if clear:
                 stored.log.clear()
             for entry in entries:
-                stored.log.add(entry)
+                stored.append(entry)
         self.models.keep(key, group, group.nbytes, len(group.models))
 
     def continues(self, group, block):
