@@ -426,6 +426,26 @@ def test_a_bounded_joins_closed_ids_are_checkpointed_as_columns_and_read_back():
             label_join.SECOND_FEATURES] * 2
 
 
+def test_a_resumed_bounded_join_still_knows_ids_closed_long_before_its_clocks():
+    """A bounded input's checkpoints keep every id its join closed, however far behind its
+    clocks (a stream forgets them at twice the wait): a resumed run reads its files again and
+    may read new ones dated earlier, whose second features record for an id joined before
+    must be refused, not learned again."""
+    join = label_join.LabelJoin(wait=2.0, expired_label=None, in_time_order=True)
+    block = timed_block("f/0", 1, ("a", 0.0, None), ("b", 100.0, None))
+    features = [("f/0", block.positions, block.keys.to_pylist(), block.event_times,
+                 [("", block, np.zeros((2, 1)))])]
+    labels = timed_block("l/0", 1, ("a", 1.0, 1), ("b", 101.0, 0))
+    joined, dead = join.joined_in_time_order(features, [labels])
+    assert dead == [] and sum(len(b) for _, b, _, _ in joined) == 2
+    saved = join.resume_state("", {"f/0": 2})
+    assert saved["closed"]["ids"] == ["a", "b"]
+    resumed = label_join.LabelJoin(wait=2.0, expired_label=None, in_time_order=True)
+    resumed.restore("", saved, {"f/0": 2, "l/0": 2})
+    kept, refused = resumed.screen("", timed_block("f/1", 1, ("a", 1.5, None)))
+    assert len(kept) == 0 and [d.reason for d in refused] == [label_join.SECOND_FEATURES]
+
+
 def test_a_bounded_join_learns_expired_examples_from_their_own_file():
     """An expired example learned with --expired-label names its own features file and line,
     whichever file the join's other examples came from."""

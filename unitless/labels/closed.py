@@ -53,15 +53,6 @@ class ClosedIds:
                    *(np.concatenate([a, b]) for a, b in zip(self.columns[1:], new[1:])))
         self.columns = new
 
-    def forget(self, span, clock):
-        """Forget the ids whose example's time + ``span`` is before ``clock``."""
-        self.one_by_one = {i: v for i, v in self.one_by_one.items() if not v[2] + span < clock}
-        if self.columns is not None:
-            keep = ~(self.columns[3] + span < clock)
-            if not keep.all():
-                ids, *rest = self.columns
-                self.columns = (ids.filter(pa.array(keep)), *(a[keep] for a in rest))
-
     def arrays(self):
         """(ids: Arrow strings, expired, seq, time) of every id, those closed one by one
         first."""

@@ -222,7 +222,7 @@ class InOrder(beam.DoFn):
                 idle=beam.DoFn.TimerParam(IDLE), expire_at=beam.DoFn.StateParam(EXPIRE_AT),
                 expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         key, block = element
-        stored = Stored(stored, log, self.state_value.update)
+        stored = self._stored(stored, log)
         self.keys.hold(key)
         end.set(GlobalWindow().max_timestamp())
         if not len(block):
@@ -274,7 +274,7 @@ class InOrder(beam.DoFn):
                         expire=beam.DoFn.TimerParam(EXPIRE), log=beam.DoFn.StateParam(LOG)):
         """The watermark passed ``fired``: hand on the blocks waiting up to it, in order."""
         self.keys.hold(key)
-        stored = Stored(stored, log, self.state_value.update)
+        stored = self._stored(stored, log)
         state, sourced = yield from self._release(key, fired.micros, stored, waiting, earliest,
                                                   release)
         if state is not None:
@@ -285,6 +285,9 @@ class InOrder(beam.DoFn):
                 # (the EXPIRE timer may have fired with nothing learned yet, and stopped)
                 if self.ttl and expire_at.read() is None:
                     self._expire_at(fired.micros + self.ttl, expire_at, expire)
+
+    def _stored(self, state, log):
+        return Stored(state, log, self.state_value.update)
 
     def _idle_after(self, timestamp, idle):
         # (set again on every element: it fires only once the key has gone quiet). Only for
@@ -299,7 +302,7 @@ class InOrder(beam.DoFn):
                   stored=beam.DoFn.StateParam(MODEL), log=beam.DoFn.StateParam(LOG),
                   idle=beam.DoFn.TimerParam(IDLE)):
         self.keys.hold(key)
-        stored = Stored(stored, log, self.state_value.update)
+        stored = self._stored(stored, log)
         if stored.read() is None:  # (its input ended and it left state)
             return
         state = self.handler.state(key, stored)
@@ -322,7 +325,7 @@ class InOrder(beam.DoFn):
         """The watermark passed the time the key's least recently seen model would have been
         idle for ``ttl_seconds``: the handler's ``expire`` (see the class docstring)."""
         self.keys.hold(key)
-        stored = Stored(stored, log, self.state_value.update)
+        stored = self._stored(stored, log)
         expire_at.clear()
         if stored.read() is None:  # (its input ended and it left state)
             return
@@ -346,7 +349,7 @@ class InOrder(beam.DoFn):
                      earliest=beam.DoFn.StateParam(EARLIEST),
                      release=beam.DoFn.TimerParam(RELEASE), log=beam.DoFn.StateParam(LOG)):
         self.keys.hold(key)
-        stored = Stored(stored, log, self.state_value.update)
+        stored = self._stored(stored, log)
         state = None
         if earliest.read() is not None:  # (set whenever anything waits: else nothing to read)
             state, _ = yield from self._release(key, None, stored, waiting, earliest, release)

@@ -525,8 +525,8 @@ class LabelJoin:
 
     def _settle(self, features, waiting, taken, joining, joins, joined):
         """What the judgement leaves in each model's join, as the streaming join would have it
-        at the end of the input: its labels judged, the ids it closed (those older than twice
-        the wait behind both of its clocks forgotten, but those the end closes) and its clocks;
+        at the end of the input: its labels judged, the ids it closed (all of them: a stream
+        forgets those twice the wait behind both of its clocks) and its clocks;
         the examples never joined expire at their time + wait, learned with the expired label,
         or else owed their label (``unlabeled``) where no label of their model came after that.
         Counts what it did.
@@ -562,13 +562,10 @@ class LabelJoin:
         midway = at < clocks[w_key[expired], LABELS]
         self._close_all(names, w_key[expired[midway]], ids.take(expired[midway]), True,
                         f_times[expired[midway]])
-        for code, clock in enumerate(clocks.tolist()):  # (what the end closes is kept)
-            join = self._of(names[code])
-            join.clocks = clock
-            kept = [t for t in clock if t > -math.inf
-                    or (join.resumed is not None and join.resumed.labeled)]
-            forget = min(kept) if kept else -math.inf
-            join.closed.forget(2 * self.wait, forget)
+        # (every id closed is kept, however far behind the clocks, unlike a stream's: a
+        # resumed run reads its files again, and new ones may be dated before them)
+        for code, clock in enumerate(clocks.tolist()):
+            self._of(names[code]).clocks = clock
         ended = expired[~midway]
         if self.expired_label is not None:
             self._close_all(names, w_key[ended], ids.take(ended), True, f_times[ended])
