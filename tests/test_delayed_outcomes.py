@@ -446,6 +446,20 @@ def test_a_resumed_bounded_join_still_knows_ids_closed_long_before_its_clocks():
     assert len(kept) == 0 and [d.reason for d in refused] == [label_join.SECOND_FEATURES]
 
 
+def test_a_bounded_input_refuses_an_ids_later_features_record_whichever_file_holds_it():
+    """Of two features records of an id in two files, the later in record time is the second
+    one, refused, whichever file is served first (equal times: the later file's)."""
+    join = label_join.LabelJoin(wait=5.0, in_time_order=True)
+    a = timed_block("f/0", 1, ("x", 9.0, None), ("y", 1.0, None), ("z", 3.0, None))
+    b = timed_block("f/1", 1, ("x", 7.0, None), ("y", 2.0, None), ("z", 3.0, None))
+    firsts = join.firsts_in_time_order([a, b], None)
+    (kept_a, dead_a), (kept_b, dead_b) = join.screen("", a, firsts), join.screen("", b, firsts)
+    assert kept_a.ids.to_pylist() == ["y", "z"] and kept_b.ids.to_pylist() == ["x"]
+    assert [(d.source, d.position, d.reason) for d in dead_a + dead_b] == [
+        ("f/0", 1, label_join.SECOND_FEATURES), ("f/1", 2, label_join.SECOND_FEATURES),
+        ("f/1", 3, label_join.SECOND_FEATURES)]
+
+
 def test_a_bounded_join_learns_expired_examples_from_their_own_file():
     """An expired example learned with --expired-label names its own features file and line,
     whichever file the join's other examples came from."""

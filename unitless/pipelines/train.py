@@ -569,10 +569,10 @@ class LearnBlocks:
         yield from self._learn_joined(group, joined)
         self._checkpoint_due(group.every_model(), group)
 
-    def _serve(self, group, join, block, now, seen=None):
+    def _serve(self, group, join, block, now, firsts=None):
         """A features block's examples served by their models (those that carry their label
         learned, as in any run), but those refused (``LabelJoin.refuse_ahead``, ``screen``
-        with ``seen``, {model key: ids}) and those a resumed run served before (they wait
+        with ``firsts``) and those a resumed run served before (they wait
         again, unserved). Returns ([(model key, block, scores)] served, dead letters, the
         positions refused as dated ahead of the reader's clock ``now``)."""
         served, dead, ahead = [], [], []
@@ -580,8 +580,7 @@ class LearnBlocks:
             model = self._of(group, k)
             piece, early = join.refuse_ahead(join.replayed(k, piece), now)
             ahead += [d.position for d in early]
-            piece, again = join.screen(k, piece, None if seen is None else seen.setdefault(
-                k, set()))
+            piece, again = join.screen(k, piece, firsts)
             dead += early + again
             join.labeled(k, piece)
             piece, before = join.served_before(k, piece)
@@ -609,22 +608,27 @@ class LearnBlocks:
         checkpointed state says what it judged), and the models' checkpoints wait for the
         end of the input (``input_ended``), when nothing waits any more."""
         join, now = self._join_of(group), time.time()
-        features, labels, dead, seen = [], [], [], {}
+        features, labels, dead, blocks = [], [], [], []
         for source in list(by_source):
             parts = by_source.pop(source)  # (each file's blocks go once concatenated)
             block = in_position_order(ExampleBlock.concat(
                 sorted(parts, key=lambda b: int(b.positions.min()))))
             del parts
-            if self.cfg.is_labels(source):
-                if self.cfg.resume:
-                    self._resume_labeled(group, block.keys.unique().to_pylist())
-                labels.append(block)
+            if not self.cfg.is_labels(source):
+                blocks.append(block)
                 continue
-            served, refused, ahead = yield from self._serve(group, join, block, now, seen)
+            if self.cfg.resume:
+                self._resume_labeled(group, block.keys.unique().to_pylist())
+            labels.append(block)
+        # (an id's second features record is its later one in time, whichever file holds it)
+        firsts = join.firsts_in_time_order(blocks, now)
+        while blocks:
+            block = blocks.pop(0)
+            served, refused, ahead = yield from self._serve(group, join, block, now, firsts)
             dead += refused
             timed = self._without(block, ahead)
-            features.append((source, timed.positions, timed.keys.to_pylist(), timed.event_times,
-                             served))
+            features.append((block.source, timed.positions, timed.keys.to_pylist(),
+                             timed.event_times, served))
         block = timed = None  # (what waits is the join's: it holds the served examples once)
         joined, lost = join.joined_in_time_order(features, labels, now)
         yield from self._dead(dead + lost)

@@ -312,25 +312,52 @@ class LabelJoin:
         delays, self.delays = self.delays, []
         return delays
 
-    def screen(self, key, block, seen=None):
+    def screen(self, key, block, firsts=None):
         """A features block of model ``key`` -> (the block without the examples whose id is
-        already waiting or learned, or came earlier in the block or in ``seen`` (ids, updated);
-        their dead letters). Earlier is in record time with ``in_time_order``, else in the
-        block."""
+        already waiting or learned, or came earlier in the block; their dead letters).
+        Earlier is in record time with ``in_time_order``, else in the block; with ``firsts``
+        (``firsts_in_time_order``: every source's first record of each id) a record that is
+        not its id's first is refused."""
         join = self.models.get(key, ModelJoin())
-        seen = set() if seen is None else seen
         order = np.asarray(self._order(block), np.int64)
         encoded = pc.dictionary_encode(block.ids.take(order))
         ids = encoded.dictionary.to_pylist()
         codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
         # (index -1, no id: never again)
-        known = np.array([i in seen or i in join.served or i in join.closed for i in ids]
-                         + [False], dtype=bool)
+        known = np.array([i in join.served or i in join.closed for i in ids] + [False],
+                         dtype=bool)
         first = codes < 0
-        first[np.unique(codes, return_index=True)[1]] = True
-        seen.update(ids)
+        if firsts is None:
+            first[np.unique(codes, return_index=True)[1]] = True
+        else:
+            first |= np.isin(block.positions[order], firsts.get(block.source, ()))
         again = np.sort(order[~first | known[codes]])
         return block.screen([(r, SECOND_FEATURES) for r in again.tolist()])
+
+    def firsts_in_time_order(self, blocks, now):
+        """{source: positions}: of a bounded input's features ``blocks`` (a file each, in the
+        order given), the first record of each model key's id in record time (then file and
+        line), among those neither read again after a resume (``replayed``) nor dated ahead of
+        ``now`` (``refuse_ahead``): for ``screen``, which refuses the others."""
+        keys, ids, times, sources, positions = [], [], [], [], []
+        for j, block in enumerate(blocks):
+            keep = ~self._replayed(block) & block.ids.is_valid().to_numpy(zero_copy_only=False)
+            keep[self._ahead(block, now)] = False
+            rows = np.flatnonzero(keep)
+            keys.append(block.keys.take(rows))
+            ids.append(block.ids.take(rows))
+            times.append(block.event_times[rows] if block.event_times is not None
+                         else np.full(len(rows), math.inf))
+            sources.append(np.full(len(rows), j))
+            positions.append(block.positions[rows])
+        if not blocks:
+            return {}
+        codes = by_id.group_codes(pa.concat_arrays(keys), pa.concat_arrays(ids))
+        sources, positions = np.concatenate(sources), np.concatenate(positions)
+        order = np.lexsort((positions, sources, np.concatenate(times)))
+        first = order[by_id.first_of_each(codes[order])]
+        return {block.source: positions[first[sources[first] == j]]
+                for j, block in enumerate(blocks)}
 
     def refuse_ahead(self, block, now):
         """A features block -> (the block without its records dated beyond ``max_skew`` after
@@ -680,12 +707,7 @@ class LabelJoin:
         """A features block of model ``key`` -> the block without the examples a resumed run
         read again that no longer waited at its checkpoint (counted ``replayed``; without a
         wait their ids are closed again, as the whole input's are)."""
-        resumed = self._resumed(key)
-        if resumed is None or block.source not in resumed.rejoin:
-            return block
-        source, positions = block.source, block.positions.tolist()
-        through, waiting = resumed.positions[source], resumed.waiting.get(source, ())
-        done = [r for r, p in enumerate(positions) if p <= through and p not in waiting]
+        done = np.flatnonzero(self._replayed(block)).tolist()
         if not done:
             return block
         self.counts["replayed"] += len(done)
@@ -693,6 +715,22 @@ class LabelJoin:
         if self.wait is None:
             self._learned(key, [(ids[r], math.inf) for r in done if ids[r] is not None])
         return block.take(np.setdiff1d(np.arange(len(block)), done))
+
+    def _replayed(self, block):
+        """Which records of a features block a resumed run read again that no longer waited
+        at their model's checkpoint (``replayed``)."""
+        encoded = pc.dictionary_encode(block.keys)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        done = np.zeros(len(block), dtype=bool)
+        for code, key in enumerate(encoded.dictionary.to_pylist()):
+            resumed = self._resumed(key)
+            if resumed is None or block.source not in resumed.rejoin:
+                continue
+            rows = codes == code
+            positions = block.positions[rows]
+            done[rows] = ((positions <= resumed.positions[block.source])
+                          & ~np.isin(positions, list(resumed.waiting.get(block.source, ()))))
+        return done
 
     def served_before(self, key, block):
         """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
