@@ -20,14 +20,17 @@ a bounded input joined whole at its end (docs/delayed-outcomes.md), B as above.
     .venv/bin/python benchmarks/delayed_outcomes.py            # 300,000 examples, 3 pairs
     .venv/bin/python benchmarks/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
     .venv/bin/python benchmarks/delayed_outcomes.py --timed --examples 2000000 --pairs 2
+    .venv/bin/python benchmarks/delayed_outcomes.py --timed --runner flink  # parallelism 2
 
-Writes benchmarks/results/delayed_outcomes{,_timed}{.md,.json} (``--quick``: in results/tmp/).
+Writes benchmarks/results/delayed_outcomes{,_timed}{,_flink}{.md,.json} (``--quick``: in
+results/tmp/).
 """
 import re
 import resource
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
                      run_timed, scratch, table, unitless_command, write_csv, write_results)
+from serving import runner_args as flink_runner_args  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.learner import dense_batch  # noqa: E402
 from unitless.store.join import LabelJoin  # noqa: E402
@@ -98,31 +102,43 @@ def join_alone(n, chunk=1000, seed=0):
             (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024)
 
 
-def run(work, name, inputs):
+def run(work, name, inputs, runner=()):
     out = work / name
     shutil.rmtree(out, ignore_errors=True)  # (a kept --workdir's earlier run)
     return run_timed(unitless_command([
         "train", "--input", *map(str, inputs), "--id-column", "id", "--model-key-column", "key",
         "--model-dir", str(out / "models"), "--predictions", str(out / "p"),
-        "--dead-letter", str(out / "d")]))
+        "--dead-letter", str(out / "d"), *runner]))
+
+
+@contextmanager
+def runner_args(runner, work):
+    """The command's runner arguments: none (the FnApiRunner), or a Flink job server's."""
+    if runner == "fnapi":
+        yield ()
+        return
+    with flink_runner_args("flink", work) as args:
+        yield args
 
 
 def main():
     args = parse_args(__doc__, examples=(int, 300_000), pairs=(int, 3), workdir=(str, None),
-                      timed=(bool, False, "record times, every label after every example"))
+                      timed=(bool, False, "record times, every label after every example"),
+                      runner=(str, "fnapi", "fnapi, or flink (parallelism 2)"))
     n, pairs = (30_000, 1) if args.quick else (args.examples, args.pairs)
     h = header()
     if not args.timed:
         progress(f"the join alone: {n:,} examples")
         waited, joined, nbytes, rss = join_alone(n)
-    with scratch(args.workdir, "unitless-delayed-") as work:
+    with scratch(args.workdir, "unitless-delayed-") as work, \
+            runner_args(args.runner, work) as runner:
         labeled = write_inputs(work, n, timed=args.timed)
         runs = []
         a = [work / "features.csv", "--labels", work / "labels.csv", *TIMED * args.timed]
         for p in range(pairs):
             for name, inputs in (("A", a), ("B", [work / "joined.csv"])):
                 progress(f"pair {p + 1}: {name}")
-                r = run(work, f"{name}{p}", inputs)
+                r = run(work, f"{name}{p}", inputs, runner)
                 largest = re.search(r"largest value written to Beam state: (\d+) bytes",
                                     r["stderr"])
                 runs.append({"pair": p + 1, "run": name, "largest_state_value_bytes": int(
@@ -162,10 +178,14 @@ A: `unitless train --input features.csv --labels labels.csv`{timed} (serves all,
 learns); B: `unitless train --input joined.csv` (learns the same labeled examples, in label
 order).
 """
-    name = "delayed_outcomes" + "_timed" * args.timed
+    flink = args.runner == "flink"
+    name = "delayed_outcomes" + "_timed" * args.timed + "_flink" * flink
     write_results(result_name(name, args.quick), "Delayed outcomes over files" + (
-        ", every example waiting at once" if args.timed else ""), h, body, {
-        "examples": n, "labeled": labeled, "timed": args.timed, "runs": runs,
+        ", every example waiting at once" if args.timed else "") + (
+        " (Flink, parallelism 2; the SDK workers in the command's process, LOOPBACK: the "
+        "command's peak RSS, not the job server's)" if flink else ""), h, body, {
+        "examples": n, "labeled": labeled, "timed": args.timed, "runner": args.runner,
+        "runs": runs,
         "a_over_b": ratios, "a_rss_above_b_mib": above,
         **({} if args.timed else {"join_alone": {
             "wait_s": waited, "join_s": joined, "waiting_bytes": nbytes,

@@ -424,6 +424,7 @@ def test_a_bounded_joins_closed_ids_are_checkpointed_as_columns_and_read_back():
         kept, refused = resumed.screen("", again)
         assert kept.ids.to_pylist() == ["c"] and [d.reason for d in refused] == [
             label_join.SECOND_FEATURES] * 2
+        assert resumed.models[""].closed.one_by_one == {}  # (still columns)
 
 
 def test_a_resumed_bounded_join_still_knows_ids_closed_long_before_its_clocks():

@@ -2,9 +2,11 @@
 delivers its blocks (Beam promises no order after the shuffle; Flink's batch mode reverses and
 interleaves them). Blocks fed to Learn shuffled, reversed and from two files interleaved give
 the predictions and checkpoints of the command's in-order run, and nothing is skipped."""
+import dataclasses
 import random
 
 import apache_beam as beam
+import numpy as np
 import pytest
 
 from unitless.beam import Learn
@@ -152,6 +154,7 @@ def test_a_large_waiting_block_waits_in_parts_each_a_state_value_of_its_own(tmp_
     cfg = configure([str(path)], id_column="id", model_key_column="key")
     (block, _), = read_file(cfg.inputs[0], "csv", cfg.spec, 10_000)
     block.span = (0, int(block.positions.max()))  # (as a file read whole in one block)
+    block.names = block.names.merged({1 << 40: "in no row"})
     monkeypatch.setattr(ordering, "WAITING_COLUMNS_BYTES", block.nbytes // 5)
     header = (7, block.source, int(block.positions.min()), int(block.positions.max()))
     entries = ordering.waiting_entries(header, block)
@@ -167,3 +170,11 @@ def test_a_large_waiting_block_waits_in_parts_each_a_state_value_of_its_own(tmp_
     for column in ("positions", "labels", "weights", "indptr", "indices", "values"):
         assert (getattr(again, column) == getattr(whole, column)).all()
     assert again.ids.equals(block.ids) and again.keys.equals(block.keys)
+    for part in parts:  # (each with the names of the features its rows use)
+        assert set(part.names) == set(np.unique(part.full().indices).tolist())
+    # the user's own records (no source, no positions): their parts keep the block's header,
+    # so that they are learned in the order they came, one after another
+    user = ordering.waiting_entries((7, "", -1, -1), dataclasses.replace(block, source=None))
+    assert [ordering.waiting_header(e) for e in user] == [(7, "", -1, -1)] * len(entries)
+    assert [ordering.waiting_block(e).positions[0] for e in user] == [
+        p.positions[0] for p in parts]

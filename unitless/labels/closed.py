@@ -49,9 +49,19 @@ class ClosedIds:
         new = (ids, np.asarray(expired, bool), np.asarray(seq, np.int64),
                np.asarray(time, np.float64))
         if self.columns is not None:
-            new = (pa.concat_arrays([self.columns[0], ids]),
-                   *(np.concatenate([a, b]) for a, b in zip(self.columns[1:], new[1:])))
+            keep = pc.invert(pc.is_in(self.columns[0], value_set=ids))
+            mask = keep.to_numpy(zero_copy_only=False)
+            new = (pa.concat_arrays([self.columns[0].filter(keep), ids]),
+                   *(np.concatenate([a[mask], b]) for a, b in zip(self.columns[1:], new[1:])))
         self.columns = new
+
+    def contains(self, ids):
+        """Which of ``ids`` (a list) are closed, without moving the columns into the dict."""
+        found = np.array([i in self.one_by_one for i in ids], dtype=bool)
+        if self.columns is not None and len(ids):
+            found |= pc.is_in(pa.array(ids, pa.string()), value_set=self.columns[0]).to_numpy(
+                zero_copy_only=False)
+        return found
 
     def arrays(self):
         """(ids: Arrow strings, expired, seq, time) of every id, those closed one by one

@@ -65,6 +65,13 @@ class FeatureNames(Mapping):
         at = np.minimum(np.searchsorted(self.indices, indices), len(self.indices) - 1)
         return self.names.take(pa.array(at, mask=self.indices[at] != indices))
 
+    def only(self, indices):
+        """These names of ``indices`` only (a part of a block carries those its rows use)."""
+        keep = np.isin(self.indices, indices)
+        if keep.all():
+            return self
+        return FeatureNames(self.indices[keep], self.names.filter(pa.array(keep)))
+
     def merged(self, other):
         """These names, and those of ``other`` (a mapping) for indices without one here."""
         if not len(other):

@@ -62,16 +62,20 @@ def waiting_entry(header, block):
 
 
 def waiting_entries(header, block):
-    """A block as it waits in Beam state: ``waiting_entry``s of its consecutive parts, each
-    with its own header, whose columns hold about ``WAITING_COLUMNS_BYTES`` at most (cut by
-    rows, whose sizes vary; its feature names, which each part carries whole, aside), so that
-    no state value grows with a reader's block."""
+    """A block as it waits in Beam state: ``waiting_entry``s of its consecutive parts, whose
+    columns hold about ``WAITING_COLUMNS_BYTES`` at most (cut by rows, whose sizes vary), each
+    with the names of the features its rows use, so that no state value grows with a reader's
+    block. A source's part has its own positions in its header; the user's own records (no
+    source, no positions) keep theirs, so that their parts keep the order they came in."""
     if block is None or block.nbytes <= WAITING_COLUMNS_BYTES:
         return [waiting_entry(header, block)]
-    rows = max(1, len(block) * WAITING_COLUMNS_BYTES // block.nbytes)
-    return [waiting_entry((header[0], header[1], int(part.positions.min()),
-                           int(part.positions.max()), *header[4:]), part)
-            for part in block.parts(rows)]
+    entries = []
+    for part in block.parts(max(1, len(block) * WAITING_COLUMNS_BYTES // block.nbytes)):
+        part.names = part.names.only(part.indices)
+        first_last = ((int(part.positions.min()), int(part.positions.max())) if header[1]
+                      else header[2:4])
+        entries.append(waiting_entry((*header[:2], *first_last, *header[4:]), part))
+    return entries
 
 
 def due(header):

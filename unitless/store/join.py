@@ -324,8 +324,8 @@ class LabelJoin:
         ids = encoded.dictionary.to_pylist()
         codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
         # (index -1, no id: never again)
-        known = np.array([i in join.served or i in join.closed for i in ids] + [False],
-                         dtype=bool)
+        known = np.append(np.array([i in join.served for i in ids], dtype=bool)
+                          | join.closed.contains(ids), False)
         first = codes < 0
         if firsts is None:
             first[np.unique(codes, return_index=True)[1]] = True
@@ -696,8 +696,17 @@ class LabelJoin:
         sources read again are told apart (``replayed``, ``served_before``, ``labels``)."""
         self._record("restore", key, saved, positions)
         join = self._of(key)
-        for i, expired, time in ClosedIds.from_json(saved["closed"]):
-            self._close(join, i, expired, math.inf if time is None else time)
+        closed = list(ClosedIds.from_json(saved["closed"]))
+        if self.in_time_order:  # (as columns: a bounded join never forgets them)
+            first = self.seq + 1
+            self.seq += len(closed)
+            join.closed.add_columns(
+                pa.array([i for i, _, _ in closed], pa.string()), [e for _, e, _ in closed],
+                np.arange(first, self.seq + 1),
+                [math.inf if t is None else t for _, _, t in closed])
+        else:
+            for i, expired, time in closed:
+                self._close(join, i, expired, math.inf if time is None else time)
         join.resumed = Resumed({**positions, **saved["labels"]}, dict(saved["rejoin"]),
                                {s: set(p) for s, p in saved["waiting"].items()},
                                bool(saved["labels"]))
