@@ -89,9 +89,10 @@ class Resumed:
 @dataclass
 class ModelJoin:
     """One model key's waiting: its served examples by id (entries ``(Rows, row, seq)``), the
-    ids it learned or let expire (id -> (expired, seq, the example's time); kept for twice
-    ``wait`` past that time, for ever without one: a label or features record later than that
-    is told apart by its time alone), and its labels in label order, waiting for features
+    ids it learned or let expire (``ClosedIds``: id -> (expired, seq, the example's time); a
+    stream keeps them for twice ``wait`` past that time, for ever without one: a label or
+    features record later than that is told apart by its time alone; a bounded input keeps
+    them all), and its labels in label order, waiting for features
     (``(Rows, row)``), among them the expired examples to learn with the expired label
     (``(None, entry, expiry time, label)``). With a wait: the two inputs' clocks (record time,
     s: ``LabelJoin._advance``), each input's sources' newest times, and heaps of (deadline,
