@@ -178,3 +178,22 @@ def test_a_large_waiting_block_waits_in_parts_each_a_state_value_of_its_own(tmp_
     assert [ordering.waiting_header(e) for e in user] == [(7, "", -1, -1)] * len(entries)
     assert [ordering.waiting_block(e).positions[0] for e in user] == [
         p.positions[0] for p in parts]
+
+
+def test_blocks_that_wait_in_parts_are_learned_in_input_order(tmp_path, monkeypatch):
+    """As ``test_blocks_delivered_out_of_order_are_learned_in_input_order`` (shuffled, on the
+    FnApiRunner, which runs the step in this process) with every waiting block split into
+    parts of about 1 KiB of columns (``ordering.waiting_entries``): the same predictions, bit
+    for bit, and the command's models."""
+    from unitless.pipelines import ordering
+    split = []
+    entries = ordering.waiting_entries
+
+    def counted(header, block):
+        out = entries(header, block)
+        split.append(len(out))
+        return out
+    monkeypatch.setattr(ordering, "WAITING_COLUMNS_BYTES", 1 << 10)
+    monkeypatch.setattr(ordering, "waiting_entries", counted)
+    test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, "shuffled", "fnapi")
+    assert max(split) > 2
