@@ -156,10 +156,12 @@ class Persisted:
     Beam's bag) and, with ``reread``, the join is rebuilt from it, as a worker that lost it
     from memory does."""
 
-    def __init__(self, join, reread, snapshot_after=None):
-        self.join, self.reread, self.bag = join, reread, []
+    def __init__(self, join, reread, snapshot_after=None, snapshot_part=None):
+        self.join, self.reread, self.bag, self.most_parts = join, reread, [], 0
         if snapshot_after is not None:
             join.SNAPSHOT_AFTER = snapshot_after
+        if snapshot_part is not None:
+            join.SNAPSHOT_PART = snapshot_part
 
     def __getattr__(self, call):
         def persisted(*args):
@@ -168,6 +170,9 @@ class Persisted:
             if clear:
                 self.bag.clear()
             self.bag += entries
+            parts = [entry for entry in entries if entry[8:10] == label_join._SNAPSHOT_PART]
+            assert all(len(part) <= self.join.SNAPSHOT_PART + 14 for part in parts)
+            self.most_parts = max(self.most_parts, len(parts))
             if self.reread:
                 counts = self.join.counts
                 self.join = label_join.LabelJoin.rebuild(list(reversed(self.bag)))
@@ -176,16 +181,19 @@ class Persisted:
         return persisted
 
 
-@pytest.mark.parametrize("reread,snapshot_after", [(False, None), (True, None), (True, -1 << 30)])
-def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, snapshot_after):
+@pytest.mark.parametrize("reread,snapshot_after,snapshot_part", [
+    (False, None, None), (True, None, None), (True, -1 << 30, None), (True, -1 << 30, 100)])
+def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, snapshot_after,
+                                                                     snapshot_part):
     """``LabelJoin`` with a wait of 10 s: an example and its label join when their times are at
     most 10 s apart, whichever comes first; an example whose label has not come once the
     labels' clock is 10 s past it expires (here learned with the expired label, at its expiry
     time's place among its model's labels), and a label whose example has not come once the
     features' clock is 10 s past it is a dead letter. The same when the join is rebuilt from
-    what it persisted after every call (its calls replayed, or its snapshots)."""
+    what it persisted after every call (its calls replayed, or its snapshots, in parts of at
+    most ``snapshot_part`` bytes)."""
     join = Persisted(label_join.LabelJoin(wait=10.0, expired_label=-1.0), reread,
-                     snapshot_after)
+                     snapshot_after, snapshot_part)
 
     def features(block):
         return serve(join, block, block, np.zeros((len(block), 1)))
@@ -218,6 +226,7 @@ def test_what_waits_longer_than_the_label_wait_expires_on_record_time(reread, sn
     joined, dead = join.end("")
     assert learned(joined) == [(["h"], [-1.0], True)] and dead == []
     assert join.take_counts() == dict(waiting=-1, expired=1, expired_learned=1, replayed=0)
+    assert join.most_parts > 1 if snapshot_part else join.most_parts <= 1
 
 
 def test_a_join_resumed_after_its_end_learns_and_refuses_nothing_again(tmp_path):

@@ -18,6 +18,7 @@ after the reader's clock is refused (a wrong clock must not expire what waits). 
 docs/delayed-outcomes.md.
 """
 import heapq
+import itertools
 import math
 import pickle
 from collections import deque
@@ -44,6 +45,9 @@ AHEAD_OF_CLOCK = ("a record dated more than --max-time-skew after the reader's c
                   "read: its clock is wrong, and its time would expire what waits")
 
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
+# begins each part of a logged snapshot, before the part's index (4 bytes, big-endian so that
+# the parts sort in order); a logged call's pickle never begins with it
+_SNAPSHOT_PART = b"\x00S"
 
 
 def dated_ahead(block, now, max_skew):
@@ -218,6 +222,9 @@ class LabelJoin:
     SOURCE_LAG = 3600.0
 
     SNAPSHOT_AFTER = 4 << 20  # bytes logged (beyond twice the last snapshot's) before the next
+    # bytes of a snapshot's part: each is a value of its own in Beam state, whose values stay
+    # under 1 MiB (a call logged larger is replaced by a snapshot)
+    SNAPSHOT_PART = (1 << 20) - 64
     max_skew = None  # (s) a record further ahead of the reader's clock is refused; None: any
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
     ordered_once = False  # (``joined_in_time_order`` has been called)
@@ -247,6 +254,8 @@ class LabelJoin:
             self.logged += 1
             self.log.append(self.logged.to_bytes(8, "little") + data)
             self.log_bytes += len(data)
+            if len(data) > self.SNAPSHOT_PART:
+                self.snapshot_bytes = None  # (the next ``log_entries`` snapshots, in parts)
 
     def log_entries(self):
         """(whether to clear the persisted log first, entries to add to it): the calls logged
@@ -256,7 +265,9 @@ class LabelJoin:
                                            > self.SNAPSHOT_AFTER + 2 * self.snapshot_bytes):
             data = pickle.dumps(("snapshot", self), protocol=pickle.HIGHEST_PROTOCOL)
             self.log, self.snapshot_bytes, self.log_bytes = [], len(data), 0
-            return True, [self.logged.to_bytes(8, "little") + data]
+            number, step = self.logged.to_bytes(8, "little"), self.SNAPSHOT_PART
+            return True, [number + _SNAPSHOT_PART + part.to_bytes(4, "big") + data[at:at + step]
+                          for part, at in enumerate(range(0, len(data), step))]
         entries, self.log = self.log, []
         return False, entries
 
@@ -266,7 +277,11 @@ class LabelJoin:
         snapshot, then the calls logged since, replayed (their outputs were learned when they
         were made); None for none."""
         join, logged = None, 0
-        for number, data in sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries):
+        ordered = sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries)
+        for number, same in itertools.groupby(ordered, key=lambda entry: entry[0]):
+            datas = [data for _, data in same]  # (a snapshot's parts, or one call)
+            data = b"".join(part[len(_SNAPSHOT_PART) + 4:] for part in datas
+                            ) if datas[0].startswith(_SNAPSHOT_PART) else datas[0]
             call, args = pickle.loads(data)
             if call == "snapshot":
                 join, logged = args, 0
