@@ -555,6 +555,10 @@ class TreeWatch:
         self.end = self._sample()
         return False
 
+    def cpu(self):
+        """{name: CPU seconds its tree has used so far} (to time a part of the block)."""
+        return {name: cpu for name, (_, cpu) in self._sample().items()}
+
     def result(self):
         """{name: {"max_rss_mib", "largest_process_mib", "cpu_s"}} (CPU of processes that
         exited unreaped is missed)."""

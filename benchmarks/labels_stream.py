@@ -9,12 +9,12 @@ partition; one model key; the artificial stream (21 features), NAG, logistic los
 run: serving latency (an example's produce time to its served prediction's append time)
 p50/p99, the joined examples learned per second while the load lasts (their predictions'
 append times), how long after its label an example was learned (p50/p99), the most examples
-and MiB waiting for labels (the pipeline's log), and the peak RSS of the pipeline's processes
-(the command, Prism and its SDK workers).
+and MiB waiting for labels (the pipeline's log), the peak RSS of the pipeline's processes
+(the command, Prism and its SDK workers), and their CPU per example while the load lasts.
 
 Targets (issue #58, serving apart from learning): labels 1 s behind, serving p99 with labels
 ≤ 1.5× the served-only p99 at 5,000/s each and ≤ 2× at 10,000/s each; model age p99 ≤ 2 s at
-5,000/s.
+5,000/s. Issue #59: CPU per example with labels ≤ 1.5× served only at 5,000/s each.
 
     .venv/bin/python benchmarks/labels_stream.py            # 5,000 and 10,000/s, 20 s, 2 pairs
     .venv/bin/python benchmarks/labels_stream.py --quick    # 2,000/s, 5 s, 1 pair
@@ -77,11 +77,13 @@ def run(bootstrap, work, name, rate, seconds, lag, with_labels, runner):
         if with_labels:
             threads.append(threading.Thread(target=lambda: (time.sleep(lag), paced_produce(
                 bootstrap, f"{name}-l", labels, rate))))
+        cpu = watch.cpu()["pipeline"]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         complete = watcher.wait_for((WARM + count) * (2 if with_labels else 1), 300)
+        load_cpu = watch.cpu()["pipeline"] - cpu
     rows = [(row, served, age) for row, served, age in zip(watcher.rows, watcher.served,
                                                             watcher.ages)
             if int(row[2]) >= WARM]
@@ -90,7 +92,8 @@ def run(bootstrap, work, name, rate, seconds, lag, with_labels, runner):
     learned = [(a, e) for (a, e, _), s, _ in rows if not s]
     out = {"with_labels": with_labels, "offered_per_s": rate, "examples": count,
            "served": int(len(served)), "learned": len(learned), "complete": complete,
-           "served_latency_ms": percentiles(served), **watch.result()["pipeline"]}
+           "served_latency_ms": percentiles(served), "load_cpu_s": round(load_cpu, 2),
+           **watch.result()["pipeline"]}
     if len(ages):  # (served apart from learning: the age of the published state that served)
         out["model_age_ms"] = percentiles(ages)
         out["served_unpublished"] = int(len(served) - len(ages))
@@ -120,12 +123,14 @@ def render(runs, lag):
                      f"{r['learned_per_s']:,.0f}" if r.get("learned_per_s") else "—",
                      f"{learned['p50']:.0f} / {learned['p99']:.0f}" if learned else "—",
                      f"{r.get('waiting_examples_max', 0):,} / {r.get('waiting_mib_max', 0):.1f}"
-                     if r["with_labels"] else "—", f"{r['max_rss_mib']:,.0f}"])
+                     if r["with_labels"] else "—", f"{r['max_rss_mib']:,.0f}",
+                     f"{r['load_cpu_s'] / r['examples'] * 1e6:,.0f}"])
     return (table(["run", "offered /s", "served", "serving p50 ms", "serving p99 ms",
                    "model age p50 / p99 ms", "joined learned", "learned /s",
                    "label → learned p50 / p99 ms", "most waiting (examples / MiB)",
-                   "peak RSS MiB"], rows)
-            + "\n\n" + table(["offered /s", "serving p99 with labels ÷ served only (each pair)"],
+                   "peak RSS MiB", "pipeline CPU µs / example"], rows)
+            + "\n\n" + table(["offered /s", "serving p99 with labels ÷ served only (each pair)",
+                               "CPU per example with labels ÷ served only (each pair)"],
                               ratios(runs))
             + f"\n\nRuns alternate, each a fresh pipeline; labels {lag:g} s behind their "
             "examples. Producers, broker, pipeline and this script share the machine's 2 "
@@ -133,16 +138,21 @@ def render(runs, lag):
             "(serving apart from learning, with labels; rows served before their model's "
             "first publication have none); \"learned /s\": joined examples' predictions over "
             "the span of their append times; \"most waiting\": the largest the pipeline logged "
-            "(every 2 s).\n")
+            "(every 2 s); \"pipeline CPU\": of the pipeline's processes (the command, Prism or "
+            "Flink's job server, SDK workers) from the load's start until its last prediction, "
+            "per example of the load (a labels run also reads, joins and learns a label for "
+            "each).\n")
 
 
 def ratios(runs):
     """[offered/s, the ratios of each pair's serving p99 with labels to without]."""
     out = {}
     for plain, labels in zip(runs[::2], runs[1::2]):
-        out.setdefault(plain["offered_per_s"], []).append(
-            labels["served_latency_ms"]["p99"] / plain["served_latency_ms"]["p99"])
-    return [[f"{rate:,}", ", ".join(f"{x:.2f}" for x in xs)] for rate, xs in out.items()]
+        out.setdefault(plain["offered_per_s"], []).append((
+            labels["served_latency_ms"]["p99"] / plain["served_latency_ms"]["p99"],
+            (labels["load_cpu_s"] / labels["examples"]) / (plain["load_cpu_s"] / plain["examples"])))
+    return [[f"{rate:,}", *(", ".join(f"{x[i]:.2f}" for x in xs) for i in (0, 1))]
+            for rate, xs in out.items()]
 
 
 def main():

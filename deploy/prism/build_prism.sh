@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build Apache Beam's Prism runner binary from the Go module
 # github.com/apache/beam/sdks/v2/go/cmd/prism at the version matching the
-# installed apache-beam Python SDK, into a cache directory. Idempotent: if the
-# binary is already there it is not rebuilt. Prints the binary path on stdout
-# (and only that; progress goes to stderr).
+# installed apache-beam Python SDK, with deploy/prism/patches/*.patch applied,
+# into a cache directory. Idempotent: if the binary is already there, built with
+# these patches, it is not rebuilt. Prints the binary path on stdout (and only
+# that; progress goes to stderr).
 #
 # Usage: deploy/prism/build_prism.sh [--version X.Y.Z] [--dir CACHE_DIR] [--force]
 # Env:   PRISM_VERSION (default 2.77.0), PRISM_CACHE_DIR
@@ -28,16 +29,21 @@ if [ -z "$dir" ]; then
   dir="${XDG_CACHE_HOME:-$HOME/.cache}/unitless/prism/$version"
 fi
 bin="$dir/prism"
+patches="$(cd "$(dirname "$0")" && pwd)/patches"
+# (what the binary was built with, kept beside it: a binary built without a patch is rebuilt)
+built_with="$(cat "$patches"/*.patch | sha256sum | cut -d' ' -f1)"
 
-if [ "$force" = 0 ] && [ -x "$bin" ]; then
+if [ "$force" = 0 ] && [ -x "$bin" ] && [ "$(cat "$bin.patches" 2>/dev/null)" = "$built_with" ]; then
   echo "$bin"
   exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-  echo "build_prism.sh: 'go' not found on PATH (Go >= 1.21 needed)" >&2
-  exit 1
-fi
+for tool in go patch; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "build_prism.sh: '$tool' not found on PATH (Go >= 1.21 and patch needed)" >&2
+    exit 1
+  fi
+done
 
 mkdir -p "$dir"
 tmpbin="$(mktemp -d "$dir/.build.XXXXXX")"
@@ -45,11 +51,20 @@ trap 'rm -rf "$tmpbin"' EXIT
 
 echo "build_prism.sh: building prism v$version into $dir (this can take several minutes)" >&2
 start=$(date +%s)
-# `go install pkg@version` ignores any go.mod in the cwd; we build from $dir
-# anyway.
-( cd "$dir" && GOBIN="$tmpbin" \
-    timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
-    go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$version" ) >&2
+# the module's source from the Go module proxy, copied (the module cache is read-only),
+# patched, and built with the module's own go.mod and go.sum
+module="github.com/apache/beam/sdks/v2@v$version"
+( cd "$tmpbin" && timeout "${PRISM_BUILD_TIMEOUT:-1800}" go mod download "$module" ) >&2
+source="$(cd "$tmpbin" && go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+mkdir "$tmpbin/src"
+cp -r "$source/go.mod" "$source/go.sum" "$source/go" "$tmpbin/src/"
+chmod -R u+w "$tmpbin/src"
+for p in "$patches"/*.patch; do
+  patch -s -p1 -d "$tmpbin/src" < "$p" >&2
+done
+( cd "$tmpbin/src" && GOFLAGS=-mod=mod timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
+    go build -o "$tmpbin/prism" ./go/cmd/prism ) >&2
 mv -f "$tmpbin/prism" "$bin"
+echo "$built_with" > "$bin.patches"
 echo "build_prism.sh: built in $(( $(date +%s) - start ))s" >&2
 echo "$bin"
