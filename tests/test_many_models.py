@@ -84,7 +84,7 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that
 
-    from unitless.pipelines.train import key_by_model
+    from unitless.pipelines.keying import key_by_model
 
     rng = np.random.default_rng(5)
     path = tmp_path / "examples.csv"
@@ -141,7 +141,7 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
                     | key_by_model(50, model_groups=4), by_group)
 
     # one key: a block passes on as soon as the group holds ``size`` examples
-    from unitless.pipelines.train import KeyByModel
+    from unitless.pipelines.keying import KeyByModel
     one = [ExampleBlock.concat([b]) for b in blocks[:3]]
     for b in one:
         b.keys = pa.array(["only"] * len(b))
@@ -234,7 +234,7 @@ def test_key_by_model_records_where_each_key_starts_in_a_partition_before_handin
     from apache_beam.testing.util import assert_that, equal_to
 
     from unitless.store.starts import read_starts
-    from unitless.pipelines.train import key_by_model
+    from unitless.pipelines.keying import key_by_model
 
     rng = np.random.default_rng(8)
 

@@ -170,7 +170,7 @@ def test_models_leaving_at_a_files_end_are_counted_in_either_timer_order(tmp_pat
     from unitless.pipelines.accounting import ACCOUNTS, RANGES, Tally, covered_twice, \
         predictions_tally
     from unitless.pipelines.io import ReadFiles
-    from unitless.pipelines.train import KeyByModel
+    from unitless.pipelines.keying import KeyByModel
     path = tmp_path / "p.csv"
     write_idle_key_examples(path)
     cfg = configure([str(path)], id_column="id", model_key_column="key", chunk_size=BLOCK,

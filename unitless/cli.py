@@ -322,7 +322,7 @@ def _tune_collector():
 
 
 def train(args, beam_args):
-    from .compile import compiled_notice
+    from .jit_cache import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.ordering import STATE_VALUE_BYTES
     from .pipelines.train import build_training

@@ -6,7 +6,7 @@ pays (30-60 s, most of it the one learning loop that every learner shares). The 
 (``scripts/bootstrap.sh``) and the worker images run this; the cache is tied to the CPU it was
 built on, so an image compiles when it is built on the kind of machine that runs it, or when its
 container starts. A run that compiled anyway in the command's own process (the in-process
-runner) says so in one line (``compiled_notice``).
+runner) says so in one line (``jit_cache.compiled_notice``).
 """
 import contextlib
 import io
@@ -14,8 +14,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from numba.core.dispatcher import Dispatcher
 
 VW_LINES = (b"1 'a |x a:1 b:2.5 c\n-1 0.5 |y d:1e-3\n| e\n")
 LIBSVM_LINES = (b"1 1:0.5 3:2 # c\n-1 qid:2 2:1e-3\n")
@@ -40,27 +38,6 @@ def compile_all():
             if code:
                 raise SystemExit(f"unitless.compile: a training run failed ({code}):\n"
                                  f"{printed.getvalue()}")
-
-
-def compiled_here():
-    """(functions compiled in this process instead of loaded from the cache, what they are)."""
-    compiled = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("unitless.") or module is None:
-            continue
-        for attr in vars(module).values():
-            if isinstance(attr, Dispatcher) and attr.stats.cache_misses:
-                compiled.append(f"{name}.{attr.__name__}")
-    return sorted(set(compiled))
-
-
-def compiled_notice():
-    """One line when this process compiled functions (a first run), else None."""
-    compiled = compiled_here()
-    if not compiled:
-        return None
-    return (f"(this run compiled {len(compiled)} functions on first use, which later runs load "
-            "from numba's cache; `python -m unitless.compile` does it once after installing)")
 
 
 if __name__ == "__main__":

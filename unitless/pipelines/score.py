@@ -17,10 +17,10 @@ from ..store.models import has_checkpoint, lists_models, load_latest, model_keys
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
 from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
+from .keying import key_by_model
 # (ScoringModels and Scoring are imported from here by users' code too)
 from .scoring_models import (MODEL_REFRESHES, Scoring, ScoringModels,  # noqa: F401
                              _scoring_model, scored)
-from .train import key_by_model
 
 log = logging.getLogger("unitless")
 

@@ -48,9 +48,10 @@ from ..store.starts import starts_dir, write_starts
 from .accounting import ACCOUNTS, Tally
 from .bundles import KeyGuard, new_step, send_elements_within
 from .config import check_resume, new_learner
+from .decoded import DecodedModels
 from .io import ReadFeedback
+from .keying import key_by_model
 from .ordering import InOrder, weigh_state_without_scanning_modules
-from .train import DecodedModels, key_by_model
 
 log = logging.getLogger("unitless")
 MODELS, DONE = "models", "done"  # output tags: model keys (the sequencer), models learned (shard 0)
