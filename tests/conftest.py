@@ -14,6 +14,42 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO))
 
 
+# the tiers: a test is marked by what it needs (its folder, fixtures or runner parameter, or by
+# hand where none tells), so that the quick tier (``./test.sh --quick``: none of these) needs no
+# broker, runner binary or object store
+TIERS = {"kafka": "a Kafka broker", "prism": "Beam's Prism runner",
+         "flink": "Flink's job server", "s3": "an object store (MinIO)",
+         "kill": "a kill-and-resume campaign", "stress": "a large or long run"}
+
+
+def pytest_configure(config):
+    for name, needs in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: needs {needs} (not in the quick tier)")
+
+
+def _tiers(item):
+    path, name = item.path.as_posix(), item.name.lower()
+    params = getattr(getattr(item, "callspec", None), "params", {}).values()
+    found = {"flink"} if "/tests/flink/" in path else set()
+    if "/tests/integration/" in path or "broker" in item.fixturenames:
+        found.add("kafka")
+    if "prism" in params or "prism" in name:
+        found.add("prism")
+    if {"s3", "bucket"} & set(item.fixturenames):
+        found.add("s3")
+    if "kill" in name:
+        found.add("kill")
+    if item.path.name == "test_stress.py":
+        found.add("stress")
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for tier in _tiers(item):
+            item.add_marker(tier)
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():

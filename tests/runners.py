@@ -16,6 +16,9 @@ def prism_args(streaming=False):
     """The command line arguments of a run on Prism (the binary deploy/prism/build_prism.sh
     builds), with a job server of its own: Beam shares one per process, which an earlier
     pipeline of this process may have started otherwise."""
+    if os.environ.get("UNITLESS_QUICK_TIER"):
+        raise RuntimeError("a test of the quick tier (./test.sh --quick) runs on Prism: mark it "
+                           "@pytest.mark.prism (tests/conftest.py's tiers)")
     if not os.access(PRISM, os.X_OK):
         raise RuntimeError(f"Prism runner binary missing at {PRISM}: run "
                            "deploy/prism/build_prism.sh")

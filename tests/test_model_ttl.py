@@ -40,6 +40,7 @@ def counter(result, name):
     return sum(c.committed or 0 for c in found)
 
 
+@pytest.mark.prism
 def test_an_idle_model_leaves_state_and_returns_bit_for_bit(tmp_path):
     """k0 is not seen from the third block to the eighth (6 s on the blocks' clock; TTL 3 s):
     it leaves state, and returns when its examples do."""

@@ -70,6 +70,7 @@ def test_slow_bundles_on_prism_are_learned_once(tmp_path, monkeypatch):
     assert len({(r["model_key"], r["examples_seen"]) for r in rows}) == 3000
 
 
+@pytest.mark.prism
 def test_a_second_bundle_of_a_key_at_once_fails_the_command_with_one_line(tmp_path, monkeypatch,
                                                                           capsys):
     slow_elements(monkeypatch)
@@ -84,6 +85,7 @@ def test_a_second_bundle_of_a_key_at_once_fails_the_command_with_one_line(tmp_pa
     assert error_line(capsys).startswith("unitless: error: the runner gave key ")
 
 
+@pytest.mark.prism
 def test_a_second_bundle_of_a_key_at_once_is_refused(tmp_path, monkeypatch):
     """The cause, shown: without Prism's ``prism_disable_sdf_split`` the same slow bundles are
     split and their split-off elements run at once, in this worker, as a second bundle of keys
@@ -94,6 +96,7 @@ def test_a_second_bundle_of_a_key_at_once_is_refused(tmp_path, monkeypatch):
         learn_on_prism(tmp_path, reversed_blocks(tmp_path))
 
 
+@pytest.mark.prism
 def test_what_a_second_bundle_at_once_does_fails_the_run(tmp_path, monkeypatch):
     """And what it does when not refused (a runner running them in different processes): the
     second bundle learns on the state as it was before the first, and examples are lost or

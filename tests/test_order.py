@@ -98,6 +98,7 @@ def test_examples_skipped_in_a_run_that_did_not_resume_fail_the_run():
     assert counts.problem(resumed=True) is None
 
 
+@pytest.mark.prism
 def test_a_partition_block_that_continues_a_model_is_learned_on_arrival_in_order(tmp_path):
     """Streaming (Prism, TestStream): blocks of a Kafka-like partition (``restarts_midway``, each
     with its ``span`` of offsets) arrive with the watermark behind them, one of them before the
