@@ -145,12 +145,14 @@ def render(runs, lag):
 
 
 def ratios(runs):
-    """[offered/s, the ratios of each pair's serving p99 with labels to without]."""
+    """[offered/s, the ratios of each pair's serving p99 with labels to without, and of their
+    CPU per example]."""
     out = {}
     for plain, labels in zip(runs[::2], runs[1::2]):
+        cpu = [r["load_cpu_s"] / r["examples"] for r in (labels, plain)]
         out.setdefault(plain["offered_per_s"], []).append((
             labels["served_latency_ms"]["p99"] / plain["served_latency_ms"]["p99"],
-            (labels["load_cpu_s"] / labels["examples"]) / (plain["load_cpu_s"] / plain["examples"])))
+            cpu[0] / cpu[1]))
     return [[f"{rate:,}", *(", ".join(f"{x[i]:.2f}" for x in xs) for i in (0, 1))]
             for rate, xs in out.items()]
 

@@ -33,7 +33,7 @@ def _tiers(item):
     found = {"flink"} if "/tests/flink/" in path else set()
     if "/tests/integration/" in path or "broker" in item.fixturenames:
         found.add("kafka")
-    if "prism" in params or "prism" in name:
+    if any(isinstance(v, str) and v == "prism" for v in params) or "prism" in name:
         found.add("prism")
     if {"s3", "bucket"} & set(item.fixturenames):
         found.add("s3")
