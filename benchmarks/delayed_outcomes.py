@@ -8,7 +8,7 @@ sorts first: the join holds all of them at once, its worst case). A: ``unitless 
 features.csv --labels labels.csv``; B: ``unitless train`` over the same labeled examples joined,
 in label order, with their labels (what A's models equal, bit for bit: tests/test_delayed_outcomes.py).
 Each as a process of its own on the FnApiRunner, alternated ``--pairs`` times: wall time, CPU,
-peak RSS, and A/B. First, the join alone (``store/join.py``, no Beam, in this process): as many
+peak RSS, and A/B. First, the join alone (``labels/join.py``, no Beam, in this process): as many
 examples served and waiting in blocks of 1,000, then their labels joined in another order,
 timed, with the bytes of what waits and the growth of this process's peak RSS.
 
@@ -44,7 +44,7 @@ from _common import (artificial_stream, header, parse_args, progress, result_nam
 from serving import runner_args as flink_runner_args  # noqa: E402
 from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.learner import dense_batch  # noqa: E402
-from unitless.store.join import LabelJoin  # noqa: E402
+from unitless.labels.join import LabelJoin  # noqa: E402
 from unitless.store.models import newest_models  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])

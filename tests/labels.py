@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from unitless.connectors.files import read_output
-from unitless.store import join as label_join
+from unitless.labels import join as label_join
 
 from tests.commands import create_topics, send, train
 from tests.killing import campaigns, final_models, run_complete

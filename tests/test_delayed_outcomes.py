@@ -10,7 +10,7 @@ from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.connectors.files import read_output
 from unitless.labels import by_id
-from unitless.store import join as label_join
+from unitless.labels import join as label_join
 
 from tests.commands import dead_letters, train
 from tests.runners import runner_args

@@ -10,7 +10,7 @@ import pytest
 
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import RecordSpec, parse_csv, parse_jsonl, parse_vw
-from unitless.store import join as label_join
+from unitless.labels import join as label_join
 
 from tests.commands import dead_letters, run_train
 from tests.runners import RUNNERS, runner_args

@@ -9,7 +9,7 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_output
-from unitless.store import join as label_join
+from unitless.labels import join as label_join
 
 from tests.commands import create_topics, dead_letters, send, train
 from tests.kafka_io import consume_all, seen, streaming, wait_for

@@ -13,7 +13,7 @@ labels in time order (then by file and line):
 * an id closed before (joined or expired, as a resumed run's checkpoint says) makes each of its
   labels a second or late.
 
-These are the rules the streaming join (``store/join.py``) applies record by record against its
+These are the rules the streaming join (``labels/join.py``) applies record by record against its
 clocks. Since each id's outcome depends on its own records only, they apply as well to any set of
 ids that holds all of their records (a bucket of ids): docs/delayed-outcomes.md.
 """

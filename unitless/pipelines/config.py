@@ -75,7 +75,7 @@ class TrainConfig:
     feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
     model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
     model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
-    labels: tuple = ()                 # files or a topic of labels joined by id (store/join)
+    labels: tuple = ()                 # files or a topic of labels joined by id (labels/join)
     label_sources: frozenset = frozenset()  # ... their paths, or the topic
     label_wait: float = None     # seconds of record time an example or a label waits; None: the end
     expired_label: float = None  # the label an example whose label never came is learned with

@@ -18,7 +18,7 @@ from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
 from ..learner import BatchResult
 from ..store.by_group import published_dir
-from ..store.join import AHEAD_OF_CLOCK, dated_ahead
+from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
 from ..store.keyed_model import prediction_table
 from .config import TrainConfig, configure, learner_check, new_learner
 from .io import DEAD, as_blocks

@@ -16,11 +16,12 @@ from ..connectors.storage import list_dir, remove_leftovers, remove_tree
 from ..connectors.kafka import is_kafka
 from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import check_target, open_sink
+from ..labels.join import LabelJoin
+from ..labels.reasons import LATE_LABEL
 from ..learner import read_metadata
 from ..store import per_key
 from ..store.by_group import GroupWriter, examples_of, group_counts, group_key, published_dir
 from ..store.checkpoint_file import read_once
-from ..store.join import LATE_LABEL, LabelJoin
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
 from ..store.models import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
