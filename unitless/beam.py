@@ -15,7 +15,7 @@ from .pipelines.inference import ModelDirectoryHandler
 from .pipelines.io import ReadExamples, WriteDeadLetters, WritePredictions
 from .pipelines.score import Score
 from .pipelines.serve import Serve
-from .pipelines.train import Learn
+from .pipelines.learn import Learn
 
 __all__ = ["Learn", "ModelDirectoryHandler", "ReadExamples", "Rows", "Score", "Serve",
            "TrainConfig",

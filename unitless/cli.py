@@ -325,7 +325,7 @@ def train(args, beam_args):
     from .jit_cache import compiled_notice
     from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.ordering import STATE_VALUE_BYTES
-    from .pipelines.train import build_training
+    from .pipelines.learn import build_training
     from .store.ownership import given_up_after
     pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
     _tune_collector()
