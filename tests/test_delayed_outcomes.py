@@ -10,7 +10,7 @@ from unitless.cli import main
 from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.connectors.files import read_output
 from unitless.labels import by_id
-from unitless.labels import join as label_join
+from unitless.labels import call_log, join as label_join
 
 from tests.commands import dead_letters, train
 from tests.runners import runner_args
@@ -159,9 +159,9 @@ class Persisted:
     def __init__(self, join, reread, snapshot_after=None, snapshot_part=None):
         self.join, self.reread, self.bag, self.most_parts = join, reread, [], 0
         if snapshot_after is not None:
-            join.SNAPSHOT_AFTER = snapshot_after
+            join.log.SNAPSHOT_AFTER = snapshot_after
         if snapshot_part is not None:
-            join.SNAPSHOT_PART = snapshot_part
+            join.log.SNAPSHOT_PART = snapshot_part
 
     def __getattr__(self, call):
         def persisted(*args):
@@ -170,8 +170,8 @@ class Persisted:
             if clear:
                 self.bag.clear()
             self.bag += entries
-            parts = [entry for entry in entries if entry[8:10] == label_join._SNAPSHOT_PART]
-            assert all(len(part) <= self.join.SNAPSHOT_PART + 14 for part in parts)
+            parts = [entry for entry in entries if entry[8:10] == call_log._SNAPSHOT_PART]
+            assert all(len(part) <= self.join.log.SNAPSHOT_PART + 14 for part in parts)
             self.most_parts = max(self.most_parts, len(parts))
             if self.reread:
                 counts = self.join.counts

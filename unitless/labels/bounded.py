@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..connectors.records import DeadLetter, ExampleBlock
-from . import by_id
+from . import by_id, resume
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
 from .waiting import FEATURES, LABELS, Released
 
@@ -245,3 +245,30 @@ def _learning(join, waiting, taken, settled, features_sources):
             block.positions = taken.block.positions[at]
             block.labels = taken.block.labels[at]
         yield key, block, scores, expired
+
+
+def firsts_in_time_order(join, blocks, now):
+    """{source: positions}: of a bounded input's features ``blocks`` (a file each, in the
+    order given), the first record of each model key's id in record time (then file and
+    line), among those neither read again after a resume (``replayed``) nor dated ahead of
+    ``now`` (``refuse_ahead``): for ``screen``, which refuses the others."""
+    keys, ids, times, sources, positions = [], [], [], [], []
+    for j, block in enumerate(blocks):
+        keep = (~resume.replayed_rows(join, block)
+                & block.ids.is_valid().to_numpy(zero_copy_only=False))
+        keep[join._ahead(block, now)] = False
+        rows = np.flatnonzero(keep)
+        keys.append(block.keys.take(rows))
+        ids.append(block.ids.take(rows))
+        times.append(block.event_times[rows] if block.event_times is not None
+                     else np.full(len(rows), math.inf))
+        sources.append(np.full(len(rows), j))
+        positions.append(block.positions[rows])
+    if not blocks:
+        return {}
+    codes = by_id.group_codes(pa.concat_arrays(keys), pa.concat_arrays(ids))
+    sources, positions = np.concatenate(sources), np.concatenate(positions)
+    order = np.lexsort((positions, sources, np.concatenate(times)))
+    first = order[by_id.first_of_each(codes[order])]
+    return {block.source: positions[first[sources[first] == j]]
+            for j, block in enumerate(blocks)}

@@ -18,23 +18,17 @@ after the reader's clock is refused (a wrong clock must not expire what waits). 
 docs/delayed-outcomes.md.
 """
 import heapq
-import itertools
 import math
-import pickle
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import bounded, by_id
-from .closed import ClosedIds
+from . import bounded, resume
+from .call_log import CallLog
 from .reasons import (AHEAD_OF_CLOCK, LATE_LABEL, NEVER_SERVED, NO_ID, NO_KEY,  # noqa: F401
                       NO_LABEL, SECOND_FEATURES, SECOND_LABEL, dated_ahead)
-from .waiting import FEATURES, LABELS, ModelJoin, Released, Resumed, Rows, _time
+from .waiting import FEATURES, LABELS, ModelJoin, Released, Rows, _time
 
-# begins each part of a logged snapshot, before the part's index (4 bytes, big-endian so that
-# the parts sort in order); a logged call's pickle never begins with it
-_SNAPSHOT_PART = b"\x00S"
 
 
 class LabelJoin:
@@ -46,10 +40,6 @@ class LabelJoin:
     # waits for ever
     SOURCE_LAG = 3600.0
 
-    SNAPSHOT_AFTER = 4 << 20  # bytes logged (beyond twice the last snapshot's) before the next
-    # bytes of a snapshot's part: each is a value of its own in Beam state, whose values stay
-    # under 1 MiB (a call logged larger is replaced by a snapshot)
-    SNAPSHOT_PART = (1 << 20) - 64
     max_skew = None  # (s) a record further ahead of the reader's clock is refused; None: any
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
     ordered_once = False  # (``joined_in_time_order`` has been called)
@@ -64,66 +54,29 @@ class LabelJoin:
         self.seq = 0
         self.counts = dict(waiting=0, expired=0, expired_learned=0, replayed=0)
         self.delays = []  # label time less example time (s) of each join since ``take_delays``
-        # what persists it (``log_entries``): the calls that changed it since the last
-        # snapshot, numbered; the bytes of that snapshot (None: none yet) and of the calls
-        self.log, self.logged, self.snapshot_bytes, self.log_bytes = [], 0, None, 0
-        self.replaying = False
-
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "log"}
+        self.log = CallLog()  # (what persists it: ``log_entries``)
 
     def _record(self, call, *args):
         """Log a call that changes the join (replayed by ``rebuild``)."""
-        if not self.replaying:
-            data = pickle.dumps((call, args), protocol=pickle.HIGHEST_PROTOCOL)
-            self.logged += 1
-            self.log.append(self.logged.to_bytes(8, "little") + data)
-            self.log_bytes += len(data)
-            if len(data) > self.SNAPSHOT_PART:
-                self.snapshot_bytes = None  # (the next ``log_entries`` snapshots, in parts)
+        self.log.record(call, args)
 
     def log_entries(self):
-        """(whether to clear the persisted log first, entries to add to it): the calls logged
-        since the last call, or, once they outgrow the last snapshot (a served example is
-        logged once, not written again with every change), a snapshot of the whole join."""
-        if self.snapshot_bytes is None or (self.log_bytes
-                                           > self.SNAPSHOT_AFTER + 2 * self.snapshot_bytes):
-            data = pickle.dumps(("snapshot", self), protocol=pickle.HIGHEST_PROTOCOL)
-            self.log, self.snapshot_bytes, self.log_bytes = [], len(data), 0
-            number, step = self.logged.to_bytes(8, "little"), self.SNAPSHOT_PART
-            return True, [number + _SNAPSHOT_PART + part.to_bytes(4, "big") + data[at:at + step]
-                          for part, at in enumerate(range(0, len(data), step))]
-        entries, self.log = self.log, []
-        return False, entries
+        """(whether to clear the persisted log first, entries to add to it): ``CallLog``."""
+        return self.log.entries(self)
 
     @staticmethod
     def rebuild(entries):
-        """The join that ``log_entries`` persisted as ``entries`` (in any order): its last
-        snapshot, then the calls logged since, replayed (their outputs were learned when they
-        were made); None for none."""
-        join, logged = None, 0
-        ordered = sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries)
-        for number, same in itertools.groupby(ordered, key=lambda entry: entry[0]):
-            datas = [data for _, data in same]  # (a snapshot's parts, or one call)
-            data = b"".join(part[len(_SNAPSHOT_PART) + 4:] for part in datas
-                            ) if datas[0].startswith(_SNAPSHOT_PART) else datas[0]
-            call, args = pickle.loads(data)
-            if call == "snapshot":
-                join, logged = args, 0
-                join.replaying, join.snapshot_bytes = True, len(data)
-            else:
-                getattr(join, call)(*args)
-                logged += len(data)
-            join.logged = number  # (the calls it logs next are numbered after these)
+        """The join that ``log_entries`` persisted as ``entries`` (in any order), None for none:
+        its calls replayed, whose outputs were learned when they were made, counted then."""
+        join = CallLog.rebuild(entries)
         if join is not None:
-            join.log, join.log_bytes, join.replaying = [], logged, False
             join.counts, join.delays = dict.fromkeys(join.counts, 0), []
         return join
 
     @property
     def state_bytes(self):
         """Bytes of its persisted log: about what it holds, without walking it (``nbytes``)."""
-        return (self.snapshot_bytes or 0) + self.log_bytes
+        return self.log.nbytes
 
     def _of(self, key):
         join = self.models.get(key)
@@ -174,31 +127,6 @@ class LabelJoin:
             first |= np.isin(block.positions[order], firsts.get(block.source, ()))
         again = np.sort(order[~first | known[codes]])
         return block.screen([(r, SECOND_FEATURES) for r in again.tolist()])
-
-    def firsts_in_time_order(self, blocks, now):
-        """{source: positions}: of a bounded input's features ``blocks`` (a file each, in the
-        order given), the first record of each model key's id in record time (then file and
-        line), among those neither read again after a resume (``replayed``) nor dated ahead of
-        ``now`` (``refuse_ahead``): for ``screen``, which refuses the others."""
-        keys, ids, times, sources, positions = [], [], [], [], []
-        for j, block in enumerate(blocks):
-            keep = ~self._replayed(block) & block.ids.is_valid().to_numpy(zero_copy_only=False)
-            keep[self._ahead(block, now)] = False
-            rows = np.flatnonzero(keep)
-            keys.append(block.keys.take(rows))
-            ids.append(block.ids.take(rows))
-            times.append(block.event_times[rows] if block.event_times is not None
-                         else np.full(len(rows), math.inf))
-            sources.append(np.full(len(rows), j))
-            positions.append(block.positions[rows])
-        if not blocks:
-            return {}
-        codes = by_id.group_codes(pa.concat_arrays(keys), pa.concat_arrays(ids))
-        sources, positions = np.concatenate(sources), np.concatenate(positions)
-        order = np.lexsort((positions, sources, np.concatenate(times)))
-        first = order[by_id.first_of_each(codes[order])]
-        return {block.source: positions[first[sources[first] == j]]
-                for j, block in enumerate(blocks)}
 
     def refuse_ahead(self, block, now):
         """A features block -> (the block without its records dated beyond ``max_skew`` after
@@ -301,7 +229,7 @@ class LabelJoin:
         (``again``); the others are dead letters (in ``out``): without an id, a model key
         (``keyed``: it would wait in the model of no key, for features that never come there)
         or a label, or dated beyond ``max_skew`` after ``now``."""
-        again = np.asarray(self._judged(block), dtype=bool)
+        again = np.asarray(resume.judged_before(self, block), dtype=bool)
         reasons = np.full(len(block), None, dtype=object)
         reasons[np.isnan(block.labels)] = NO_LABEL
         if self.keyed:
@@ -335,115 +263,28 @@ class LabelJoin:
         """A bounded input's join, whole (``in_time_order``): ``labels.bounded``."""
         return bounded.joined_in_time_order(self, features, labels, now)
 
-    def _judged(self, block):
-        """Which records of a labels block their models learned or judged before a resume."""
-        encoded = pc.dictionary_encode(block.keys)
-        done = [-1 if resumed is None else resumed.positions.get(block.source, -1)
-                for resumed in map(self._resumed, encoded.dictionary.to_pylist())]
-        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-        return block.positions <= np.array(done + [-1], np.int64)[codes]  # (-1: no key)
-
     def resume_state(self, key, served):
-        """What model ``key``'s checkpoint keeps of its join, for a resumed run (``restore``),
-        JSON: given ``served`` ({features source: the last position it served there}), per
-        features source the position before its oldest example still waiting (``rejoin``: a
-        resumed run reads the source again from there) and the positions of those waiting
-        (``waiting``: only they wait again), per labels source the position through which its
-        labels were learned or judged (``labels``: only those after come again); and with a
-        wait, the ids it joined or let expire that it still knows (``closed``,
-        ``ClosedIds.to_json``; without a wait none, ``[]`` as before: the ids read again are
-        closed again, ``replayed``)."""
-        rejoin, join = dict(served), self.models.get(key)
-        if join is None:
-            return {"rejoin": rejoin, "waiting": {}, "labels": {},
-                    "closed": [] if self.wait is None else ClosedIds().to_json()}
-        labels, waiting = dict(join.judged), {}
-        for source, owed in (join.resumed.waiting.items() if join.resumed else ()):
-            if owed:  # (read again, not yet come)
-                waiting[source] = list(owed)
-                rejoin[source] = min(rejoin.get(source, math.inf), min(owed) - 1)
-        for entry in join.pending:
-            if entry[0] is not None:
-                source = entry[0].block.source
-                labels[source] = min(labels[source], int(entry[0].block.positions[entry[1]]) - 1)
-        held = set()
-        for rows, r in ([e[:2] for e in join.served.values()]
-                        + [e[1][:2] for e in join.pending if e[0] is None]):
-            held.add(rows.ids[r])
-            source, position = rows.block.source, int(rows.block.positions[r])
-            waiting.setdefault(source, []).append(position)
-            rejoin[source] = min(rejoin.get(source, position), position - 1)
-        for source, positions in join.unlabeled.items():
-            waiting.setdefault(source, []).extend(positions)
-            rejoin[source] = min(rejoin.get(source, math.inf), min(positions) - 1)
-        closed = [] if self.wait is None else join.closed.to_json(held)
-        return {"rejoin": rejoin, "waiting": {s: sorted(p) for s, p in waiting.items()},
-                "labels": labels, "closed": closed}
+        """What model ``key``'s checkpoint keeps of its join, JSON: ``resume.resume_state``."""
+        return resume.resume_state(self, key, served)
 
     def restore(self, key, saved, positions):
-        """A resumed run's model ``key``, whose checkpoint kept ``saved`` of its join
-        (``resume_state``) and ``positions`` ({source: the last label it learned or example it
-        served there}): what it joined or let expire is known again, and the records of its
-        sources read again are told apart (``replayed``, ``served_before``, ``labels``)."""
+        """A resumed run's model ``key`` (``resume.restore``), logged: a rebuilt join restores
+        it again."""
         self._record("restore", key, saved, positions)
-        join = self._of(key)
-        closed = list(ClosedIds.from_json(saved["closed"]))
-        if self.in_time_order:  # (as columns: a bounded join never forgets them)
-            first = self.seq + 1
-            self.seq += len(closed)
-            join.closed.add_columns(
-                pa.array([i for i, _, _ in closed], pa.string()), [e for _, e, _ in closed],
-                np.arange(first, self.seq + 1),
-                [math.inf if t is None else t for _, _, t in closed])
-        else:
-            for i, expired, time in closed:
-                self._close(join, i, expired, math.inf if time is None else time)
-        join.resumed = Resumed({**positions, **saved["labels"]}, dict(saved["rejoin"]),
-                               {s: set(p) for s, p in saved["waiting"].items()},
-                               bool(saved["labels"]))
-        join.judged.update(saved["labels"])
+        resume.restore(self, key, saved, positions)
 
     def replayed(self, key, block):
-        """A features block of model ``key`` -> the block without the examples a resumed run
-        read again that no longer waited at its checkpoint (counted ``replayed``; without a
-        wait their ids are closed again, as the whole input's are)."""
-        done = np.flatnonzero(self._replayed(block)).tolist()
-        if not done:
-            return block
-        self.counts["replayed"] += len(done)
-        ids = block.ids.to_pylist()
-        if self.wait is None:
-            self._learned(key, [(ids[r], math.inf) for r in done if ids[r] is not None])
-        return block.take(np.setdiff1d(np.arange(len(block)), done))
-
-    def _replayed(self, block):
-        """Which records of a features block a resumed run read again that no longer waited
-        at their model's checkpoint (``replayed``)."""
-        encoded = pc.dictionary_encode(block.keys)
-        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-        done = np.zeros(len(block), dtype=bool)
-        for code, key in enumerate(encoded.dictionary.to_pylist()):
-            resumed = self._resumed(key)
-            if resumed is None or block.source not in resumed.rejoin:
-                continue
-            rows = codes == code
-            positions = block.positions[rows]
-            done[rows] = ((positions <= resumed.positions[block.source])
-                          & ~np.isin(positions, list(resumed.waiting.get(block.source, ()))))
-        return done
+        """A features block without what a resumed run read again (``resume.replayed``)."""
+        return resume.replayed(self, key, block)
 
     def served_before(self, key, block):
-        """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
-        to learn or serve, those it served before a resume, which wait for their labels again
-        without being served again: counted ``replayed``; None if none)."""
-        resumed = self._resumed(key)
-        if resumed is None or block.source not in resumed.rejoin:
-            return block, None
-        again = block.positions <= resumed.positions[block.source]
-        if not again.any():
-            return block, None
-        self.counts["replayed"] += int(again.sum())
-        return block.take(np.flatnonzero(~again)), block.take(np.flatnonzero(again))
+        """A features block's examples to learn or serve, and those served before a resume
+        (``resume.served_before``)."""
+        return resume.served_before(self, key, block)
+
+    def firsts_in_time_order(self, blocks, now):
+        """{source: positions} of each id's first features record (``bounded``)."""
+        return bounded.firsts_in_time_order(self, blocks, now)
 
     def end(self, key):
         """The end of the input: model ``key``'s labels still waiting for features are dead
