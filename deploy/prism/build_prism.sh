@@ -38,9 +38,9 @@ if [ "$force" = 0 ] && [ -x "$bin" ] && [ "$(cat "$bin.patches" 2>/dev/null)" = 
   exit 0
 fi
 
-for tool in go patch; do
+for tool in go git; do
   if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "build_prism.sh: '$tool' not found on PATH (Go >= 1.21 and patch needed)" >&2
+    echo "build_prism.sh: '$tool' not found on PATH (Go >= 1.21 and git needed)" >&2
     exit 1
   fi
 done
@@ -60,7 +60,8 @@ mkdir "$tmpbin/src"
 cp -r "$source/go.mod" "$source/go.sum" "$source/go" "$tmpbin/src/"
 chmod -R u+w "$tmpbin/src"
 for p in "$patches"/*.patch; do
-  patch -s -p1 -d "$tmpbin/src" < "$p" >&2
+  # (not a repository: paths are the patch's own, whatever repository holds the cache)
+  ( cd "$tmpbin/src" && GIT_CEILING_DIRECTORIES="$tmpbin" git apply -p1 "$p" ) >&2
 done
 ( cd "$tmpbin/src" && GOFLAGS=-mod=mod timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
     go build -o "$tmpbin/prism" ./go/cmd/prism ) >&2
