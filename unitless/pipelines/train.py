@@ -24,6 +24,7 @@ from .accounting import ACCOUNTS, Tally, models_left
 from .config import check_resume, new_learner
 from .decoded import DecodedModels
 from .io import DEAD
+from .taken import TakenCheckpoints
 
 log = logging.getLogger("unitless")
 
@@ -76,17 +77,6 @@ class LearnBlocks:
     """
     learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
-    PENDING_BYTES = 1 << 30  # checkpoints taken before they are written anyway
-    # what a checkpoint taken costs in memory beside its table's bytes, about, until written:
-    # its metadata, its rows' objects, then its sealed JSON and its share of the part
-    # (a run's last checkpoints, of all of its models, are taken together)
-    CHECKPOINT_BYTES = 8 << 10
-    # --labels: what a checkpoint's share of its group's join costs per id it names (closed,
-    # or a position still waiting), as Python objects until sealed: a bounded input's join
-    # closes every id at its end, millions of them, so its checkpoints are written once their
-    # shares reach ``JOIN_PENDING_BYTES``, not with the bundle
-    JOIN_ENTRY_BYTES = 200
-    JOIN_PENDING_BYTES = 64 << 20
 
     def __init__(self, cfg, streaming=False):
         self.cfg = cfg
@@ -128,7 +118,7 @@ class LearnBlocks:
         self.last_join = None  # (``--labels``: its waiting state is logged)
         self.unsaved = set()  # (--resume, --labels: model keys without a checkpoint)
         # checkpoints taken, not yet written; about what they hold (``_checkpoint``)
-        self.pending, self.pending_bytes, self.pending_join_bytes = [], 0, 0
+        self.pending = TakenCheckpoints()
         cfg = self.cfg
         self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
         # (serving apart: the models' states as the serving step reads them, ``_publish``)
@@ -600,16 +590,8 @@ class LearnBlocks:
                 model.key, {s: p for s, p in model.positions.items()
                             if not self.cfg.is_labels(s)}) if join is not None else None))
         taken = group.checkpoints(models, metadata)
-        for model, (rows, meta), passed in zip(models, taken, news):
-            self.pending.append((model.key, rows, meta, model.progressive_loss(), passed))
-        # (a table's bytes once: its models' rows are slices of it, and it is held whole)
-        tables = {id(rows.table): rows.table for rows, _ in taken}.values()
-        self.pending_bytes += (sum(table.nbytes for table in tables)
-                               + self.CHECKPOINT_BYTES * len(taken))
-        self.pending_join_bytes += self.JOIN_ENTRY_BYTES * sum(
-            _join_entries(m["label_join"]) for m in metadata if "label_join" in m)
-        if (self.pending_bytes >= self.PENDING_BYTES
-                or self.pending_join_bytes >= self.JOIN_PENDING_BYTES):
+        if self.pending.add([(model.key, rows, meta, model.progressive_loss(), passed)
+                             for model, (rows, meta), passed in zip(models, taken, news)]):
             self._write_checkpoints()
 
     def _publish(self, group, keys=None, at_once=False):
@@ -642,21 +624,21 @@ class LearnBlocks:
             return {}
         self._flush()
         groups = {}
-        for key, rows, meta, _, _ in self.pending:
+        for key, rows, meta, _, _ in self.pending.entries:
             groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, rows, meta))
         written = self.group_files.write(groups)
         # (where a model's restart position now covers partitions, its start records there
         # are superseded: see KeyByModel)
-        for group in {group_key(key, self.cfg.model_groups) for key, *_, news in self.pending
-                      if news}:
+        for group in {group_key(key, self.cfg.model_groups)
+                      for key, *_, news in self.pending.entries if news}:
             prune_starts(starts_dir(self.cfg.model_dir), group, self.group_files.passed(group))
-        for key, _, meta, loss, _ in self.pending:
+        for key, _, meta, loss, _ in self.pending.entries:
             self.checkpoints.inc()
             if math.isfinite(loss) and abs(loss) < 1e12:
                 self.loss.update(int(1e6 * loss))
             log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
                       meta["examples_seen"], loss)
-        self.pending, self.pending_bytes, self.pending_join_bytes = [], 0, 0
+        self.pending.clear()
         return written
 
     def _log(self, model, n):
@@ -669,10 +651,3 @@ class LearnBlocks:
                 log.info("waiting for labels in the group last joined: %d examples, %.1f MiB",
                          self.last_join.waiting_examples, self.last_join.nbytes / (1 << 20))
             self.last_log = now
-
-
-def _join_entries(saved):
-    """How many ids and positions a checkpoint's share of its join names
-    (``LabelJoin.resume_state``)."""
-    closed = saved["closed"]
-    return (len(closed["ids"]) if closed else 0) + sum(map(len, saved["waiting"].values()))
