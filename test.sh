@@ -9,7 +9,8 @@ quick=()
 if [ "${1:-}" = "--quick" ]; then
     shift
     quick=(-m "not (kafka or prism or flink or s3 or kill or stress)")
-    export UNITLESS_QUICK_TIER=1  # (a test that runs Prism unmarked fails: tests/runners.py)
+    # (a test that runs Prism unmarked fails: tests/helpers/runners.py)
+    export UNITLESS_QUICK_TIER=1
 fi
 "$root/scripts/bootstrap.sh"
 cd "$root"

@@ -4,10 +4,8 @@ import sys
 
 import pytest
 
-# the helpers that moved here from test files (#39) keep pytest's account of a failing assert
-pytest.register_assert_rewrite("tests.examples", "tests.flink_runs", "tests.kafka_io",
-                               "tests.labels", "tests.messages", "tests.ordered",
-                               "tests.records")
+# the helpers (tests/helpers/) keep pytest's account of a failing assert
+pytest.register_assert_rewrite("tests.helpers")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -62,14 +60,14 @@ def runners_are_named(monkeypatch, request):
     """A pipeline on Beam's default runner fails its test, unless the test is marked
     ``default_runner`` (a user's code, run as written): that runner hands it to Prism, to a
     Prism job server an earlier test started, or quietly to another runner when Prism does not
-    start, so the test could pass on a runner it was not meant for (tests/runners.py)."""
+    start, so the test could pass on a runner it was not meant for (tests/helpers/runners.py)."""
     from apache_beam.runners.direct import direct_runner
     if request.node.get_closest_marker("default_runner"):
         return
 
     def refuse(self, pipeline, options):
         raise AssertionError("this test ran a pipeline on Beam's default runner: name the "
-                             "runner (tests/runners.py)")
+                             "runner (tests/helpers/runners.py)")
     monkeypatch.setattr(direct_runner.SwitchingDirectRunner, "run_pipeline", refuse)
 
 
@@ -85,7 +83,7 @@ def json_outputs_follow_their_schemas(request):
     root = request.getfixturevalue("tmp_path") if checked else None
     yield
     if root is not None:
-        from tests.messages import check_json_outputs
+        from tests.helpers.messages import check_json_outputs
         check_json_outputs(root)
 
 

@@ -13,7 +13,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.store.models import latest_checkpoint, read_checkpoint
 
-from tests.runners import RUNNERS, pipeline
+from tests.helpers.runners import RUNNERS, pipeline
 
 
 def priced_records(n=300, seed=0):

@@ -16,10 +16,10 @@ from unitless.connectors.storage import atomic_write
 from unitless.store.by_group import group_checkpoints
 from unitless.store.models import checkpoint_summaries
 from unitless.store.ownership import DirectoryInUse, STALE, _Lease, start_over
-from tests.commands import dead_letters, train
-from tests.examples import make_examples, write_csv
-from tests.killing import final_models
-from tests.labels import write_join
+from tests.helpers.commands import dead_letters, train
+from tests.helpers.examples import make_examples, write_csv
+from tests.helpers.killing import final_models
+from tests.helpers.labels import write_join
 
 ARGS = ("--label-column", "label", "--id-column", "id", "--model-key-column", "segment")
 

@@ -26,7 +26,7 @@ from unitless.store.keyed_model import KeyedModel
 from unitless.store.ownership import OWNER
 from unitless.store import models as stored
 
-from tests.states import trained_state
+from tests.helpers.states import trained_state
 
 HOSTILE_KEYS = ["..", ".", "", "_default", "/", "a/b", "x" * 10_000, "€" * 30]
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-%ABCDEF")

@@ -11,7 +11,7 @@ from unitless.connectors.files import read_file, read_output
 from unitless.connectors.formats import RecordSpec, csv_table, parse_csv
 from unitless.store.models import latest_checkpoint, read_checkpoint
 
-from tests.commands import dead_letters, run_train
+from tests.helpers.commands import dead_letters, run_train
 
 WORK = ["State-gov", "Self-emp-not-inc", "Private", "Federal-gov"]
 EDUCATION = ["Bachelors", "HS-grad", "11th", "Masters"]

@@ -13,7 +13,7 @@ from unitless.cli import main
 from unitless.pipelines.curve import curves, read_predictions
 from unitless.pipelines.summary import model_lines
 
-from tests.commands import train
+from tests.helpers.commands import train
 
 
 def curve_rows(n):

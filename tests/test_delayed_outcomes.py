@@ -12,11 +12,11 @@ from unitless.connectors.files import read_output
 from unitless.labels import by_id
 from unitless.labels import call_log, join as label_join
 
-from tests.commands import dead_letters, train
-from tests.runners import runner_args
-from tests.killing import final_models
-from tests.labels import JOINED, assert_joined, write_join
-from tests.ordered import KEYS
+from tests.helpers.commands import dead_letters, train
+from tests.helpers.runners import runner_args
+from tests.helpers.killing import final_models
+from tests.helpers.labels import JOINED, assert_joined, write_join
+from tests.helpers.ordered import KEYS
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])

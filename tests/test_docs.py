@@ -10,7 +10,7 @@ import pytest
 from unitless import options_reference
 from unitless.learner.registry import ALGORITHMS
 
-from tests.readme import README, ROOT
+from tests.helpers.readme import README, ROOT
 
 OPTIONS = ROOT / "docs" / "options.md"
 COMMANDS = ("train", "score", "inspect", "curve")

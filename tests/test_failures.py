@@ -10,7 +10,7 @@ import pytest
 from unitless.connectors.files import read_output
 from unitless.store.models import latest_checkpoint, read_checkpoint
 
-from tests.commands import train
+from tests.helpers.commands import train
 
 ROWS = 3000
 KEYED = ("--id-column", "id", "--model-key-column", "segment")

@@ -18,7 +18,7 @@ from unitless.store.by_group import GroupWriter, group_dir, group_key, group_key
 from unitless.store.checkpoint_file import seal
 from unitless.store.keyed_model import KeyedModel
 
-from tests.states import trained_state
+from tests.helpers.states import trained_state
 
 GROUPS = 4
 

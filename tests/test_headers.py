@@ -10,7 +10,7 @@ import pytest
 
 from unitless.connectors.files import read_output
 
-from tests.commands import train
+from tests.helpers.commands import train
 
 ROLES = {"--id-column": "id", "--model-key-column": "key", "--weight-column": "w"}
 

@@ -23,9 +23,9 @@ from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_ta
                                          parse_vw)
 from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
 
-from tests.commands import latest_models, train
-from tests.records import (FEATURES, HEADER, good_rows, hostile, text_record, unlabeled_record,
-                           with_label, with_value)
+from tests.helpers.commands import latest_models, train
+from tests.helpers.records import (FEATURES, HEADER, good_rows, hostile, text_record,
+                                   unlabeled_record, with_label, with_value)
 
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 GOOD = {"csv": b"e0,a,1,0.5,,2.5,-3.0",

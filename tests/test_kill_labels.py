@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tests.labels import kill_campaigns
-from tests.runners import runner_args
+from tests.helpers.labels import kill_campaigns
+from tests.helpers.runners import runner_args
 
 
 @pytest.mark.parametrize("runner,kills", [

@@ -4,13 +4,11 @@ without a label with the same prediction and model version as the uninterrupted 
 with the models of an uninterrupted run, bit for bit."""
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.killing import campaigns, final_models, run_complete  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
+from tests.helpers.killing import campaigns, final_models, run_complete
+from unitless.connectors.files import read_output
 
 KEYS = ("a", "b", "c")
 N = 60_000
@@ -44,7 +42,7 @@ def file_command(data, out, resume=True):
 
 
 def test_thirty_kills_lose_no_prediction_and_learn_every_example_once(tmp_path):
-    """Kill-and-resume campaigns (tests/killing.py), each checked against the uninterrupted
+    """Kill-and-resume campaigns (tests/helpers/killing.py), each checked against the uninterrupted
     run, until 30 kills landed."""
     data = tmp_path / "examples.csv"
     write_three_key_examples(data)

@@ -14,7 +14,7 @@ from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_j
 from unitless.store.models import load_latest
 from unitless.store.keyed_model import KeyedModel
 
-from tests.commands import dead_letters, run_train
+from tests.helpers.commands import dead_letters, run_train
 
 IRIS = ["setosa", "versicolor", "virginica"]
 

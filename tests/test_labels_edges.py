@@ -12,8 +12,8 @@ from unitless.connectors.files import read_output
 from unitless.connectors.formats import RecordSpec, parse_csv, parse_jsonl, parse_vw
 from unitless.labels import join as label_join
 
-from tests.commands import dead_letters, run_train
-from tests.runners import RUNNERS, runner_args
+from tests.helpers.commands import dead_letters, run_train
+from tests.helpers.runners import RUNNERS, runner_args
 
 N = 40
 KEYED = ("--id-column", "id", "--model-key-column", "key")

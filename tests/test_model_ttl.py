@@ -15,8 +15,8 @@ from apache_beam.utils.timestamp import Timestamp
 from unitless.pipelines.config import configure
 from unitless.pipelines.ordering import InOrder
 
-from tests.ordered import (KEYS, assert_beam_models_are_cli_models, command_run,
-                           partition_blocks, stream_run)
+from tests.helpers.ordered import (KEYS, assert_beam_models_are_cli_models, command_run,
+                                   partition_blocks, stream_run)
 
 BLOCK = 25
 

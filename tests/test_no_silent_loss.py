@@ -18,8 +18,8 @@ from unitless.pipelines import accounting, bundles, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
-from tests.runners import pipeline, prism_args, runner_args
-from tests.ordered import write_random_key_examples
+from tests.helpers.runners import pipeline, prism_args, runner_args
+from tests.helpers.ordered import write_random_key_examples
 
 OPTIONS = dict(id_column="id", model_key_column="key", chunk_size=64)
 

@@ -12,8 +12,8 @@ from unitless.connectors.files import read_output
 from unitless.learner import new_state, read_metadata, to_arrow
 from unitless.store.models import load_latest, model_keys
 from unitless.store.per_key import checkpoint_files, key_dir, write_checkpoint
-from tests.commands import train
-from tests.examples import make_examples, write_csv, write_parquet
+from tests.helpers.commands import train
+from tests.helpers.examples import make_examples, write_csv, write_parquet
 
 STORED = ("--label-column", "label", "--id-column", "id", "--model-key-column", "segment",
           "--chunk-size", "50", "--checkpoint-every", "1000")

@@ -16,9 +16,9 @@ from unitless.store.models import checkpoint_history
 from unitless.pipelines.config import configure
 from unitless.pipelines.accounting import Tally
 
-from tests.ordered import (KEYS, assert_beam_models_are_cli_models, command_run, learned,
-                           partition_blocks, stream_run, write_random_key_examples)
-from tests.runners import RUNNERS, pipeline
+from tests.helpers.ordered import (KEYS, assert_beam_models_are_cli_models, command_run, learned,
+                                   partition_blocks, stream_run, write_random_key_examples)
+from tests.helpers.runners import RUNNERS, pipeline
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

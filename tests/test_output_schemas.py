@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands import train
-from tests.messages import (check_json_outputs, check_message, strict_json_lines,
-                            strict_loads)
+from tests.helpers.commands import train
+from tests.helpers.messages import (check_json_outputs, check_message, strict_json_lines,
+                                    strict_loads)
 from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.connectors.kafka import prediction_messages

@@ -15,8 +15,8 @@ from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
 from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint
 
-from tests.commands import train
-from tests.examples import FEATURES, make_examples, write_csv, write_parquet
+from tests.helpers.commands import train
+from tests.helpers.examples import FEATURES, make_examples, write_csv, write_parquet
 
 BITS = 18
 

@@ -9,7 +9,7 @@ import re
 
 from unitless.connectors.files import read_output
 
-from tests.readme import README, ROOT, blocks, commands, run, write_clicks
+from tests.helpers.readme import README, ROOT, blocks, commands, run, write_clicks
 
 
 def _normalized(text, cwd):

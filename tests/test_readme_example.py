@@ -7,8 +7,8 @@ import pytest
 
 from unitless.store.models import load_latest
 
-from tests.readme import README, blocks
-from tests.runners import pipeline
+from tests.helpers.readme import README, blocks
+from tests.helpers.runners import pipeline
 
 
 def readme_example(runner="default"):

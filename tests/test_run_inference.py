@@ -13,8 +13,8 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.ml.inference.base import ModelMetadata, RunInference
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.readme import ROOT, blocks
-from tests.runners import RUNNERS, pipeline
+from tests.helpers.readme import ROOT, blocks
+from tests.helpers.runners import RUNNERS, pipeline
 from unitless.beam import Learn, ModelDirectoryHandler, Score, WritePredictions
 from unitless.connectors.files import read_output
 from unitless.learner import to_arrow

@@ -11,7 +11,7 @@ from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
 from unitless.store.models import read_checkpoint
 
-from tests.commands import train
+from tests.helpers.commands import train
 
 KEYED = ("--id-column", "id", "--model-key-column", "segment")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.commands import train
-from tests.runners import RUNNERS, pipeline
+from tests.helpers.commands import train
+from tests.helpers.runners import RUNNERS, pipeline
 from unitless.beam import Score
 from unitless.connectors.formats import RecordSpec, parse_csv
 from unitless.learner import predict_next, read_metadata

@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.commands import train
-from tests.messages import strict_json_lines, strict_loads
+from tests.helpers.commands import train
+from tests.helpers.messages import strict_json_lines, strict_loads
 from tests.test_hostile_records import reading, write_fuzz_input
 from unitless.cli import main
 from unitless.learner import to_arrow

@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.commands import latest_models, train
-from tests.runners import RUNNERS, runner_args
+from tests.helpers.commands import latest_models, train
+from tests.helpers.runners import RUNNERS, runner_args
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import parse_csv
 from unitless.pipelines.config import configure

@@ -18,9 +18,9 @@ from unitless.pipelines.config import configure
 from unitless.pipelines.train import LearnBlocks
 from unitless.store.keyed_model import ModelGroup
 
-from tests.commands import train
-from tests.killing import final_models
-from tests.runners import pipeline
+from tests.helpers.commands import train
+from tests.helpers.killing import final_models
+from tests.helpers.runners import pipeline
 
 KEYS = ["k0", "k1", "k2"]
 COLUMNS = ["--id-column", "id", "--model-key-column", "key", "--checkpoint-every", "0"]

@@ -1,12 +1,10 @@
 """One Flink job server per pytest session (deploy/flink/job_server.py), built from the jars
 deploy/flink/build_job_server.sh fetches and caches (the Kafka broker fixture: tests/conftest.py)."""
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
+from deploy.flink.job_server import FlinkJobServer, job_server_jar
 
 PARALLELISM = 2
 

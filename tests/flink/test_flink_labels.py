@@ -4,13 +4,10 @@ with --label-wait and --expired-label; each model equals the plain run over its 
 label order, bit for bit, as on the FnApiRunner and Prism; and the kill campaign over those topics
 (a bounded topic is Flink's batch mode)."""
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import train  # noqa: E402
-from tests.labels import (HOURS, JOINED, assert_joined, check_timed_join,  # noqa: E402
-                          kill_campaigns, write_join)
+from tests.helpers.commands import train
+from tests.helpers.labels import (HOURS, JOINED, assert_joined, check_timed_join,
+                                  kill_campaigns, write_join)
 
 
 def test_labels_files_joined_on_flink(flink_args, tmp_path):

@@ -4,18 +4,15 @@ reference protocol learns, and every example is predicted once, as on Prism; on 
 job server and on the embedded cluster `--runner FlinkRunner` starts, whose network buffers
 unitless sets to go within 5 ms."""
 import logging
-import sys
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.sharding import (KEYS, feedback_topic, reference, shard_states,  # noqa: E402
-                            write_examples)
-from unitless.cli import main  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
-from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
+from tests.helpers.sharding import (KEYS, feedback_topic, reference, shard_states,
+                                    write_examples)
+from unitless.cli import main
+from unitless.connectors.files import read_output
+from unitless.flink import BUFFER_TIMEOUT
 
 
 @pytest.mark.parametrize("runner", ["job server", "FlinkRunner"])

@@ -4,17 +4,14 @@ bit: files in Flink's batch and streaming modes, a bounded Kafka topic, and `uni
 --runner FlinkRunner` with no other Flink option. Every ninth example has no label: served in
 its place in its key's order, not learned."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send, train  # noqa: E402
-from tests.flink_runs import (assert_same_checkpoints, file_predictions,  # noqa: E402
-                              weighted_examples)
-from unitless.cli import main  # noqa: E402
-from unitless.connectors.storage import atomic_write  # noqa: E402
+from tests.helpers.commands import create_topics, send, train
+from tests.helpers.flink_runs import (assert_same_checkpoints, file_predictions,
+                                      weighted_examples)
+from unitless.cli import main
+from unitless.connectors.storage import atomic_write
 
 # 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
 # two files (so that a key's blocks come from both of Flink's reading subtasks)

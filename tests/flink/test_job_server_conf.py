@@ -2,14 +2,12 @@
 model's job server with a short network buffer timeout) gives every job it runs that Flink
 configuration entry."""
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from deploy.flink import job_server  # noqa: E402
-from tests.commands import dead_letters, train  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
-from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
+from deploy.flink import job_server
+from tests.helpers.commands import dead_letters, train
+from unitless.connectors.files import read_output
+from unitless.flink import BUFFER_TIMEOUT
 
 ENTRY = (BUFFER_TIMEOUT, "5 ms")
 

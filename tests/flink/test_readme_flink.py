@@ -5,7 +5,7 @@ from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
 from unitless.store.models import load_latest
 
-from tests.readme import commands, run, write_clicks
+from tests.helpers.readme import commands, run, write_clicks
 
 
 def _predictions(directory):

@@ -4,19 +4,16 @@ messages without a label. Every bad message comes back as a dead-letter message 
 identical value, every good one is predicted once (served where it has no label), and the models
 equal those of a run over the labeled good messages alone."""
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from kafka import KafkaConsumer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, latest_models, send, train  # noqa: E402
-from tests.records import HEADER, good_rows, hostile, text_record, unlabeled_record  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
-from unitless.connectors.records import MAX_REASON  # noqa: E402
+from tests.helpers.commands import create_topics, latest_models, send, train
+from tests.helpers.records import HEADER, good_rows, hostile, text_record, unlabeled_record
+from unitless.connectors.files import read_output
+from unitless.connectors.records import MAX_REASON
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
 

@@ -1,19 +1,17 @@
 """Delivery under SIGKILL with a real broker's topics as input and output: kill-and-resume
-campaigns (tests/killing.py) lose no prediction, learn every example exactly once, and end with
-the models of an uninterrupted run, bit for bit."""
+campaigns (tests/helpers/killing.py) lose no prediction, learn every example exactly once, and
+end with the models of an uninterrupted run, bit for bit."""
 import json
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from kafka import KafkaAdminClient, KafkaConsumer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send  # noqa: E402
-from tests.killing import campaigns, final_models  # noqa: E402
+from tests.helpers.commands import create_topics, send
+from tests.helpers.killing import campaigns, final_models
 
 KEYS = ("alpha", "beta", "gamma")
 N = 30_000

@@ -11,14 +11,14 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.labels import join as label_join
 
-from tests.commands import create_topics, dead_letters, send, train
-from tests.kafka_io import consume_all, seen, streaming, wait_for
-from tests.killing import kill_group
-from tests.runners import prism_args, runner_args
-from tests.labels import (HOURS, JOINED, WAIT, assert_joined, check_timed_join, timed_join,
-                          timed_messages, write_join)
-from tests.killing import final_models
-from tests.ordered import KEYS
+from tests.helpers.commands import create_topics, dead_letters, send, train
+from tests.helpers.kafka_io import consume_all, seen, streaming, wait_for
+from tests.helpers.killing import kill_group
+from tests.helpers.runners import prism_args, runner_args
+from tests.helpers.labels import (HOURS, JOINED, WAIT, assert_joined, check_timed_join, timed_join,
+                                  timed_messages, write_join)
+from tests.helpers.killing import final_models
+from tests.helpers.ordered import KEYS
 
 
 def csv_messages(path, fields):

@@ -1,22 +1,19 @@
 """The training pipeline against a real Kafka broker (KRaft, started by deploy/kafka)."""
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from kafka.partitioner.default import murmur2
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send, train  # noqa: E402
-from tests.kafka_io import KEYS, consume_all, keyed, keyed_examples  # noqa: E402
-from tests.messages import check_message, strict_loads  # noqa: E402
-from unitless.cli import main  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
-from unitless.store.models import load_latest  # noqa: E402
-from unitless.store.starts import read_starts, starts_dir  # noqa: E402
+from tests.helpers.commands import create_topics, send, train
+from tests.helpers.kafka_io import KEYS, consume_all, keyed, keyed_examples
+from tests.helpers.messages import check_message, strict_loads
+from unitless.cli import main
+from unitless.connectors.files import read_output
+from unitless.store.models import load_latest
+from unitless.store.starts import read_starts, starts_dir
 
 
 def topic_run(bootstrap, topic):

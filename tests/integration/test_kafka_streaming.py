@@ -5,7 +5,6 @@ and never learned."""
 import json
 import random
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,12 +12,11 @@ from pathlib import Path
 import numpy as np
 from kafka import KafkaConsumer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send  # noqa: E402
-from tests.kafka_io import seen, streaming, wait_for  # noqa: E402
-from tests.killing import kill_group  # noqa: E402
-from unitless.cli import main  # noqa: E402
-from unitless.store.models import latest_checkpoint, read_checkpoint  # noqa: E402
+from tests.helpers.commands import create_topics, send
+from tests.helpers.kafka_io import seen, streaming, wait_for
+from tests.helpers.killing import kill_group
+from unitless.cli import main
+from unitless.store.models import latest_checkpoint, read_checkpoint
 
 KEYS = ("north", "south")
 SERVED = 5  # every fifth example has no label

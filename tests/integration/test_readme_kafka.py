@@ -9,10 +9,10 @@ import time
 from kafka import KafkaConsumer
 
 from deploy.kafka.local_kafka import free_port
-from tests.commands import create_topics, send
-from tests.killing import kill_group
-from tests.readme import README, commands, run
-from tests.runners import PRISM
+from tests.helpers.commands import create_topics, send
+from tests.helpers.killing import kill_group
+from tests.helpers.readme import README, commands, run
+from tests.helpers.runners import PRISM
 
 SECTION = "Serve and learn on Kafka"
 

@@ -7,13 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send, train  # noqa: E402
-from tests.kafka_io import consume_all, keyed, keyed_examples  # noqa: E402
-from tests.killing import kill_group  # noqa: E402
-from tests.runners import PRISM  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_counts, group_key, taken  # noqa: E402
-from unitless.store.models import load_latest  # noqa: E402
+from tests.helpers.commands import create_topics, send, train
+from tests.helpers.kafka_io import consume_all, keyed, keyed_examples
+from tests.helpers.killing import kill_group
+from tests.helpers.runners import PRISM
+from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
+from unitless.store.models import load_latest
 
 
 def train_jsonl(tmp_path, name, rows, *extra):

@@ -17,22 +17,21 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.commands import create_topics, send, train  # noqa: E402
-from tests.killing import kill_group  # noqa: E402
-from tests.runners import PRISM, pipeline  # noqa: E402
-from tests.sharding import (KEYS, feedback_topic, reference, shard_states,  # noqa: E402
-                            write_examples)
-from unitless.cli import main  # noqa: E402
-from unitless.connectors.files import read_output  # noqa: E402
-from unitless.connectors.records import ExampleBlock  # noqa: E402
-from unitless.learner import from_arrow  # noqa: E402
-from unitless.learner.names import FeatureNames  # noqa: E402
-from unitless.learner.sharded import merge  # noqa: E402
-from unitless.pipelines.sharded import CutRounds, Round  # noqa: E402
-from unitless.store.models import load_latest  # noqa: E402
-from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name  # noqa: E402
-from unitless.store.shards import consistent_cut, shard_dir  # noqa: E402
+from tests.helpers.commands import create_topics, send, train
+from tests.helpers.killing import kill_group
+from tests.helpers.runners import PRISM, pipeline
+from tests.helpers.sharding import (KEYS, feedback_topic, reference, shard_states,
+                                    write_examples)
+from unitless.cli import main
+from unitless.connectors.files import read_output
+from unitless.connectors.records import ExampleBlock
+from unitless.learner import from_arrow
+from unitless.learner.names import FeatureNames
+from unitless.learner.sharded import merge
+from unitless.pipelines.sharded import CutRounds, Round
+from unitless.store.models import load_latest
+from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name
+from unitless.store.shards import consistent_cut, shard_dir
 
 
 @pytest.fixture(scope="module")

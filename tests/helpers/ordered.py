@@ -7,8 +7,8 @@ from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
 from unitless.pipelines.config import configure
 
-from tests.killing import final_models
-from tests.runners import pipeline
+from tests.helpers.killing import final_models
+from tests.helpers.runners import pipeline
 
 KEYS = [f"k{i}" for i in range(5)]
 

@@ -13,7 +13,7 @@ from unitless.store.per_key import load_latest
 from unitless.store.shards import shard_dir
 from unitless.pipelines.config import configure, new_learner
 
-from tests.commands import create_topics
+from tests.helpers.commands import create_topics
 
 KEYS = ("east", "west")
 

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer
 
 from unitless.store.models import load_latest
 
-from tests.runners import PRISM
+from tests.helpers.runners import PRISM
 
 KEYS = ("alpha", "beta", "gamma")
 

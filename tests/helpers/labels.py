@@ -9,9 +9,9 @@ import pytest
 from unitless.connectors.files import read_output
 from unitless.labels import join as label_join
 
-from tests.commands import create_topics, send, train
-from tests.killing import campaigns, final_models, run_complete
-from tests.ordered import KEYS
+from tests.helpers.commands import create_topics, send, train
+from tests.helpers.killing import campaigns, final_models, run_complete
+from tests.helpers.ordered import KEYS
 
 N = 600
 # the options of every run here: ids to join by, a model per key, small blocks, two groups

@@ -1,0 +1,1 @@
+"""What the tests share: running the command, examples and records, runners, brokers, kills."""
