@@ -14,7 +14,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
 from unitless.connectors.records import ExampleBlock
 from unitless.store import keyed_model
-from unitless.pipelines import accounting, bundles, train
+from unitless.pipelines import accounting, bundles, learn, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
 
@@ -74,7 +74,7 @@ def test_slow_bundles_on_prism_are_learned_once(tmp_path, monkeypatch):
 def test_a_second_bundle_of_a_key_at_once_fails_the_command_with_one_line(tmp_path, monkeypatch,
                                                                           capsys):
     slow_elements(monkeypatch)
-    monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
+    monkeypatch.setattr(learn, "hold_each_key_in_one_bundle", lambda options: None)
     paths = [tmp_path / "a.csv", tmp_path / "b.csv"]
     for seed, path in enumerate(paths):
         write_random_key_examples(path, 1500, seed)
@@ -91,7 +91,7 @@ def test_a_second_bundle_of_a_key_at_once_is_refused(tmp_path, monkeypatch):
     split and their split-off elements run at once, in this worker, as a second bundle of keys
     the first still holds; the learning step refuses it, failing the run."""
     slow_elements(monkeypatch)
-    monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
+    monkeypatch.setattr(learn, "hold_each_key_in_one_bundle", lambda options: None)
     with pytest.raises(Exception, match="to two bundles at once"):
         learn_on_prism(tmp_path, reversed_blocks(tmp_path))
 
@@ -103,7 +103,7 @@ def test_what_a_second_bundle_at_once_does_fails_the_run(tmp_path, monkeypatch):
     learned twice (1,346 to 4,327 predictions of 3,000 in seven runs); the run's accounting
     fails it."""
     slow_elements(monkeypatch)
-    monkeypatch.setattr(train, "hold_each_key_in_one_bundle", lambda options: None)
+    monkeypatch.setattr(learn, "hold_each_key_in_one_bundle", lambda options: None)
     monkeypatch.setattr(bundles.KeyGuard, "hold", lambda self, key: None)
     # (Prism splits on its own clock: on a loaded machine a run may see no split. Such a run
     # must then be right; one of three runs must meet the split and fail)

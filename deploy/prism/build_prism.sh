@@ -56,6 +56,10 @@ start=$(date +%s)
 module="github.com/apache/beam/sdks/v2@v$version"
 ( cd "$tmpbin" && timeout "${PRISM_BUILD_TIMEOUT:-1800}" go mod download "$module" ) >&2
 source="$(cd "$tmpbin" && go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+if [ ! -f "$source/go.mod" ]; then
+  echo "build_prism.sh: go mod download gave no source directory for $module" >&2
+  exit 1
+fi
 mkdir "$tmpbin/src"
 cp -r "$source/go.mod" "$source/go.sum" "$source/go" "$tmpbin/src/"
 chmod -R u+w "$tmpbin/src"
@@ -63,7 +67,7 @@ for p in "$patches"/*.patch; do
   # (not a repository: paths are the patch's own, whatever repository holds the cache)
   ( cd "$tmpbin/src" && GIT_CEILING_DIRECTORIES="$tmpbin" git apply -p1 "$p" ) >&2
 done
-( cd "$tmpbin/src" && GOFLAGS=-mod=mod timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
+( cd "$tmpbin/src" && GOWORK=off GOFLAGS=-mod=mod timeout "${PRISM_BUILD_TIMEOUT:-1800}" \
     go build -o "$tmpbin/prism" ./go/cmd/prism ) >&2
 mv -f "$tmpbin/prism" "$bin"
 echo "$built_with" > "$bin.patches"
