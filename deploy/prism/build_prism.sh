@@ -54,8 +54,13 @@ start=$(date +%s)
 # the module's source from the Go module proxy, copied (the module cache is read-only),
 # patched, and built with the module's own go.mod and go.sum
 module="github.com/apache/beam/sdks/v2@v$version"
-( cd "$tmpbin" && timeout "${PRISM_BUILD_TIMEOUT:-1800}" go mod download "$module" ) >&2
-source="$(cd "$tmpbin" && go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+# (-json: the download's result, its directory or its error, on stdout)
+if ! json="$(cd "$tmpbin" \
+             && timeout "${PRISM_BUILD_TIMEOUT:-1800}" go mod download -json "$module")"; then
+  echo "build_prism.sh: go mod download $module failed: $json" >&2
+  exit 1
+fi
+source="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
 if [ ! -f "$source/go.mod" ]; then
   echo "build_prism.sh: go mod download gave no source directory for $module" >&2
   exit 1
