@@ -15,6 +15,7 @@ from unitless.cli import main
 from unitless.connectors.files import read_output
 from unitless.connectors.formats import parse_records
 from unitless.pipelines.config import configure
+from unitless.pipelines.serve import PublishedModels
 from unitless.pipelines.train import LearnBlocks
 from unitless.store.keyed_model import ModelGroup
 
@@ -173,3 +174,28 @@ def test_serving_apart_keeps_the_checkpoint_cadence(tmp_path):
     model.checkpoint_time -= 61
     took, again = step.idle("k", group)
     assert took and len(step.pending) == 1 and again is None
+
+
+def test_serving_looks_for_checkpoints_only_until_a_published_state_catches_up(tmp_path):
+    """A key's checkpoints are read while they are newer than its published state (a resumed
+    run before its first publication); once the published state has caught up, serving
+    follows the publications alone, and a checkpoint taken after it is not read."""
+    cfg, step, group = learning_step(tmp_path, checkpoint_seconds=60, publish_seconds=3600)
+    served = PublishedModels(cfg.model_dir, None, poll=0, capacity=10)
+
+    def learn_and_checkpoint(first):
+        list(step.learn(group, block_of(cfg, first, 10, labeled=True)))
+        step._catch_up(group)
+        step._write_checkpoints()
+
+    learn_and_checkpoint(0)  # (published at once: its first)
+    learn_and_checkpoint(10)
+    assert served.published.get("k").state.examples_seen == 10
+    assert served.get("k")[0].examples_seen == 20  # (the checkpoint, newer)
+    step._publish(group, at_once=True)
+    assert served.get("k")[0].examples_seen == 20
+    learn_and_checkpoint(20)
+    assert served.checkpoints.get("k").state.examples_seen == 30  # (there to be read)
+    assert served.get("k")[0].examples_seen == 20
+    step._publish(group, at_once=True)
+    assert served.get("k")[0].examples_seen == 30

@@ -3,13 +3,11 @@ rows wait (``Rows``), a model key's waiting (``ModelJoin``), what a resumed run 
 (``Resumed``), and what a call gives back to learn (``Released``)."""
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
-import pyarrow as pa
 
 from ..connectors.records import DeadLetter, ExampleBlock
-from ..learner.names import merged_names
 from .closed import ClosedIds
 
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
@@ -123,30 +121,39 @@ def joined(pairs):
     records would learn it; and the scores it was served with, [n, K]. Expired examples
     (pending entries ``(None, entry, at, label)``, of one features source) keep their features
     record's source and position, with the expired label and their expiry time."""
-    features = [(rows.block, r) for (rows, r, *_), _ in pairs]
+    features, scores = _taken([(rows, r) for (rows, r, *_), _ in pairs])
     if pairs[0][1][0] is None:
         labels = np.array([value for _, (_, _, _, value) in pairs], dtype=np.float64)
-        source = features[0][0].source
-        positions = [b.positions[r] for b, r in features]
-        times = [at for _, (_, _, at, _) in pairs]
+        source, positions = features.source, features.positions
+        times = np.array([at for _, (_, _, at, _) in pairs], dtype=np.float64)
     else:
-        labels_at = [(rows.block, q) for _, (rows, q) in pairs]
-        labels = np.array([b.labels[q] for b, q in labels_at], dtype=np.float64)
-        source = labels_at[0][0].source
-        positions = [b.positions[q] for b, q in labels_at]
-        times = [None if b.event_times is None else b.event_times[q] for b, q in labels_at]
-    entries = [(rows, r) for (rows, r, *_), _ in pairs]
-    indices = [b.indices[b.indptr[r]:b.indptr[r + 1]] for b, r in features]
-    indptr = np.zeros(len(pairs) + 1, dtype=np.int64)
-    np.cumsum([len(i) for i in indices], out=indptr[1:])
-    block = ExampleBlock(
-        source, np.array(positions, dtype=np.int64),
-        pa.array([rows.ids[r] for rows, r in entries], pa.string()),
-        pa.array([rows.keys[r] for rows, r in entries], pa.string()),
-        labels, np.array([b.weights[r] for b, r in features], dtype=np.float64), indptr,
-        np.concatenate(indices),
-        np.concatenate([b.values[b.indptr[r]:b.indptr[r + 1]] for b, r in features]),
-        merged_names({id(b): b.names for b, _ in features}.values()), None,
-        None if any(t is None or not math.isfinite(t) for t in times)
-        else np.array(times, dtype=np.float64))
-    return block, np.stack([rows.scores[r] for (rows, r, *_), _ in pairs])
+        taken, _ = _taken([(rows, q) for _, (rows, q) in pairs])
+        labels, source, positions = taken.labels, taken.source, taken.positions
+        times = taken.event_times
+    if times is not None and not np.isfinite(times).all():
+        times = None
+    return replace(features, source=source, positions=positions, labels=labels,
+                   event_times=times, restarts_midway=False, served_scores=None), scores
+
+
+def _taken(entries):
+    """[(Rows, row)] -> (a block of those rows in that order, the scores they were served with
+    [n, K] or None): one ``take`` per block they come from, not one per row."""
+    groups = {}
+    for n, (rows, r) in enumerate(entries):
+        group = groups.get(id(rows))
+        if group is None:
+            group = groups[id(rows)] = (rows, [], [])
+        group[1].append(n)
+        group[2].append(r)
+    groups = list(groups.values())
+    parts = [rows.block.take(at) for rows, _, at in groups]
+    block = parts[0] if len(parts) == 1 else ExampleBlock.stacked(parts)
+    scores = (None if groups[0][0].scores is None
+              else np.concatenate([rows.scores[at] for rows, _, at in groups]))
+    order = np.concatenate([np.asarray(ns, np.int64) for _, ns, _ in groups])
+    if (order != np.arange(len(order))).any():
+        back = np.argsort(order)
+        block = block.take(back)
+        scores = None if scores is None else scores[back]
+    return block, scores

@@ -39,22 +39,40 @@ class PublishedModels:
     comes, looked for again every ``poll`` seconds while they come, at most ``capacity`` kept):
     the newer of what the learning step published (``store.by_group.published_dir``) and its
     newest checkpoint (a resumed run's model before its first publication, or a directory
-    trained without serving apart); the learner ``fresh`` for a key with neither. The states
-    are shared as they are: serving writes nothing to them."""
+    trained without serving apart); the learner ``fresh`` for a key with neither. Once a key's
+    published state is as new as its checkpoints, its checkpoints are no longer looked for:
+    the learning step publishes at least as often as it checkpoints, and a checkpoint with
+    ``--labels`` holds the join's share (the ids it closed over two waits), costly to read
+    again at each checkpoint (docs/delayed-outcomes.md, "CPU on a stream"). The states are
+    shared as they are: serving writes nothing to them."""
 
     def __init__(self, model_dir, fresh, poll, capacity):
         self.published = ScoringModels(published_dir(model_dir), poll, capacity)
         self.checkpoints = ScoringModels(model_dir, poll, capacity)
-        self.fresh = fresh
+        self.fresh, self.capacity = fresh, capacity
+        self.overtaken = set()  # keys whose published state has caught up with their checkpoints
 
     def get(self, key):
         """(learner state, its checkpoint id or None, when it was published (epoch s) or
         None): a fresh model's ids and time are None."""
-        found = max((f for f in (self.published.get(key), self.checkpoints.get(key)) if f),
-                    key=lambda f: f.state.examples_seen, default=None)
+        published = self.published.get(key)
+        if key in self.overtaken and published is not None:
+            found = published
+        else:
+            self.overtaken.discard(key)
+            checkpoint = self.checkpoints.get(key)
+            found = max((f for f in (published, checkpoint) if f),
+                        key=lambda f: f.state.examples_seen, default=None)
+            if published is not None and found is published:
+                self._overtaken(key)
         if found is None:
             return self.fresh, None, None
         return found.state, found.checkpoint_id, found.written
+
+    def _overtaken(self, key):
+        if len(self.overtaken) >= 2 * self.capacity:  # (keys whose models left the cache)
+            self.overtaken.intersection_update(self.published.models)
+        self.overtaken.add(key)
 
 
 class ServeBlocks(beam.DoFn):
