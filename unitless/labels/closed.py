@@ -35,6 +35,10 @@ class ClosedIds:
     def __delitem__(self, i):
         del self._as_dict()[i]
 
+    def update(self, closed):
+        """Close each id of ``closed`` [(id, (expired, seq, time))], as ``dict.update``."""
+        self._as_dict().update(closed)
+
     def get(self, i, default=None):
         return self._as_dict().get(i, default)
 

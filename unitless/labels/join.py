@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pyarrow.compute as pc
 
-from . import bounded, resume
+from . import bounded, in_bulk, resume
 from .call_log import CallLog
 from .reasons import (AHEAD_OF_CLOCK, LATE_LABEL, NEVER_SERVED, NO_ID, NO_KEY,  # noqa: F401
                       NO_LABEL, SECOND_FEATURES, SECOND_LABEL, dated_ahead)
@@ -39,6 +39,9 @@ class LabelJoin:
     # newest no longer holds the input's clock back: a quiet partition must not hold what
     # waits for ever
     SOURCE_LAG = 3600.0
+    # a block whose records can only wait or join is taken in array operations (``in_bulk``);
+    # False: every record one by one (the tests compare the two)
+    IN_BULK = True
 
     max_skew = None  # (s) a record further ahead of the reader's clock is refused; None: any
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
@@ -168,6 +171,8 @@ class LabelJoin:
         self._record("features", source, positions, keys, times, served)
         out = Released()
         entries = self._served_entries(source, served)
+        if self.IN_BULK and in_bulk.features(self, source, positions, keys, times, entries):
+            return out.result()
         at = positions.tolist()
         for n in np.argsort(positions, kind="stable").tolist():
             self._feature(source, keys[n], None if times is None else float(times[n]),
@@ -220,6 +225,8 @@ class LabelJoin:
         out = Released()
         block, again = self._labels_taken(block, now, out)
         rows = Rows(block)
+        if self.IN_BULK and in_bulk.labels(self, rows, again, out):
+            return out.result()
         for q in np.argsort(rows.block.positions, kind="stable").tolist():
             self._label(rows, q, again[q], out)
         return out.result()
@@ -335,19 +342,7 @@ class LabelJoin:
             self._expire_due(key, join, out)
         elif join.pending:  # (its head may be a label no features can reach any more)
             self._release(key, join, out)
-        # (by the features' clock alone while no label has come: ids of examples that carried
-        # their own label must not pile up in a model that gets none; but not in a resumed
-        # model that had labels, whose labels' clock starts again with those read again)
-        clocks = [c for c in join.clocks if c > -math.inf
-                  or (join.resumed is not None and join.resumed.labeled)]
-        forget = min(clocks) if clocks else -math.inf
-        while join.closing and join.closing[0][0] < forget:
-            item = heapq.heappop(join.closing)
-            if join.closed.get(item[2], (None, None))[1] == item[1]:
-                if item[2] in join.labeled:  # (a label of it waits: it says which it is)
-                    join.parked[item[2]] = item  # (forgotten once that label has gone)
-                else:
-                    del join.closed[item[2]]
+        join.forget()
 
     def _expire_due(self, key, join, out):
         """The model's examples no label can reach any more (the labels' clock is past their
@@ -432,10 +427,10 @@ class LabelJoin:
                 if i in join.parked:
                     heapq.heappush(join.closing, join.parked.pop(i))
 
-    def _left(self, join, rows):
-        """One of ``rows``' examples no longer waits: the block is cut down to those that do
+    def _left(self, join, rows, n=1):
+        """``n`` of ``rows``' examples no longer wait: the block is cut down to those that do
         once they are few (its memory is held while any does)."""
-        rows.waiting -= 1
+        rows.waiting -= n
         n = len(rows.block)
         if rows.waiting and n >= 64 and rows.waiting * self.COMPACT_BELOW < n:
             live = [(r, e[2]) for r, i in enumerate(rows.ids)

@@ -1,6 +1,7 @@
 """What the labels join holds while examples and labels wait for each other: the blocks whose
 rows wait (``Rows``), a model key's waiting (``ModelJoin``), what a resumed run did before
 (``Resumed``), and what a call gives back to learn (``Released``)."""
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,28 @@ class ModelJoin:
     # features source -> positions of its examples whose label had not come when the input
     # ended (dropped, not learned): still owed one, so a resumed run's labels can join them
     unlabeled: dict = field(default_factory=dict)
+
+    def forget_at(self, labels_clock):
+        """The time below which it forgets closed ids once its labels clock is
+        ``labels_clock``: its clocks' oldest (the features clock alone while no label has
+        come: ids of examples that carried their own label must not pile up in a model that
+        gets none; but not in a resumed model that had labels, whose labels clock starts again
+        with those read again)."""
+        clocks = [c for c in (self.clocks[FEATURES], labels_clock) if c > -math.inf
+                  or (self.resumed is not None and self.resumed.labeled)]
+        return min(clocks) if clocks else -math.inf
+
+    def forget(self):
+        """Forget the closed ids due by its clocks (a label of one still queued parks it:
+        forgotten once that label has gone)."""
+        forget = self.forget_at(self.clocks[LABELS])
+        while self.closing and self.closing[0][0] < forget:
+            item = heapq.heappop(self.closing)
+            if self.closed.get(item[2], (None, None))[1] == item[1]:
+                if item[2] in self.labeled:
+                    self.parked[item[2]] = item
+                else:
+                    del self.closed[item[2]]
 
 
 class Released:
