@@ -158,7 +158,7 @@ def _join_all(join, k, model, rows, at, seq, out):
     for f_rows, _, _ in entries:
         left.setdefault(id(f_rows), [f_rows, 0])[1] += 1
     for f_rows, n in left.values():
-        join._left(model, f_rows, n)
+        model.left(f_rows, n)
 
 
 def _join_plan(join, model, rows, at):

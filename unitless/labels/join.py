@@ -34,7 +34,6 @@ from .waiting import FEATURES, LABELS, ModelJoin, Released, Rows, _time
 class LabelJoin:
     """A model group's join: a ``ModelJoin`` per model key that has anything waiting (``wait``
     None: everything waits for the end of the input)."""
-    COMPACT_BELOW = 4  # a block whose waiting rows fall under 1/4 of it is cut down to them
     # (s) a source whose newest record is this much (or the wait, if longer) behind its input's
     # newest no longer holds the input's clock back: a quiet partition must not hold what
     # waits for ever
@@ -316,7 +315,7 @@ class LabelJoin:
         """Example ``i`` expires at the end of the input, unlearned and not closed: its label
         may come in a resumed run."""
         rows, r, _ = join.served.pop(i)
-        self._left(join, rows)
+        join.left(rows)
         self.counts["waiting"] -= 1
         self.counts["expired"] += 1
         join.unlabeled.setdefault(rows.block.source, []).append(int(rows.block.positions[r]))
@@ -373,7 +372,7 @@ class LabelJoin:
         with the expired label among its model's labels by time (before the first waiting label
         later than ``at``)."""
         entry = join.served.pop(i)
-        self._left(join, entry[0])
+        join.left(entry[0])
         self.counts["waiting"] -= 1
         self.counts["expired"] += 1
         self._close(join, i, True, entry[0].time(entry[1]))
@@ -414,7 +413,7 @@ class LabelJoin:
                     if math.isfinite(t - came):
                         self.delays.append(t - came)
                     self._close(join, i, False, came)
-                    self._left(join, rows)
+                    join.left(rows)
             elif ended or (self.wait is not None and t + self.wait < join.clocks[FEATURES]):
                 out.dead.append(label.dead(q, NEVER_SERVED))
             else:
@@ -426,18 +425,6 @@ class LabelJoin:
                 del join.labeled[i]
                 if i in join.parked:
                     heapq.heappush(join.closing, join.parked.pop(i))
-
-    def _left(self, join, rows, n=1):
-        """``n`` of ``rows``' examples no longer wait: the block is cut down to those that do
-        once they are few (its memory is held while any does)."""
-        rows.waiting -= n
-        n = len(rows.block)
-        if rows.waiting and n >= 64 and rows.waiting * self.COMPACT_BELOW < n:
-            live = [(r, e[2]) for r, i in enumerate(rows.ids)
-                    for e in (join.served.get(i),) if e is not None and e[0] is rows and e[1] == r]
-            kept = Rows(rows.block.take([r for r, _ in live]), rows.scores[[r for r, _ in live]])
-            for k, (r, seq) in enumerate(live):
-                join.served[rows.ids[r]] = (kept, k, seq)
 
     @property
     def waiting_examples(self):

@@ -73,6 +73,20 @@ class ModelJoin:
     # ended (dropped, not learned): still owed one, so a resumed run's labels can join them
     unlabeled: dict = field(default_factory=dict)
 
+    COMPACT_BELOW = 4  # a block whose waiting rows fall under 1/4 of it is cut down to them
+
+    def left(self, rows, n=1):
+        """``n`` of ``rows``' examples no longer wait: the block is cut down to those that do
+        once they are few (its memory is held while any does)."""
+        rows.waiting -= n
+        size = len(rows.block)
+        if rows.waiting and size >= 64 and rows.waiting * self.COMPACT_BELOW < size:
+            live = [(r, e[2]) for r, i in enumerate(rows.ids)
+                    for e in (self.served.get(i),) if e is not None and e[0] is rows and e[1] == r]
+            kept = Rows(rows.block.take([r for r, _ in live]), rows.scores[[r for r, _ in live]])
+            for k, (r, seq) in enumerate(live):
+                self.served[rows.ids[r]] = (kept, k, seq)
+
     def forget_at(self, labels_clock):
         """The time below which it forgets closed ids once its labels clock is
         ``labels_clock``: its clocks' oldest (the features clock alone while no label has
