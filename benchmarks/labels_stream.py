@@ -2,7 +2,10 @@
 on another, each at a rate per second (``--rates``), every label ``--lag`` seconds behind its
 example;
 ``unitless train --streaming --labels ... --label-wait 30s`` on Prism, against the same examples
-served without a labels topic, alternately (``--pairs`` times).
+served without a labels topic and against them carrying their labels on the one topic (learned
+as they come: "labels inline"), alternately (``--pairs`` times). The inline run learns what the
+labels run learns, without the join, serving apart, a second input and a second prediction row:
+what those cost is the labels run's CPU over it.
 
 A single-node Apache Kafka (deploy/kafka/local_kafka.py) on this machine; topics of one
 partition; one model key; the artificial stream (21 features), NAG, logistic loss. Reported per
@@ -45,28 +48,34 @@ from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 WARM = 2_000
 
 
-def records(first, n):
-    """(examples without labels, their labels) of ids first..first+n-1, as JSON messages."""
+KINDS = {"served": "served only", "inline": "labels inline", "labels": "labels"}
+
+
+def records(first, n, inline=False):
+    """(examples, their labels) of ids first..first+n-1, as JSON messages; the examples carry
+    their labels when ``inline``."""
     X, y, _ = artificial_stream(n, first + 1)
     names = [f"x{j + 1}" for j in range(X.shape[1])]
-    examples = [json.dumps({"id": str(first + i), **dict(zip(names, X[i].tolist()))}).encode()
+    examples = [json.dumps({"id": str(first + i), **dict(zip(names, X[i].tolist())),
+                            **({"label": int(y[i])} if inline else {})}).encode()
                 for i in range(n)]
     labels = [json.dumps({"id": str(first + i), "label": int(y[i])}).encode() for i in range(n)]
     return examples, labels
 
 
-def run(bootstrap, work, name, rate, seconds, lag, with_labels, runner):
+def run(bootstrap, work, name, rate, seconds, lag, kind, runner):
+    with_labels = kind == "labels"
     topic = f"{name}-f"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead", f"{name}-l",
                   append_time=(f"{topic}-pred",))
     extra = (["--labels", f"kafka://{bootstrap}/{name}-l", "--label-wait", "30s"]
              if with_labels else [])
     count = int(rate * seconds)
-    examples, labels = records(WARM, count)
+    examples, labels = records(WARM, count, inline=kind == "inline")
     with streaming_pipeline(bootstrap, topic, work, f"{name}.log", "--log-every", "2", *extra,
                             runner_args=runner) as watcher, \
             TreeWatch({"pipeline": watcher.pid}) as watch:
-        warm_examples, warm_labels = records(0, WARM)
+        warm_examples, warm_labels = records(0, WARM, inline=kind == "inline")
         produce(bootstrap, topic, warm_examples)
         if with_labels:
             produce(bootstrap, f"{name}-l", warm_labels)
@@ -87,10 +96,11 @@ def run(bootstrap, work, name, rate, seconds, lag, with_labels, runner):
     rows = [(row, served, age) for row, served, age in zip(watcher.rows, watcher.served,
                                                             watcher.ages)
             if int(row[2]) >= WARM]
-    served = np.array([a - e * 1000.0 for (a, e, _), s, _ in rows if s])
+    # (inline, each example is predicted as it is learned: its one row)
+    served = np.array([a - e * 1000.0 for (a, e, _), s, _ in rows if s or kind == "inline"])
     ages = np.array([age * 1000.0 for _, s, age in rows if s and age is not None])
-    learned = [(a, e) for (a, e, _), s, _ in rows if not s]
-    out = {"with_labels": with_labels, "offered_per_s": rate, "examples": count,
+    learned = [(a, e) for (a, e, _), s, _ in rows if not s] if with_labels else []
+    out = {"kind": kind, "offered_per_s": rate, "examples": count,
            "served": int(len(served)), "learned": len(learned), "complete": complete,
            "served_latency_ms": percentiles(served), "load_cpu_s": round(load_cpu, 2),
            **watch.result()["pipeline"]}
@@ -115,24 +125,27 @@ def render(runs, lag):
     for r in runs:
         lat, learned = r["served_latency_ms"], r.get("label_to_learned_ms") or {}
         age = r.get("model_age_ms")
-        rows.append(["labels" if r["with_labels"] else "served only", f"{r['offered_per_s']:,}",
+        labeled = r["kind"] == "labels"
+        rows.append([KINDS[r["kind"]], f"{r['offered_per_s']:,}",
                      f"{r['served']:,} of {r['examples']:,}", f"{lat['p50']:.0f}",
                      f"{lat['p99']:.0f}",
                      f"{age['p50']:.0f} / {age['p99']:.0f}" if age else "—",
-                     f"{r['learned']:,}" if r["with_labels"] else "—",
+                     f"{r['learned']:,}" if labeled else "—",
                      f"{r['learned_per_s']:,.0f}" if r.get("learned_per_s") else "—",
                      f"{learned['p50']:.0f} / {learned['p99']:.0f}" if learned else "—",
                      f"{r.get('waiting_examples_max', 0):,} / {r.get('waiting_mib_max', 0):.1f}"
-                     if r["with_labels"] else "—", f"{r['max_rss_mib']:,.0f}",
+                     if labeled else "—", f"{r['max_rss_mib']:,.0f}",
                      f"{r['load_cpu_s'] / r['examples'] * 1e6:,.0f}"])
     return (table(["run", "offered /s", "served", "serving p50 ms", "serving p99 ms",
                    "model age p50 / p99 ms", "joined learned", "learned /s",
                    "label → learned p50 / p99 ms", "most waiting (examples / MiB)",
                    "peak RSS MiB", "pipeline CPU µs / example"], rows)
-            + "\n\n" + table(["offered /s", "serving p99 with labels ÷ served only (each pair)",
-                               "CPU per example with labels ÷ served only (each pair)"],
-                              ratios(runs))
-            + f"\n\nRuns alternate, each a fresh pipeline; labels {lag:g} s behind their "
+            + "\n\n" + table(["offered /s", "serving p99 with labels ÷ served only",
+                               "CPU per example with labels ÷ served only",
+                               "CPU per example with labels ÷ labels inline",
+                               "CPU per example labels inline ÷ served only"], ratios(runs))
+            + f"\n\nRuns alternate, each a fresh pipeline (ratios: one per round of the three "
+            f"runs); labels {lag:g} s behind their "
             "examples. Producers, broker, pipeline and this script share the machine's 2 "
             "cores. \"model age\": of the published model state that served each example "
             "(serving apart from learning, with labels; rows served before their model's "
@@ -141,19 +154,22 @@ def render(runs, lag):
             "(every 2 s); \"pipeline CPU\": of the pipeline's processes (the command, Prism or "
             "Flink's job server, SDK workers) from the load's start until its last prediction, "
             "per example of the load (a labels run also reads, joins and learns a label for "
-            "each).\n")
+            "each; \"labels inline\": the examples carry their labels on the one topic and "
+            "are learned, a row each, as they come).\n")
 
 
 def ratios(runs):
-    """[offered/s, the ratios of each pair's serving p99 with labels to without, and of their
-    CPU per example]."""
+    """[offered/s, the ratios within each round of its runs (served only, labels inline,
+    labels): serving p99 with labels to served only, and CPU per example, labels to served
+    only, labels to inline, inline to served only]."""
     out = {}
-    for plain, labels in zip(runs[::2], runs[1::2]):
-        cpu = [r["load_cpu_s"] / r["examples"] for r in (labels, plain)]
+    for plain, inline, labels in zip(runs[::3], runs[1::3], runs[2::3]):
+        cpu = {r["kind"]: r["load_cpu_s"] / r["examples"] for r in (plain, inline, labels)}
         out.setdefault(plain["offered_per_s"], []).append((
             labels["served_latency_ms"]["p99"] / plain["served_latency_ms"]["p99"],
-            cpu[0] / cpu[1]))
-    return [[f"{rate:,}", *(", ".join(f"{x[i]:.2f}" for x in xs) for i in (0, 1))]
+            cpu["labels"] / cpu["served"], cpu["labels"] / cpu["inline"],
+            cpu["inline"] / cpu["served"]))
+    return [[f"{rate:,}", *(", ".join(f"{x[i]:.2f}" for x in xs) for i in range(4))]
             for rate, xs in out.items()]
 
 
@@ -176,10 +192,9 @@ def main():
                 runner_args(args.runner, work) as runner:
             for rate in rates:
                 for p in range(pairs):
-                    for with_labels in (False, True):
-                        runs.append(run(kafka.bootstrap_servers, work,
-                                        f"{'labels' if with_labels else 'plain'}-{rate}-{p}",
-                                        rate, seconds, args.lag, with_labels, runner))
+                    for kind in KINDS:
+                        runs.append(run(kafka.bootstrap_servers, work, f"{kind}-{rate}-{p}",
+                                        rate, seconds, args.lag, kind, runner))
                         progress(json.dumps(runs[-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)

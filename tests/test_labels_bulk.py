@@ -24,13 +24,15 @@ def stream(seed, noise, n=1500, wait=10.0):
     apart over KEYS, from two features sources and two labels sources read at their own
     paces; most labels 0.5-3 s after their example, some (in proportion to ``noise``) before
     it, after the wait, twice, of unknown ids, without an id, or never; a few features
-    records twice."""
+    records twice, a few carrying their own label."""
     rng = np.random.default_rng(seed)
     features, labels = [], []
     for e in range(n):
         key, t = KEYS[rng.integers(len(KEYS))], e / 10
         i = None if rng.random() < 0.01 * noise else f"e{e}"
         values = {"id": i, "key": key, "x": float(rng.normal()) * 10.0 ** rng.integers(-3, 4)}
+        if rng.random() < 0.03 * noise:  # (learned as it comes; a label of it is a second)
+            values["label"] = int(rng.integers(2))
         features.append((t, values))
         if rng.random() < 0.01 * noise:
             features.append((t, dict(values, x=1.0)))
@@ -71,8 +73,12 @@ def stream(seed, noise, n=1500, wait=10.0):
 
 
 def call(join, kind, block):
+    """The join's call for a block, as the learning step makes it (``LearnBlocks._serve``: the
+    examples that carry their label are learned first, and close their ids)."""
     if kind == "labels":
         return join.labels(block, None)
+    for k, piece in block.split_by_key():
+        join.labeled(k, piece)
     served = block.take(np.flatnonzero(block.served))
     scores = np.arange(len(served), dtype=np.float64)[:, None] + block.positions[0]
     by_key = [(k, piece, scores[np.isin(served.positions, piece.positions)])

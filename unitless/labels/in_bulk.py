@@ -29,7 +29,7 @@ def features(join, source, positions, keys, times, entries):
         return False
     order = np.argsort(positions, kind="stable")
     offered = [e for e in map(entries.get, positions[order].tolist()) if e is not None]
-    models = set(keys) if wait is not None else {k for k, _, _ in offered}
+    models = {k for k, _, _ in offered} | (set(keys) if wait is not None else set())
     clocks = {}  # model key -> (its source's newest time, its features clock) after the block
     if wait is not None:
         for k, rows in _rows_of(keys, order).items():
@@ -85,7 +85,7 @@ def _still(join, model, firsts, clocks):
     if not model.pending:
         return True
     label, q = model.pending[0]
-    if label is None or label.ids[q] in {i for _, _, i in firsts}:
+    if not _head_waits(model) or label.ids[q] in {i for _, _, i in firsts}:
         return False
     return wait is None or clocks is None or clocks[1] <= label.time(q) + wait
 
@@ -150,7 +150,8 @@ def _join_all(join, k, model, rows, at, seq, out):
         for c, s, i in zip(came, seqs, ids):
             if math.isfinite(c):
                 heapq.heappush(model.closing, (c + 2 * wait, s, i))
-    delays = rows.times[at] - came if rows.times is not None else ()
+    with np.errstate(invalid="ignore"):  # (two records without a time: no delay)
+        delays = rows.times[at] - came if rows.times is not None else ()
     join.delays += [d for d in np.asarray(delays).tolist() if math.isfinite(d)]
     out.pairs.setdefault(k, []).extend(
         ((f_rows, r), (rows, q)) for (f_rows, r, _), q in zip(entries, at.tolist()))
@@ -198,8 +199,7 @@ def _queue_plan(join, model, rows, at):
     label of it within the wait queued before the clock passes its deadline) and no closed
     id of theirs is forgotten; else None."""
     wait = join.wait
-    label, q = model.pending[0]
-    if label is None:
+    if not _head_waits(model):
         return None
     if wait is None:
         return model, at, False, None, []
@@ -217,6 +217,16 @@ def _queue_plan(join, model, rows, at):
         _put_back(model, popped or [])
         return None
     return model, at, False, (newest, float(clock[-1])), popped
+
+
+def _head_waits(model):
+    """Whether the label at the head of the model's queue is one waiting for its example: not
+    an expired example, nor a label of an id closed or waiting since it was last looked at (a
+    features record that carried its own label closes its id, ``LabelJoin.labeled``, and the
+    head is judged again only by the next call that moves the queue)."""
+    label, q = model.pending[0]
+    return label is not None and label.ids[q] not in model.closed and (
+        label.ids[q] not in model.served)
 
 
 def _due(model, clock, passed):
