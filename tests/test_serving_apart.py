@@ -17,6 +17,7 @@ from unitless.connectors.formats import parse_records
 from unitless.pipelines.config import configure
 from unitless.pipelines.serve import PublishedModels
 from unitless.pipelines.train import LearnBlocks
+from unitless.store.by_group import published_dir
 from unitless.store.keyed_model import ModelGroup
 
 from tests.helpers.commands import train
@@ -177,11 +178,11 @@ def test_serving_apart_keeps_the_checkpoint_cadence(tmp_path):
 
 
 def test_serving_looks_for_checkpoints_only_until_a_published_state_catches_up(tmp_path):
-    """A key's checkpoints are read while they are newer than its published state (a resumed
-    run before its first publication); once the published state has caught up, serving
-    follows the publications alone, and a checkpoint taken after it is not read."""
+    """Found by review. Each checkpoint the learning step takes is published too, however
+    recently it published; serving reads a key's checkpoints while they are newer than its
+    publications (a resumed run, whose published states were removed at its start, before its
+    first), and not once a publication has caught up."""
     cfg, step, group = learning_step(tmp_path, checkpoint_seconds=60, publish_seconds=3600)
-    served = PublishedModels(cfg.model_dir, None, poll=0, capacity=10)
 
     def learn_and_checkpoint(first):
         list(step.learn(group, block_of(cfg, first, 10, labeled=True)))
@@ -189,13 +190,11 @@ def test_serving_looks_for_checkpoints_only_until_a_published_state_catches_up(t
         step._write_checkpoints()
 
     learn_and_checkpoint(0)  # (published at once: its first)
-    learn_and_checkpoint(10)
-    assert served.published.get("k").state.examples_seen == 10
-    assert served.get("k")[0].examples_seen == 20  # (the checkpoint, newer)
-    step._publish(group, at_once=True)
+    learn_and_checkpoint(10)  # (not due for publication, but checkpointed)
+    served = PublishedModels(cfg.model_dir, None, poll=0, capacity=10)
+    assert served.published.get("k").state.examples_seen == 20
     assert served.get("k")[0].examples_seen == 20
-    learn_and_checkpoint(20)
-    assert served.checkpoints.get("k").state.examples_seen == 30  # (there to be read)
-    assert served.get("k")[0].examples_seen == 20
-    step._publish(group, at_once=True)
-    assert served.get("k")[0].examples_seen == 30
+    assert "k" in served.overtaken and "k" not in served.checkpoints.models  # (no longer read)
+    shutil.rmtree(published_dir(cfg.model_dir))  # (as a resumed run's start does)
+    resumed = PublishedModels(cfg.model_dir, None, poll=0, capacity=10)
+    assert resumed.get("k")[0].examples_seen == 20 and "k" not in resumed.overtaken

@@ -114,11 +114,19 @@ class ScoringModels:
         self.models[key] = Scoring(state, checkpoint_id, found[0], written)
         self._keep_capacity()
 
+    def drop(self, key):
+        """Forget the key's model (read again when it is next asked for)."""
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key):
+        self.models.pop(key, None)
+        self.looked.pop(key, None)
+        self.newest.pop(key, None)
+
     def _keep_capacity(self):
         while len(self.models) > self.capacity:
-            key, _ = self.models.popitem(last=False)
-            self.looked.pop(key, None)
-            self.newest.pop(key, None)
+            self._drop(next(iter(self.models)))
 
 
 def _learner(state):

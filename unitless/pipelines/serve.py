@@ -41,10 +41,10 @@ class PublishedModels:
     newest checkpoint (a resumed run's model before its first publication, or a directory
     trained without serving apart); the learner ``fresh`` for a key with neither. Once a key's
     published state is as new as its checkpoints, its checkpoints are no longer looked for:
-    the learning step publishes at least as often as it checkpoints, and a checkpoint with
-    ``--labels`` holds the join's share (the ids it closed over two waits), costly to read
-    again at each checkpoint (docs/delayed-outcomes.md, "CPU on a stream"). The states are
-    shared as they are: serving writes nothing to them."""
+    the learning step publishes each model it checkpoints (``LearnBlocks._checkpoint``), and
+    a checkpoint with ``--labels`` holds the join's share (the ids it closed over two waits),
+    costly to read again at each checkpoint (docs/delayed-outcomes.md, "CPU on a stream").
+    The states are shared as they are: serving writes nothing to them."""
 
     def __init__(self, model_dir, fresh, poll, capacity):
         self.published = ScoringModels(published_dir(model_dir), poll, capacity)
@@ -73,6 +73,7 @@ class PublishedModels:
         if len(self.overtaken) >= 2 * self.capacity:  # (keys whose models left the cache)
             self.overtaken.intersection_update(self.published.models)
         self.overtaken.add(key)
+        self.checkpoints.drop(key)  # (read again should its publications fail)
 
 
 class ServeBlocks(beam.DoFn):

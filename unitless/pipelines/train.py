@@ -578,9 +578,12 @@ class LearnBlocks:
         """Take the checkpoints of these models of ``group`` now (with --labels each keeps its
         share of the group's join), their tables made together (``ModelGroup.tables``); they
         are written with the others of the bundle before the bundle ends
-        (``_write_checkpoints``), or sooner when they grow large or the caller writes them."""
+        (``_write_checkpoints``), or sooner when they grow large or the caller writes them.
+        Serving apart, each is published too: no checkpoint is newer than a model's newest
+        publication, which the serving step relies on (``serve.PublishedModels``)."""
         if not models:
             return
+        self._publish(group, [model.key for model in models], at_once=True)
         news, metadata = [], []
         join = self._join_of(group) if self.cfg.labels else None
         for model in models:
