@@ -3,8 +3,6 @@ record-by-record path gives, call by call: the same examples learned in the same
 same dead letters, counts and label delays, and the same state after every call, on streams
 of several model keys and sources whose records interleave, come late, early, twice, without
 an id or never."""
-import heapq
-import math
 
 import numpy as np
 import pytest
