@@ -13,6 +13,7 @@ so the models learned do not depend on which path took a block (tests/test_label
 """
 import heapq
 import math
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -108,27 +109,28 @@ def labels(join, rows, again, out):
         plan = (None if model is None else _queue_plan(join, model, rows, at) if model.pending
                 else _join_plan(join, model, rows, at))
         if plan is None:
-            for model, _, _, _, popped in plans.values():
-                _put_back(model, popped)
+            for taken in plans.values():
+                _put_back(taken.model, taken.popped)
             return False
         plans[k] = plan
     # (numbered in position order across the model keys, as one by one)
     joining = np.zeros(n, bool)
-    for _, at, joins, _, _ in plans.values():
-        joining[at] = joins
+    for plan in plans.values():
+        joining[plan.at] = plan.entries is not None
     seq = np.zeros(n, np.int64)
     seq[order[joining[order]]] = join.seq + 1 + np.arange(int(joining.sum()))
     join.seq += int(joining.sum())
     join.counts["waiting"] -= int(joining.sum())
     source = block.source
-    for k, (model, at, joins, clock, _) in plans.items():
+    for k, plan in plans.items():
+        model, at, clock = plan.model, plan.at, plan.clock
         moved = False
         if clock is not None:
             model.newest[LABELS][source], moved = clock[0], clock[1] > model.clocks[LABELS]
             model.clocks[LABELS] = max(clock[1], model.clocks[LABELS])
         model.judged[source] = max(int(block.positions[at].max()), model.judged.get(source, -1))
-        if joins:
-            _join_all(join, k, model, rows, at, seq, out)
+        if plan.entries is not None:
+            _join_all(join, k, plan, rows, seq, out)
         else:
             for q in at.tolist():
                 model.pending.append((rows, q))
@@ -138,12 +140,23 @@ def labels(join, rows, again, out):
     return True
 
 
-def _join_all(join, k, model, rows, at, seq, out):
-    """Model ``k``'s labels at rows ``at`` each join their example (``_join_plan``)."""
-    wait, served = join.wait, model.served
+class _Plan(NamedTuple):
+    """What a model key's labels in a block do (``_join_plan``, ``_queue_plan``)."""
+    model: object  # its ModelJoin
+    at: np.ndarray  # its labels' rows, in position order
+    entries: Optional[list]  # the served entry each joins; None: they queue
+    came: Optional[np.ndarray]  # (joining) the times of the examples they join
+    clock: Optional[tuple]  # (its labels source's newest time, its labels clock) after them
+    popped: list  # the expiring items taken off its heap
+
+
+def _join_all(join, k, plan, rows, seq, out):
+    """Model ``k``'s labels each join their example (``_join_plan``)."""
+    wait, model, at, entries = join.wait, plan.model, plan.at, plan.entries
     ids = [rows.ids[q] for q in at.tolist()]
-    entries = [served.pop(i) for i in ids]
-    came = [f_rows.time(r) for f_rows, r, _ in entries]
+    for i in ids:
+        del model.served[i]
+    came = plan.came.tolist()
     seqs = seq[at].tolist()
     model.closed.update(zip(ids, zip([False] * len(ids), seqs, came)))
     if wait is not None:
@@ -151,7 +164,7 @@ def _join_all(join, k, model, rows, at, seq, out):
             if math.isfinite(c):
                 heapq.heappush(model.closing, (c + 2 * wait, s, i))
     with np.errstate(invalid="ignore"):  # (two records without a time: no delay)
-        delays = rows.times[at] - came if rows.times is not None else ()
+        delays = rows.times[at] - plan.came if rows.times is not None else ()
     join.delays += [d for d in np.asarray(delays).tolist() if math.isfinite(d)]
     out.pairs.setdefault(k, []).extend(
         ((f_rows, r), (rows, q)) for (f_rows, r, _), q in zip(entries, at.tolist()))
@@ -163,11 +176,10 @@ def _join_all(join, k, model, rows, at, seq, out):
 
 
 def _join_plan(join, model, rows, at):
-    """(model, ``at``, True, (its labels source's newest time, its labels clock) after them
-    or None, the expiring items taken off its heap) for a model with no label queued whose
-    labels at rows ``at`` (position order) each join an example that waits (its id once in
-    the block, not closed, the two within the wait of each other), with no example expiring
-    and no id it closes forgotten before the label that joins it; else None."""
+    """The ``_Plan`` of a model with no label queued whose labels at rows ``at`` (position
+    order) each join an example that waits (its id once in the block, not closed, the two
+    within the wait of each other), with no example expiring and no id it closes forgotten
+    before the label that joins it; else None."""
     wait = join.wait
     ids = [rows.ids[q] for q in at.tolist()]
     if len(set(ids)) < len(ids):
@@ -175,10 +187,10 @@ def _join_plan(join, model, rows, at):
     entries = [model.served.get(i) for i in ids]
     if any(e is None for e in entries) or any(i in model.closed for i in ids):
         return None
+    f = np.array([e[0].time(e[1]) for e in entries], dtype=np.float64)
     if wait is None:
-        return model, at, True, None, []
+        return _Plan(model, at, entries, f, None, [])
     t = rows.times[at]
-    f = np.array([e[0].time(e[1]) for e in entries])
     if ((t > f + wait) | (f > t + wait)).any():
         return None
     newest, clock = _clock(join, model, LABELS, rows.block.source, t, running=True)
@@ -189,20 +201,19 @@ def _join_plan(join, model, rows, at):
     if popped is None or (f + 2 * wait < model.forget_at(clock[-1])).any():
         _put_back(model, popped or [])
         return None
-    return model, at, True, (newest, float(clock[-1])), popped
+    return _Plan(model, at, entries, f, (newest, float(clock[-1])), popped)
 
 
 def _queue_plan(join, model, rows, at):
-    """(model, ``at``, False, clock as ``_join_plan``'s, the expiring items taken off its
-    heap) for a model whose queue's head waits for its example, which no label can change:
-    each of its labels at rows ``at`` waits behind it, where no example expires meanwhile (a
-    label of it within the wait queued before the clock passes its deadline) and no closed
-    id of theirs is forgotten; else None."""
+    """The ``_Plan`` of a model whose queue's head waits for its example, which no label can
+    change: each of its labels at rows ``at`` waits behind it, where no example expires
+    meanwhile (a label of it within the wait queued before the clock passes its deadline) and
+    no closed id of theirs is forgotten; else None."""
     wait = join.wait
     if not _head_waits(model):
         return None
     if wait is None:
-        return model, at, False, None, []
+        return _Plan(model, at, None, None, None, [])
     ids, t = [rows.ids[q] for q in at.tolist()], rows.times[at]
     newest, clock = _clock(join, model, LABELS, rows.block.source, t, running=True)
 
@@ -216,7 +227,7 @@ def _queue_plan(join, model, rows, at):
                              for c in map(model.closed.get, set(ids))):
         _put_back(model, popped or [])
         return None
-    return model, at, False, (newest, float(clock[-1])), popped
+    return _Plan(model, at, None, None, (newest, float(clock[-1])), popped)
 
 
 def _head_waits(model):
