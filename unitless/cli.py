@@ -18,229 +18,33 @@ from . import runners
 from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
-from .connectors.format_table import FORMATS, OUTPUT_FORMATS  # noqa: E402
 from .connectors.kafka import is_kafka  # noqa: E402
 from .connectors.storage import is_dir, where  # noqa: E402
-from .learner import ALGORITHMS, LOSS_CODES  # noqa: E402
+from .pipelines import options  # noqa: E402
 from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
-                               READ_OPTIONS, REFRESH_SECONDS, TIME_UNITS, configure)
+                               READ_OPTIONS, configure)
 
 def bundled_example():
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
 
 
-def _input_args(p):
-    p.add_argument("--input", action="append", nargs="+", metavar="PATH",
-                   help="file paths or globs (one or more, repeatable; gzip ok), or "
-                        "kafka://host:port/topic")
-    p.add_argument("--format", choices=FORMATS,
-                   help="input format, for files of any extension (default: from the extension)")
-    p.add_argument("--label-column", default=READ_OPTIONS["label_column"],
-                   help="the label's column or field (a record without one is served, not "
-                        "learned)")
-    p.add_argument("--id-column",
-                   help="a column copied to each prediction row (needed with --labels)")
-    p.add_argument("--model-key-column", help="one independent model per value of this column")
-    p.add_argument("--weight-column", help="importance weight column")
-    p.add_argument("--time-column",
-                   help="the records' own time (for --label-wait): a number of --time-unit "
-                        "since the epoch, or ISO 8601 text (UTC without an offset); a record "
-                        "without one is refused (default: Kafka record timestamps)")
-    p.add_argument("--time-unit", choices=TIME_UNITS, default=READ_OPTIONS["time_unit"],
-                   help="the unit of numeric --time-column values (default s)")
-    p.add_argument("--categorical-columns", default="",
-                   help="comma-separated columns whose values are categories (one-hot)")
-    p.add_argument("--delimiter", default=READ_OPTIONS["delimiter"],
-                   help="CSV field delimiter, one character or several (e.g. ', '; "
-                        "'\\t' or tab for a tab); values are stripped of surrounding whitespace")
-    p.add_argument("--no-header", action="store_true",
-                   help="CSV: the first line is data, not column names")
-    p.add_argument("--columns",
-                   help="CSV: comma-separated names of the columns (default: the header line; "
-                        "with --no-header, the column numbers 0,1,...)")
-    p.add_argument("--ignore-columns", default="",
-                   help="comma-separated columns to drop (neither features nor anything else)")
-    p.add_argument("--bits", type=int, default=READ_OPTIONS["bits"], help="hash features into 2^bits (default 18)")
-    p.add_argument("--no-bias", action="store_true", help="no constant feature")
-    p.add_argument("--predictions", default=OUTPUT_OPTIONS["predictions"], help="output directory")
-    p.add_argument("--output-format", choices=OUTPUT_FORMATS,
-                   default=OUTPUT_OPTIONS["output_format"], help="the predictions' format")
-    p.add_argument("--dead-letter", default=OUTPUT_OPTIONS["dead_letter"],
-                   help="directory for malformed records (JSON lines)")
-    p.add_argument("--chunk-size", type=int, default=READ_OPTIONS["chunk_size"], help="examples per micro-batch")
-    p.add_argument("--classes", default=str(READ_OPTIONS["classes"]), metavar="K|NAMES",
-                   help="K > 1: one-against-all over classes 1..K; or the comma-separated "
-                        "names of the classes (e.g. setosa,versicolor,virginica): the i-th "
-                        "name is class i, any other label is refused")
-    p.add_argument("--positive-label", metavar="VALUE",
-                   help="binary task: a label equal to VALUE (as text, spaces stripped) is "
-                        "+1, any other label -1 (e.g. '>50K', yes, 2)")
-    p.add_argument("--kafka-config", action="append", default=[], metavar="NAME=VALUE",
-                   help="Kafka client setting, in kafka-python's or librdkafka's names, e.g. "
-                        "security_protocol=SASL_SSL or security.protocol=SASL_SSL (repeatable)")
-    p.add_argument("--kafka-client", default=READ_OPTIONS["kafka_client"],
-                   choices=("auto", "confluent-kafka", "kafka-python"),
-                   help="the Kafka client: auto (default) takes $UNITLESS_KAFKA_CLIENT if set, "
-                        "else confluent-kafka when installed (pip install 'unitless[confluent]'), "
-                        "else kafka-python")
-
-
-def _hyperparameter_help(name):
-    """What --NAME means for each learner that takes it, with its default, from the registry."""
-    from .learner.registry import meaning
-    if name == "quantile_tau":
-        return "τ of the quantile loss (--loss quantile; default 0.5)"
-    parts = {}
-    for a in ALGORITHMS.values():
-        if name in a.hyperparameters:
-            default = a.hyperparameters[name]
-            parts.setdefault(meaning(a, name), []).append(
-                f"{a.name} {'the loss' + chr(39) + 's' if default is None else f'{default:g}'}")
-    return "; ".join(f"{text} (default: {', '.join(who)})" for text, who in parts.items())
+# the subcommands and what each does; their options are options.py's
+COMMANDS = {
+    "train": "learn from examples, emitting a prediction for each",
+    "score": "apply checkpointed models to examples (no learning)",
+    "inspect": "summarise a checkpoint",
+    "curve": "draw progressive loss and error rate against examples seen, per model key, from "
+             "predictions",
+}
 
 
 def parser():
     top = argparse.ArgumentParser(prog="unitless", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="learn from examples, emitting a prediction for each")
-    _input_args(train)
-    train.add_argument("--algorithm", choices=sorted(ALGORITHMS),
-                       default=LEARN_OPTIONS["algorithm"], help="the learner (README: which to "
-                                                                "choose)")
-    train.add_argument("--loss", choices=sorted(LOSS_CODES), default=LEARN_OPTIONS["loss"],
-                       help="the loss learned and reported: logistic or hinge for classes, "
-                            "squared, absolute or quantile for numbers")
-    train.add_argument("--model-dir", default=LEARN_OPTIONS["model_dir"],
-                       help="where checkpoints go: a directory or s3:// prefix")
-    train.add_argument("--checkpoint-every", type=int,
-                       default=LEARN_OPTIONS["checkpoint_every"],
-                       help="checkpoint each model every N examples (always at end of input)")
-    train.add_argument("--checkpoint-seconds", type=float,
-                       default=LEARN_OPTIONS["checkpoint_seconds"],
-                       help="also checkpoint when T seconds passed since the last one")
-    train.add_argument("--keep-checkpoints", type=int,
-                       default=LEARN_OPTIONS["keep_checkpoints"],
-                       help="how many newest checkpoints a model group (or shard) keeps; older "
-                            "ones are deleted")
-    train.add_argument("--resume", action="store_true",
-                       help="continue each model from its latest checkpoint")
-    train.add_argument("--overwrite", action="store_true",
-                       help="start over: remove the models of earlier runs in --model-dir and "
-                            "their part files in --predictions and --dead-letter first (without "
-                            "it, a model directory holding models needs --resume)")
-    train.add_argument("--allow-hyperparameter-change", action="store_true",
-                       help="with --resume: continue with the hyperparameters given now "
-                            "(algorithm, loss, bits, bias and classes can never change)")
-    train.add_argument("--models-in-memory", type=int,
-                       default=LEARN_OPTIONS["models_in_memory"],
-                       help="decoded models a worker keeps between blocks, least recently used "
-                            "dropped first; the others are decoded from Beam state again")
-    train.add_argument("--model-memory-mib", type=int,
-                       default=LEARN_OPTIONS["model_memory_mib"],
-                       help="the most learner state (MiB) the decoded models a worker keeps may "
-                            "hold together (the model in use is always kept)")
-    train.add_argument("--labels", nargs="+", metavar="PATH", default=LEARN_OPTIONS["labels"],
-                       help="files of labels (the id, label and model key columns) for the "
-                            "inputs' examples, which carry none: each example is served, waits, "
-                            "and is learned with its label in the labels' order (delayed "
-                            "outcomes)")
-    train.add_argument("--label-wait", metavar="DURATION", default=LEARN_OPTIONS["label_wait"],
-                       help="with --labels on Kafka topics (or with --time-column): an "
-                            "example waits for its label, and a label for its example, at most "
-                            "this long (90s, 15m, 2h, up to 7d) on the records' own time; then "
-                            "it expires (default: until the input ends; a topic that does not "
-                            "end needs it)")
-    train.add_argument("--expired-label", metavar="VALUE", default=LEARN_OPTIONS["expired_label"],
-                       help="with --labels: an example whose label did not come (within "
-                            "--label-wait, or by the end of the input) is learned with this "
-                            "label, as if it had come then (default: dropped, counted)")
-    train.add_argument("--max-time-skew", metavar="DURATION",
-                       default=LEARN_OPTIONS["max_time_skew"],
-                       help="with --label-wait: a record dated more than this (90s, 15m, 2h) "
-                            "after the reader's clock when it reaches the join (the worker's "
-                            "wall clock, for files too) is a dead letter, so that a wrong "
-                            "clock cannot expire what waits (default: 5m; larger for records "
-                            "dated in the future on purpose)")
-    train.add_argument("--serve-apart", action="store_true",
-                       help="serve the examples without a label apart from learning, at once, "
-                            "by the models' newest published states (always so with --labels; "
-                            "without it, an example is served in its place in the order, by "
-                            "the model that learned every labeled one before it)")
-    train.add_argument("--publish-seconds", metavar="SECONDS",
-                       default=LEARN_OPTIONS["publish_seconds"],
-                       help="serving apart: the learning step publishes the state of each "
-                            "model that learned this often (in MODEL_DIR/published, not a "
-                            "checkpoint), and serving looks for it four times as often "
-                            "(default 1)")
-    train.add_argument("--max-staleness", metavar="SECONDS",
-                       default=LEARN_OPTIONS["max_staleness"],
-                       help="serving apart: a prediction served by a model state published "
-                            "longer ago than this is flagged stale (written all the same, and "
-                            "counted; default 10)")
-    train.add_argument("--model-ttl", metavar="DURATION", default=LEARN_OPTIONS["model_ttl"],
-                       help="a model key not seen for this long (90s, 15m, 2h, 1d; on the "
-                            "input's clock) leaves Beam state and worker memory, its newest "
-                            "checkpoint holding it, and is read back when the key returns "
-                            "(default: models stay)")
-    train.add_argument("--model-groups", type=int, default=LEARN_OPTIONS["model_groups"],
-                       help="the model keys share this many keys of the keyed step (Beam's "
-                            "state, timers and commits are paid per group, not per model "
-                            "key; each element stores its group's models together, so with "
-                            "far more model keys than groups, raise it); 0: each model key "
-                            "its own. Not with --shards, whose models are keyed each")
-    train.add_argument("--shards", type=int, default=LEARN_OPTIONS["shards"],
-                       help="split each model's features over S shards, each its own key (so "
-                            "over workers), exchanging each round's partial predictions "
-                            "through --feedback-topic; needs a streaming runner (default 0: "
-                            "unsharded)")
-    train.add_argument("--max-delay", type=int, default=LEARN_OPTIONS["max_delay"],
-                       help="with --shards: gradients of the examples before it a shard's "
-                            "prediction may miss; 0 (default) gives the unsharded model's "
-                            "results (to rounding), larger ones fewer round trips")
-    train.add_argument("--feedback-topic", metavar="KAFKA_URL",
-                       help="with --shards: kafka://host:port/topic carrying the shards' parts "
-                            "(default for a Kafka input: <its topic>.unitless-feedback)")
-    train.add_argument("--log-every", type=float, default=LEARN_OPTIONS["log_every"], help="seconds between progress logs")
-    train.add_argument("--max-dead-fraction", type=float, default=0.5,
-                       help="fail the run (exit 2) when more than this fraction of the records "
-                            "read is refused to the dead letters (default 0.5); a run that "
-                            "learns nothing always fails")
-    for name in HYPERPARAMETERS:
-        train.add_argument("--" + name.replace("_", "-"), type=float,
-                           help=_hyperparameter_help(name))
-    score = sub.add_parser("score", help="apply checkpointed models to examples (no learning)")
-    _input_args(score)
-    score.add_argument("--model-dir", required=True,
-                       help="model directory of a training run (one model per key)")
-    score.add_argument("--models-in-memory", type=int,
-                       default=LEARN_OPTIONS["models_in_memory"],
-                       help="models a worker keeps, each read when its key is first scored; "
-                            "the least recently scored leave first (read again when their key "
-                            "returns)")
-    score.add_argument("--refresh-seconds", type=float, default=REFRESH_SECONDS,
-                       help="look for a key's newer checkpoint (or its first) when one of its "
-                            "examples comes and this long has passed since the last look "
-                            "(0: every time)")
-    inspect = sub.add_parser("inspect", help="summarise a checkpoint")
-    inspect.add_argument("checkpoint", help="a model directory (a line per model key), a "
-                                            "checkpoint as that line names it, a part file of "
-                                            "those checkpoints (a line per model it holds), or "
-                                            "a per-key checkpoint file or directory of earlier "
-                                            "versions")
-    inspect.add_argument("--model-key", metavar="KEY",
-                         help="the newest valid checkpoint of this model key in the model "
-                              "directory")
-    inspect.add_argument("--top", type=int, default=20,
-                         help="list the N features ranked highest (default 20)")
-    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
-    curve = sub.add_parser("curve", help="draw progressive loss and error rate against "
-                                         "examples seen, per model key, from predictions")
-    curve.add_argument("predictions", nargs="+", metavar="PREDICTIONS",
-                       help="a predictions directory of `unitless train` (its part files) "
-                            "or part files")
-    curve.add_argument("--output", default="curve.png", help="PNG file (default curve.png)")
-    curve.add_argument("--top", type=int, default=10,
-                       help="draw the N model keys with most examples (default 10)")
+    for command, summary in COMMANDS.items():
+        command_parser = sub.add_parser(command, help=summary)
+        for option in options.of(command):
+            option.add_to(command_parser)
     return top
 
 

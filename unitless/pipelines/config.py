@@ -1,13 +1,14 @@
 """Everything a training or scoring run needs to know, in one validated object shared by the
 `unitless` command and the Beam transforms (``unitless.beam``), independent of both.
 
-Options have one name and one default each: the command's flag ``--label-column`` is the
-keyword ``label_column``. ``configure(**options)`` checks them all, once, and returns a
-``TrainConfig``; a bad option is a ValueError with a one-line reason.
+Options have one name and one default each, in one table (options.py): the command's flag
+``--label-column`` is the keyword ``label_column``. ``configure(**options)`` checks them all,
+once, and returns a ``TrainConfig``; a bad option is a ValueError with a one-line reason.
 """
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -19,74 +20,56 @@ from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
 from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, make_batch, new_state
+from .options import TIME_UNITS, default, defaults
 
-# How examples are read (files, Kafka messages, or the user's own records).
-READ_OPTIONS = {
-    "format": None, "label_column": "label", "id_column": None, "model_key_column": None,
-    "weight_column": None, "categorical_columns": (), "delimiter": ",", "no_header": False,
-    "columns": None, "ignore_columns": (), "bits": 18, "no_bias": False, "classes": 1,
-    "positive_label": None, "chunk_size": 8192, "kafka_config": None, "kafka_client": "auto",
-    "time_column": None, "time_unit": "s",
-}
-# Where outputs go: a directory, a kafka://host:port/topic URL, or None (not written).
-OUTPUT_OPTIONS = {"predictions": "out/predictions", "output_format": "parquet",
-                  "dead_letter": "out/dead_letter"}
-# How models learn and are checkpointed.
-LEARN_OPTIONS = {
-    "algorithm": "nag", "loss": "logistic", "model_dir": "out/models", "checkpoint_every": 0,
-    "checkpoint_seconds": 0.0, "keep_checkpoints": 3, "resume": False, "overwrite": False,
-    "allow_hyperparameter_change": False, "log_every": 10.0, "models_in_memory": 10_000,
-    "model_memory_mib": 1024, "shards": 0, "max_delay": 0, "feedback_topic": None,
-    "model_groups": 1024, "model_ttl": None, "labels": None, "label_wait": None,
-    "expired_label": None, "max_time_skew": None, "serve_apart": False, "publish_seconds": 1.0,
-    "max_staleness": 10.0,
-}
-# Hyperparameters by option name; which apply depends on the algorithm (see the registry).
-HYPERPARAMETERS = ("learning_rate", "alpha", "epsilon", "lipschitz", "beta1", "beta2",
-                   "quantile_tau")
+# the options' defaults by kind, from the one table of them (options.py)
+READ_OPTIONS = defaults("read")
+OUTPUT_OPTIONS = defaults("output")
+LEARN_OPTIONS = defaults("learn")
+HYPERPARAMETERS = tuple(defaults("hyperparameter"))
 DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
+    """A run's options, checked and converted: ``configure`` makes it, and options.py says
+    what each means and its default."""
     inputs: list
     format: str
-    spec: RecordSpec
-    algorithm: str = "nag"
-    loss: str = "logistic"
-    n_classes: int = 1
-    hyperparameters: dict = field(default_factory=dict)
-    model_dir: str = "out/models"
-    predictions: str = "out/predictions"
-    output_format: str = "parquet"
-    dead_letter: str = "out/dead_letter"
-    checkpoint_every: int = 0          # examples; 0: only at end of input
-    checkpoint_seconds: float = 0.0    # seconds; 0: off
-    keep_checkpoints: int = 3
-    resume: bool = False
-    chunk_size: int = 8192
-    log_every_seconds: float = 10.0
-    kafka_settings: dict = field(default_factory=dict)  # kafka-python client settings
-    allow_hyperparameter_change: bool = False  # --resume may change hyperparameters only
-    models_in_memory: int = 10_000     # decoded models a worker keeps; the rest stay encoded
-    model_memory_mib: int = 1024       # ... and the most state bytes they may hold together
-    shards: int = 0                    # feature shards per model; 0: unsharded (pipelines/sharded)
-    max_delay: int = 0                 # examples whose gradients a shard's part may miss
-    feedback_topic: str = None         # kafka:// URL carrying shards' parts between them
-    model_groups: int = 1024           # keys of the keyed step the model keys share; 0: one each
-    model_ttl: float = 0.0             # seconds a model may go unseen before it leaves state; 0: never
-    labels: tuple = ()                 # files or a topic of labels joined by id (labels/join)
+    spec: RecordSpec                # how records are read: the read options
+    algorithm: str
+    loss: str
+    n_classes: int
+    hyperparameters: dict
+    model_dir: str
+    predictions: str
+    output_format: str
+    dead_letter: str
+    checkpoint_every: int           # examples; 0: only at the end of the input
+    checkpoint_seconds: float       # 0: off
+    keep_checkpoints: int
+    resume: bool
+    overwrite: bool
+    allow_hyperparameter_change: bool
+    chunk_size: int
+    log_every_seconds: float
+    kafka_settings: dict            # the Kafka client's settings, and which client
+    models_in_memory: int
+    model_memory_mib: int
+    shards: int                     # 0: unsharded (pipelines/sharded)
+    max_delay: int
+    feedback_topic: Optional[str]   # a kafka:// URL, with shards
+    model_groups: int               # 0: a key of its own for each model key
+    model_ttl: float                # seconds; 0: never
+    serve_apart: bool
+    publish_seconds: float
+    max_staleness: float
+    # delayed labels (labels/join), where the run has them
+    labels: tuple = ()              # files or a topic
     label_sources: frozenset = frozenset()  # ... their paths, or the topic
-    label_wait: float = None     # seconds of record time an example or a label waits; None: the end
-    expired_label: float = None  # the label an example whose label never came is learned with
-    overwrite: bool = False      # remove an earlier run's models and outputs first (ownership)
-    # seconds a record of a join with a wait may be dated ahead of the reader's clock
-    max_time_skew: float = None
-    # examples without a label served apart from learning, by published model states
-    # (pipelines/serve.py): always with --labels
-    serve_apart: bool = False
-    publish_seconds: float = 1.0  # ... which the learning step publishes this often
-    max_staleness: float = 10.0   # ... and a served row is flagged stale past this age (s)
+    label_wait: Optional[float] = None  # seconds of record time; None: the end of the input
+    expired_label: Optional[float] = None
+    max_time_skew: Optional[float] = None
 
     @property
     def idle_seconds(self):
@@ -104,7 +87,7 @@ class TrainConfig:
 
 
 # how long a scoring step goes without looking for a key's newer checkpoint (``score.py``)
-REFRESH_SECONDS = 30
+REFRESH_SECONDS = default("refresh_seconds")
 
 
 def names(value):
@@ -137,7 +120,6 @@ def classes(value):
 
 
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}  # --time-unit: units a second
 
 
 def duration(value, option):
@@ -295,22 +277,28 @@ def configure(inputs=None, scoring=False, **options):
     if n_classes > 1 and o["positive_label"] is not None:
         raise ValueError(f"--positive-label is for a binary task, not --classes {o['classes']}: "
                          "pass one of them")
-    cfg = TrainConfig(inputs, fmt, spec, o["algorithm"], o["loss"], n_classes, hp,
-                      o["model_dir"], o["predictions"], o["output_format"], o["dead_letter"],
-                      int(o["checkpoint_every"]), float(o["checkpoint_seconds"]),
-                      int(o["keep_checkpoints"]), bool(o["resume"]), int(o["chunk_size"]),
-                      float(o["log_every"]), kafka_settings(o["kafka_config"], o["kafka_client"]),
-                      bool(o["allow_hyperparameter_change"]), int(o["models_in_memory"]),
-                      int(o["model_memory_mib"]), int(o["shards"]), int(o["max_delay"]),
-                      sharding_feedback(o, inputs), int(o["model_groups"]),
-                      duration(o["model_ttl"], "--model-ttl"))
-    cfg.overwrite = bool(o["overwrite"])
+    apart, publish_seconds, max_staleness = serving_apart(o)
+    cfg = TrainConfig(
+        inputs=inputs, format=fmt, spec=spec, algorithm=o["algorithm"], loss=o["loss"],
+        n_classes=n_classes, hyperparameters=hp, model_dir=o["model_dir"],
+        predictions=o["predictions"], output_format=o["output_format"],
+        dead_letter=o["dead_letter"], checkpoint_every=int(o["checkpoint_every"]),
+        checkpoint_seconds=float(o["checkpoint_seconds"]),
+        keep_checkpoints=int(o["keep_checkpoints"]), resume=bool(o["resume"]),
+        overwrite=bool(o["overwrite"]),
+        allow_hyperparameter_change=bool(o["allow_hyperparameter_change"]),
+        chunk_size=int(o["chunk_size"]), log_every_seconds=float(o["log_every"]),
+        kafka_settings=kafka_settings(o["kafka_config"], o["kafka_client"]),
+        models_in_memory=int(o["models_in_memory"]), model_memory_mib=int(o["model_memory_mib"]),
+        shards=int(o["shards"]), max_delay=int(o["max_delay"]),
+        feedback_topic=sharding_feedback(o, inputs), model_groups=int(o["model_groups"]),
+        model_ttl=duration(o["model_ttl"], "--model-ttl"), serve_apart=apart,
+        publish_seconds=publish_seconds, max_staleness=max_staleness)
     if cfg.overwrite and cfg.resume:
         raise ValueError("--overwrite starts over and --resume continues: pass one of them")
     if cfg.model_ttl and cfg.shards:
         raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
                          "keep their state)")
-    cfg.serve_apart, cfg.publish_seconds, cfg.max_staleness = serving_apart(o)
     if o["labels"]:
         cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
         cfg.label_wait, cfg.expired_label = label_expiry(o, cfg)

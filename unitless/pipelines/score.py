@@ -83,7 +83,7 @@ def score_with(found, key, block):
 
 
 class ScoreDoFn(beam.DoFn):
-    def __init__(self, model_dir, refresh_seconds, capacity=10_000):
+    def __init__(self, model_dir, refresh_seconds, capacity):
         self.model_dir, self.refresh_seconds, self.capacity = model_dir, refresh_seconds, capacity
 
     def setup(self):

@@ -16,6 +16,7 @@ from ..store.keyed_model import KeyedModel
 from ..store.models import load_latest, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS
+from .options import default
 
 log = logging.getLogger("unitless")
 # (Beam counts it where a step runs; elsewhere, as in a test calling ScoringModels, it is a no-op)
@@ -54,7 +55,8 @@ class ScoringModels:
     under a lock; the models it hands out are shared as they are (``predict_next`` reads a
     model and writes nothing to it)."""
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS, capacity=10_000):
+    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS,
+                 capacity=default("models_in_memory")):
         if capacity < 1:
             raise ValueError(f"a scoring cache holds 1 model or more, not {capacity}")
         self.model_dir, self.refresh_seconds, self.capacity = model_dir, refresh_seconds, capacity
