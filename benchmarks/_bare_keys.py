@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from unitless.cli import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
-from unitless.connectors.records import ExampleBlock  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
+from unitless.parse.records import ExampleBlock  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
+from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
 # ``KeyByModel``'s default and ``LearnBlocks.FLUSH_ROWS``, copied: importing them would import

@@ -29,8 +29,8 @@ from _common import (DATA, TMP, parse_args, best, feta, fnum, header, log_grid, 
                      zero_one)
 from _vw import vw_run, vw_scores, write_vw  # noqa: E402
 
-from unitless.connectors.formats import LabelMap, RecordSpec  # noqa: E402
 from unitless.learner import ALGORITHMS, bias_index, make_batch  # noqa: E402
+from unitless.parse.spec import LabelMap, RecordSpec  # noqa: E402
 
 BANK_CATEGORICAL = ("job", "marital", "education", "default", "housing", "loan", "contact",
                     "month", "day_of_week", "poutcome")

@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
                      run_timed, scratch, table, unitless_command, write_csv, write_results)
 from serving import runner_args as flink_runner_args  # noqa: E402
-from unitless.connectors.records import ExampleBlock  # noqa: E402
-from unitless.learner import dense_batch  # noqa: E402
 from unitless.labels.join import LabelJoin  # noqa: E402
+from unitless.learner import dense_batch  # noqa: E402
+from unitless.parse.records import ExampleBlock  # noqa: E402
 from unitless.store.models import newest_models  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])

@@ -382,7 +382,7 @@ GROUPS = [  # (part, path fragment) in order; the first match names a function's
     ("kafka-python consumer (example source)", "kafka/consumer"),
     ("kafka-python record encoding/decoding", "kafka/record"),
     ("kafka-python client and protocol", "kafka/"),
-    ("unitless parse (Arrow JSON, blocks)", "unitless/connectors/formats"),
+    ("unitless parse (Arrow JSON, blocks)", "unitless/parse/"),
     ("unitless Kafka DoFns (source, sink)", "unitless/connectors/kafka"),
     ("unitless learner", "unitless/learner"),
     ("unitless pipeline (keyed models, checkpoints)", "unitless/pipelines"),

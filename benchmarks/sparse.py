@@ -113,7 +113,7 @@ def parse_rate(path, fmt, limit_bytes=64 << 20):
     """Features/s of the compiled reader alone (read_file over the first ``limit_bytes`` of the
     file, in this process, after one warm-up pass that compiles)."""
     from unitless.connectors.files import read_file
-    from unitless.connectors.formats import RecordSpec
+    from unitless.parse.spec import RecordSpec
     sample = path.parent / f"sample.{fmt}"
     with open(path, "rb") as f:
         data = f.read(limit_bytes)

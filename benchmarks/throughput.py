@@ -8,7 +8,7 @@ Ours: NAG and ScInOL2, ``learn(state, batch)`` on consecutive batches of 65,536 
 state, numba compilation excluded by a warm-up call; examples/s = examples / wall time of the
 ``learn()`` calls (validation included). The compiled kernel alone (``run_batch``, no
 validation) and our input paths (``dense_batch``, ``make_batch``, the VW-text and CSV parsers of
-``unitless.connectors.formats``) are timed too.
+``unitless.parse``) are timed too.
 
 VW: the wheel ships no ``vw`` binary, so VW's own C++ driver is run through the Python bindings
 (``Workspace("--cache_file C --passes 1 ...")`` runs the same parser thread + learner as the
@@ -152,7 +152,9 @@ def time_batch_paths(D):
 
 def time_parsers(D, sample):
     """The pipeline's text parsers (VW text, CSV) on the first `sample` lines, examples/s."""
-    from unitless.connectors.formats import RecordSpec, parse_csv, parse_vw
+    from unitless.parse.csv import parse_csv
+    from unitless.parse.spec import RecordSpec
+    from unitless.parse.vw import parse_vw
     out = {}
     for name in ("dense", "sparse"):
         path = D[f"{name}_vw"]
@@ -301,7 +303,7 @@ CPU time can exceed its wall time; ours is one thread:
 {table(["input path (ours)", "examples/s"],
        [[k, f"{v:,.0f}" if isinstance(v, float) else v] for k, v in inputs.items()])}
 
-The text parsers are the pipeline's (`unitless.connectors.formats`), pure Python per record, and
+The text parsers are the pipeline's (`unitless.parse`), pure Python per record, and
 are not part of the learner call timed above; VW's corresponding figure is its text pass.
 """
 

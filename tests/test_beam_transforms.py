@@ -149,7 +149,7 @@ def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):
     the runner may fire a key's timers one after the other, needing no model decoded again)."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from unitless.connectors.records import ExampleBlock
+    from unitless.parse.records import ExampleBlock
     rows = [dict(r, region=f"k{i % 12}") for i, r in enumerate(priced_records(600))]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -7,16 +7,17 @@ import numpy as np
 import pytest
 
 from unitless.cli import main
-from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.connectors.files import read_output
 from unitless.labels import by_id
 from unitless.labels import call_log, join as label_join
+from unitless.parse.jsonl import parse_jsonl
+from unitless.parse.spec import RecordSpec
 
 from tests.helpers.commands import dead_letters, train
-from tests.helpers.runners import runner_args
 from tests.helpers.killing import final_models
 from tests.helpers.labels import JOINED, assert_joined, write_join
 from tests.helpers.ordered import KEYS
+from tests.helpers.runners import runner_args
 
 
 @pytest.mark.parametrize("runner", ["fnapi", "prism"])

@@ -5,9 +5,11 @@ import pytest
 from apache_beam.pvalue import TaggedOutput
 
 from unitless.connectors.files import _buffers, read_file, read_output
-from unitless.connectors.formats import (RecordSpec, _json_table, numeric_table, parse_csv,
-                                         parse_jsonl)
-from unitless.connectors.records import TextLines
+from unitless.parse.csv import parse_csv
+from unitless.parse.jsonl import _json_table, parse_jsonl
+from unitless.parse.records import TextLines
+from unitless.parse.spec import RecordSpec
+from unitless.parse.tables import numeric_table
 from unitless.pipelines.config import LearnerCheck
 from unitless.pipelines.io import ReadFiles
 

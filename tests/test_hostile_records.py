@@ -18,10 +18,11 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output, write_table
-from unitless.connectors.formats import (JSON_SAMPLE_LINES, RecordSpec, _json_table,
-                                         _one_flat_object_per_line, parse_csv, parse_jsonl,
-                                         parse_vw)
-from unitless.connectors.records import MAX_QUOTED, MAX_REASON, DeadLetter, dead_letter_table
+from unitless.parse.csv import parse_csv
+from unitless.parse.jsonl import (JSON_SAMPLE_LINES, _json_table, _one_flat_object_per_line, parse_jsonl)
+from unitless.parse.records import DeadLetter, MAX_QUOTED, MAX_REASON, dead_letter_table
+from unitless.parse.spec import RecordSpec
+from unitless.parse.vw import parse_vw
 
 from tests.helpers.commands import latest_models, train
 from tests.helpers.records import (FEATURES, HEADER, good_rows, hostile, text_record,
@@ -120,7 +121,8 @@ def test_only_lines_of_one_flat_object_each_reach_arrow_whole():
 DEEP_OBJECTS = """
     import json, sys
     from unitless.connectors.files import read_file
-    from unitless.connectors.formats import RecordSpec, _json_table
+    from unitless.parse.jsonl import _json_table
+    from unitless.parse.spec import RecordSpec
     deep = b'{"a":' * 50_000 + b'1' + b'}' * 50_000
     assert _json_table([deep]) is None and _json_table([deep.replace(b'{', b'[')]) is None
     good = b'{"label": 1, "f1": 2.5}'

@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "unitless"
 # lowest first; a package (or top-level module) imports from its own layer and those below
-LAYERS = [{"learner", "schemas", "data"}, {"connectors"}, {"labels"}, {"store"},
+LAYERS = [{"learner", "schemas", "data"}, {"parse"}, {"connectors"}, {"labels"}, {"store"},
           {"flink", "runners"}, {"pipelines"},
           {"beam", "cli", "console", "jit_cache", "compile", "options_reference", "__init__"}]
 

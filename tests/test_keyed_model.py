@@ -4,8 +4,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from unitless.connectors.formats import RecordSpec, parse_jsonl
 from unitless.learner import new_state, to_arrow
+from unitless.parse.jsonl import parse_jsonl
+from unitless.parse.spec import RecordSpec
 from unitless.store.keyed_model import KeyedModel, ModelGroup
 
 SPEC = RecordSpec(label="label", id="id", bits=10)

@@ -10,9 +10,11 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_output
-from unitless.connectors.formats import LabelMap, RecordSpec, parse_csv, parse_jsonl
-from unitless.store.models import load_latest
+from unitless.parse.csv import parse_csv
+from unitless.parse.jsonl import parse_jsonl
+from unitless.parse.spec import LabelMap, RecordSpec
 from unitless.store.keyed_model import KeyedModel
+from unitless.store.models import load_latest
 
 from tests.helpers.commands import dead_letters, run_train
 

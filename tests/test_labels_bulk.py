@@ -7,9 +7,9 @@ an id or never."""
 import numpy as np
 import pytest
 
-from unitless.connectors.formats import parse_records
 from unitless.labels import in_bulk
 from unitless.labels.join import LabelJoin
+from unitless.parse.jsonl import parse_records
 from unitless.pipelines.config import configure
 
 SPEC = configure(None, model_dir="unused", predictions=None, dead_letter=None, id_column="id",

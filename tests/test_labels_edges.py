@@ -9,8 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from unitless.connectors.files import read_output
-from unitless.connectors.formats import RecordSpec, parse_csv, parse_jsonl, parse_vw
 from unitless.labels import join as label_join
+from unitless.parse.csv import parse_csv
+from unitless.parse.jsonl import parse_jsonl
+from unitless.parse.spec import RecordSpec
+from unitless.parse.vw import parse_vw
 
 from tests.helpers.commands import dead_letters, run_train
 from tests.helpers.runners import RUNNERS, runner_args

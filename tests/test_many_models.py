@@ -12,10 +12,10 @@ import pytest
 
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
-from unitless.connectors.records import ExampleBlock
 from unitless.learner import learn, to_arrow
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.parse.records import ExampleBlock
 from unitless.pipelines.config import configure, new_learner
+from unitless.store.models import latest_checkpoint, read_checkpoint
 
 BITS = 18
 KEYS = 2000

@@ -12,14 +12,14 @@ import pytest
 from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
-from unitless.connectors.records import ExampleBlock
-from unitless.store import keyed_model
+from unitless.parse.records import ExampleBlock
 from unitless.pipelines import accounting, bundles, learn, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
+from unitless.store import keyed_model
 
-from tests.helpers.runners import pipeline, prism_args, runner_args
 from tests.helpers.ordered import write_random_key_examples
+from tests.helpers.runners import pipeline, prism_args, runner_args
 
 OPTIONS = dict(id_column="id", model_key_column="key", chunk_size=64)
 

@@ -6,8 +6,8 @@ import pytest
 
 import pyarrow as pa
 
-from unitless.connectors.format_table import FORMATS
 from unitless.connectors.kafka import prediction_messages
+from unitless.parse.formats import FORMATS
 from unitless.schemas import PREDICTION_ID, PREDICTION_SCHEMA, SCORE_ID, SCORE_SCHEMA
 
 FLOATS = [0.5, 1.0, -0.0, 1e-7, 1.5e-05, 1e15, 1e16, 1e22, 0.1 + 0.2, 5e-324,

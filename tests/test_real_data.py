@@ -49,7 +49,7 @@ def test_kotlowski2_on_hashed_bank_marketing_refuses_nothing(shared_data):
     with S† recomputed from S when that happens, every example is learned and stays finite.
     (Refusal itself, state restored, is checked for every learner in test_learner_checks.)"""
     from unitless.connectors.files import read_file
-    from unitless.connectors.formats import LabelMap, RecordSpec
+    from unitless.parse.spec import LabelMap, RecordSpec
     from unitless.learner import bias_index, learn_or_refuse, new_state
     spec = RecordSpec(label="y", bits=8, categorical=tuple(CATEGORICAL.split(",")),
                       delimiter=";", labels=LabelMap(positive="yes"))
@@ -70,7 +70,7 @@ def test_kotlowski2_learns_all_of_the_full_bank_marketing_file(shared_data):
     not finite. S† and P recomputed from S keep every prediction finite, as the exact algorithm
     (np.linalg.pinv of S at every step: progressive loss 0.292) is."""
     from unitless.connectors.files import read_file
-    from unitless.connectors.formats import LabelMap, RecordSpec
+    from unitless.parse.spec import LabelMap, RecordSpec
     from unitless.learner import learn_or_refuse, make_batch, new_state
     spec = RecordSpec(label="y", delimiter=";", categorical=tuple(CATEGORICAL.split(",")),
                       ignore=("duration",), labels=LabelMap(positive="yes"))

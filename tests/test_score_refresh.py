@@ -12,12 +12,13 @@ import pytest
 from tests.helpers.commands import train
 from tests.helpers.runners import RUNNERS, pipeline
 from unitless.beam import Score
-from unitless.connectors.formats import RecordSpec, parse_csv
 from unitless.learner import predict_next, read_metadata
-from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
-from unitless.store.models import load_latest
-from unitless.store.keyed_model import KeyedModel
+from unitless.parse.csv import parse_csv
+from unitless.parse.spec import RecordSpec
 from unitless.pipelines.score import MissingModel, ScoringModels
+from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
+from unitless.store.keyed_model import KeyedModel
+from unitless.store.models import load_latest
 
 HEADER = "id,segment,label,x1,x2"
 

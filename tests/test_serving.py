@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.commands import latest_models, train
 from tests.helpers.runners import RUNNERS, runner_args
 from unitless.connectors.files import read_output
-from unitless.connectors.formats import parse_csv
+from unitless.parse.csv import parse_csv
 from unitless.pipelines.config import configure
 
 KEYS = ("a", "b", "c", "d")

@@ -13,7 +13,7 @@ import numpy as np
 from unitless.beam import Rows, Serve
 from unitless.cli import main
 from unitless.connectors.files import read_output
-from unitless.connectors.formats import parse_records
+from unitless.parse.jsonl import parse_records
 from unitless.pipelines.config import configure
 from unitless.pipelines.serve import PublishedModels
 from unitless.pipelines.train import LearnBlocks

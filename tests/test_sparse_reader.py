@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from unitless.connectors import formats
 from unitless.connectors.files import read_file
-from unitless.connectors.format_table import FORMATS
-from unitless.connectors.formats import LabelMap, RecordSpec
-from unitless.connectors.sparse_text import joined, read_block
+from unitless.parse.formats import FORMATS
+from unitless.parse.sparse_text import joined, read_block
+from unitless.parse.spec import LabelMap, RecordSpec
+from unitless.parse.vw import parse_vw
 
 PER_LINE = {name: FORMATS[name].line_by_line for name in ("vw", "libsvm")}
 
@@ -147,7 +147,7 @@ def test_a_chunk_with_a_bad_record_is_read_a_line_at_a_time(fmt):
     spec = RecordSpec()
     lines = [LINES[fmt](random.Random(i)) for i in range(5)]
     lines[2] = b"\xff\xfe not a record"
-    block, dead = getattr(formats, f"parse_{fmt}")(spec, "src", list(enumerate(lines, 1)))
+    block, dead = FORMATS[fmt].parse(spec, "src", list(enumerate(lines, 1)))
     expected, expected_dead = per_line(fmt, spec, lines)
     assert [(d.position, d.raw, d.reason) for d in dead] == \
         [(d.position, d.raw, d.reason) for d in expected_dead] == [(3, lines[2], dead[0].reason)]
@@ -188,11 +188,11 @@ def test_kafka_messages_take_the_compiled_path():
     compiled reader; the broker test (integration/test_kafka_hostile.py) checks that the models
     learned from good messages alone, read so, equal those of the mixed topic read a line at a
     time."""
-    from unitless.connectors.sparse_text import LineSpans
+    from unitless.parse.sparse_text import LineSpans
     rng = random.Random(5)
     values = [vw_line(rng) for _ in range(300)]
-    block, dead = formats.parse_vw(RecordSpec(require_label=False), "topic/0",
-                                   list(zip(range(100, 400), values)))
+    block, dead = parse_vw(RecordSpec(require_label=False), "topic/0",
+                           list(zip(range(100, 400), values)))
     assert not dead and isinstance(block.raw, LineSpans)
     assert [block.raw[i] for i in range(len(block))] == values
     expected, _ = per_line("vw", RecordSpec(require_label=False), values, first=100)

@@ -4,7 +4,7 @@ import numpy as np
 from unitless.beam import Learn
 from unitless.cli import main
 from unitless.connectors.files import read_file, read_output
-from unitless.connectors.records import ExampleBlock
+from unitless.parse.records import ExampleBlock
 from unitless.pipelines.config import configure
 
 from tests.helpers.killing import final_models

@@ -6,12 +6,12 @@ import uuid
 import numpy as np
 
 from unitless.connectors.files import read_file
-from unitless.connectors.records import ExampleBlock
 from unitless.learner import from_arrow
 from unitless.learner.sharded import learn_with_delay, new_shards
+from unitless.parse.records import ExampleBlock
+from unitless.pipelines.config import configure, new_learner
 from unitless.store.per_key import load_latest
 from unitless.store.shards import shard_dir
-from unitless.pipelines.config import configure, new_learner
 
 from tests.helpers.commands import create_topics
 

@@ -13,7 +13,7 @@ from kafka import KafkaConsumer
 from tests.helpers.commands import create_topics, latest_models, send, train
 from tests.helpers.records import HEADER, good_rows, hostile, text_record, unlabeled_record
 from unitless.connectors.files import read_output
-from unitless.connectors.records import MAX_REASON
+from unitless.parse.records import MAX_REASON
 
 N_BAD, N_GOOD, PARTITIONS = 3_000, 1_500, 2
 

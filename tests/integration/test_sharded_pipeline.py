@@ -24,10 +24,10 @@ from tests.helpers.sharding import (KEYS, feedback_topic, reference, shard_state
                                     write_examples)
 from unitless.cli import main
 from unitless.connectors.files import read_output
-from unitless.connectors.records import ExampleBlock
 from unitless.learner import from_arrow
 from unitless.learner.names import FeatureNames
 from unitless.learner.sharded import merge
+from unitless.parse.records import ExampleBlock
 from unitless.pipelines.sharded import CutRounds, Round
 from unitless.store.models import load_latest
 from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name

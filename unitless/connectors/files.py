@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 
 from .storage import (atomic_write, join, list_dir, makedirs, match, open_input, open_read,
                       read_bytes, scheme)
-from .format_table import FORMATS, OUTPUT_FORMATS
-from .formats import (BOM, _csv_fields, block_from_table, check_column_names, count_byte,
-                      csv_table, empty_block, parse_table)
-from .records import TextLines
-from .sparse_text import read_block
+from ..parse.csv import csv_fields, csv_table
+from ..parse.formats import FORMATS, OUTPUT_FORMATS
+from ..parse.records import TextLines
+from ..parse.rows import BOM, count_byte, empty_block
+from ..parse.sparse_text import read_block
+from ..parse.spec import check_column_names
+from ..parse.tables import block_from_table, parse_table
 
 log = logging.getLogger("unitless")
 
@@ -162,7 +164,7 @@ def _csv_header(f, path, spec):
         if not header.strip():
             raise ValueError(f"{path}: CSV file has no header line (for a file without one, "
                              "pass --no-header, and --columns to name its columns)")
-        names = [c.strip() for c in _csv_fields(header, spec.delimiter)]
+        names = [c.strip() for c in csv_fields(header, spec.delimiter)]
         if spec.columns is None:
             check_column_names(names, f"{path}: the header")
         else:
@@ -178,7 +180,7 @@ def _csv_header(f, path, spec):
         names = spec.columns
         if names is None:
             line, rest = _first_line(f, rest)
-            n = len(_csv_fields(line.decode("utf-8", errors="replace").rstrip("\r"),
+            n = len(csv_fields(line.decode("utf-8", errors="replace").rstrip("\r"),
                                 spec.delimiter)) if line else 0
             names = [str(i) for i in range(n)]
     spec = replace(spec, columns=list(names))

@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format_table import FORMATS, refuse_non_finite
-from .kafka_clients import choose, client_settings, partition_offsets
+from ..parse.formats import FORMATS, refuse_non_finite
+from ..parse.records import string_array
 from ..schemas import schema_id
-from .records import string_array
+from .kafka_clients import choose, client_settings, partition_offsets
 
 log = logging.getLogger("unitless")
 UNBOUNDED = (1 << 63) - 1

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..connectors.records import DeadLetter, ExampleBlock
+from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id, resume
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
 from .waiting import FEATURES, LABELS, Released

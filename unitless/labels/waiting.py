@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..connectors.records import DeadLetter, ExampleBlock
+from ..parse.records import DeadLetter, ExampleBlock
 from .closed import ClosedIds
 
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks

@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..connectors.files import expand_inputs, record_columns
-from ..connectors.format_table import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
-from ..connectors.formats import BadRecord, LabelMap, RecordSpec, check_column_names
 from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
 from ..connectors.kafka_clients import choose
 from ..connectors.storage import resolve
 from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, make_batch, new_state
+from ..parse.formats import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
+from ..parse.spec import BadRecord, LabelMap, RecordSpec, check_column_names
 from .options import TIME_UNITS, default, defaults
 
 # the options' defaults by kind, from the one table of them (options.py)

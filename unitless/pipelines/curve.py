@@ -21,8 +21,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from ..connectors.format_table import FORMATS, OUTPUT_FORMATS
-from ..connectors.records import clip
+from ..parse.formats import FORMATS, OUTPUT_FORMATS
+from ..parse.records import clip
 
 log = logging.getLogger("unitless")
 COLUMNS = {"model_key": pa.string(), "examples_seen": pa.int64(), "loss": pa.float64(),

@@ -6,8 +6,8 @@ from typing import Any, Optional
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
-from ..connectors.formats import parse_records
-from ..connectors.records import string_array
+from ..parse.jsonl import parse_records
+from ..parse.records import string_array
 from ..store.models import model_directory_of
 from .config import REFRESH_SECONDS, configure
 from .score import check_model_dir, score_with

@@ -1,6 +1,6 @@
 """Every Beam source and sink of unitless: files and Kafka partitions in, predictions and dead
-letters out. Parsing, Kafka clients and the sinks themselves are in ``connectors/`` (free of
-Beam); this module only drives them from DoFns.
+letters out. Parsing is in ``parse/``, Kafka clients and the sinks themselves in
+``connectors/`` (both free of Beam); this module only drives them from DoFns.
 
 Sources write the records they refuse to the dead-letter sink themselves, durably, before they
 hand on the block after them: once a checkpoint records a position past a refused record, that
@@ -23,12 +23,12 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from ..connectors.feedback import EndMessage
 from ..connectors.feedback import decode as decode_feedback
 from ..connectors.files import read_file
-from ..connectors.formats import parse_records
+from ..parse.jsonl import parse_records
 from ..connectors.kafka import (CLIENT_SETTING, UNBOUNDED, KafkaSourceConfig, KafkaTopic,
                                 bundle_seconds, is_kafka, parse_messages, partition_ranges)
 from ..connectors.kafka_clients import Records, open_reader
-from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
+from ..parse.records import ExampleBlock, dead_letter_table
 from ..store.resume import partition_starts, resume_positions
 from .config import configure, kafka_settings, learner_check
 

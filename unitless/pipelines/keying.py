@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 
-from ..connectors.records import ExampleBlock
+from ..parse.records import ExampleBlock
 from ..store.by_group import group_key, group_keys, group_numbers
 from ..store.starts import write_starts
 

@@ -11,8 +11,8 @@ are the command's own (its inputs, what it does after a run, and inspect's and c
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
-from ..connectors.format_table import FORMATS, OUTPUT_FORMATS
 from ..learner import ALGORITHMS, LOSS_CODES
+from ..parse.formats import FORMATS, OUTPUT_FORMATS
 
 TRAIN, SCORE, BOTH = ("train",), ("score",), ("train", "score")
 # --time-unit: units a second

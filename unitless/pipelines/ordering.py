@@ -14,7 +14,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ..connectors.records import ExampleBlock
+from ..parse.records import ExampleBlock
 from .bundles import KeyGuard, new_step
 
 

@@ -9,8 +9,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.records import dead_letter_table
 from ..learner import check_examples
+from ..parse.records import dead_letter_table
 from ..schemas import SCORE_SCHEMA
 from ..store.keyed_model import outcome_columns
 from ..store.models import has_checkpoint, lists_models, load_latest, model_keys

@@ -14,11 +14,11 @@ from apache_beam.metrics import Metrics
 import numpy as np
 
 from ..connectors.kafka import is_kafka
-from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
-from ..learner import BatchResult
-from ..store.by_group import published_dir
 from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
+from ..learner import BatchResult
+from ..parse.records import ExampleBlock, dead_letter_table
+from ..store.by_group import published_dir
 from ..store.keyed_model import prediction_table
 from .config import TrainConfig, configure, learner_check, new_learner
 from .io import DEAD, as_blocks

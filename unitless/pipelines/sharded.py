@@ -32,7 +32,6 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from ..connectors.feedback import PartMessage, encode_end, encode_part
 from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
-from ..connectors.records import own_rows
 from ..connectors.sinks import open_sink
 from ..connectors.storage import unique_token
 from ..learner import from_arrow, read_metadata, to_arrow
@@ -40,6 +39,7 @@ from ..learner.examples import Batch
 from ..learner.names import FeatureNames, merged_names
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, shard_of, split_batch, update_part
+from ..parse.records import own_rows
 from ..store.keyed_model import prediction_table, seen_after
 from ..store.per_key import write_checkpoints
 from ..store.resume import Cut, sharded_cuts

@@ -6,9 +6,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ..connectors.records import clip
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
+from ..parse.records import clip
 from ..store.by_group import load_located, locator, part_models
 from ..store.models import checkpoint_summaries, load_latest, model_keys
 from ..store.shards import sharded_models

@@ -11,11 +11,11 @@ from apache_beam.metrics import Metrics
 import numpy as np
 
 from ..connectors.kafka import is_kafka
-from ..connectors.records import ExampleBlock, dead_letter_table
 from ..connectors.sinks import open_sink
 from ..labels.join import LabelJoin
 from ..labels.reasons import LATE_LABEL
 from ..learner import read_metadata
+from ..parse.records import ExampleBlock, dead_letter_table
 from ..store import per_key
 from ..store.by_group import GroupWriter, examples_of, group_key, published_dir
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 
-from ..connectors.records import arrow_buffer
 from ..connectors.storage import read_bytes, read_start
 from ..learner import from_arrow, read_metadata
 from ..learner.state import METADATA_KEY, TableRows
+from ..parse.records import arrow_buffer
 
 CHECKSUM_FIELD = "checksum"
 

@@ -11,9 +11,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .formats import (_libsvm_lines, _vw_lines, parse_csv, parse_jsonl, parse_libsvm,
-                      parse_vw)
+from .csv import parse_csv
+from .jsonl import parse_jsonl
+from .libsvm import libsvm_lines, parse_libsvm
 from .records import arrow_buffer
+from .vw import parse_vw, vw_lines
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,9 @@ def _read_jsonl(data):
 
 FORMATS = {f.name: f for f in (
     Format("csv", (".csv",), parse_csv, value=True, write=_write_csv, read=_read_csv),
-    Format("libsvm", (".libsvm", ".svm", ".svmlight"), parse_libsvm, _libsvm_lines,
+    Format("libsvm", (".libsvm", ".svm", ".svmlight"), parse_libsvm, libsvm_lines,
            value=True),
-    Format("vw", (".vw",), parse_vw, _vw_lines, value=True),
+    Format("vw", (".vw",), parse_vw, vw_lines, value=True),
     Format("jsonl", (".jsonl", ".json"), parse_jsonl, value=True, write=_write_jsonl,
            read=_read_jsonl),
     Format("parquet", (".parquet",), write=_write_parquet, read=_read_parquet),
