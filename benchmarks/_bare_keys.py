@@ -24,7 +24,7 @@ from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
-# ``KeyByModel``'s default and ``LearnBlocks.FLUSH_ROWS``, copied: importing them would import
+# ``KeyByModel``'s default and ``Delivery.FLUSH_ROWS``, copied: importing them would import
 # Beam into this loop that runs without it
 GATHER_BYTES = 256 << 20
 FLUSH_ROWS = 1 << 18

@@ -432,7 +432,7 @@ def bare_learner(bootstrap, source, target, n, client):
     from unitless.connectors.sinks import open_sink
     from unitless.pipelines.config import configure, learner_check, new_learner
     from unitless.store.keyed_model import KeyedModel
-    from unitless.pipelines.train import LearnBlocks  # (its flush rule, imported before the clock)
+    from unitless.pipelines.delivery import Delivery  # (its flush rule, imported before the clock)
     url = f"kafka://{bootstrap}/{source}"
     cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",
                     kafka_client=client)
@@ -453,7 +453,7 @@ def bare_learner(bootstrap, source, target, n, client):
         table = model.learn_block(block)[0]
         sink.write(table)
         predicted += table.num_rows
-        if sink.rows >= LearnBlocks.FLUSH_ROWS:
+        if sink.rows >= Delivery.FLUSH_ROWS:
             sink.flush()
 
     reader.seek(0)

@@ -170,11 +170,11 @@ def test_serving_apart_keeps_the_checkpoint_cadence(tmp_path):
     list(step.learn(group, block_of(cfg, 0, 10, labeled=True)))
     model = group.models["k"]
     took, again = step.idle("k", group)
-    assert not took and not step.pending and 59 < again <= 60
+    assert not took and not step.delivery.pending and 59 < again <= 60
     assert model.published_examples == 10  # (published at once, quiet)
     model.checkpoint_time -= 61
     took, again = step.idle("k", group)
-    assert took and len(step.pending) == 1 and again is None
+    assert took and len(step.delivery.pending) == 1 and again is None
 
 
 def test_serving_looks_for_checkpoints_only_until_a_published_state_catches_up(tmp_path):
@@ -187,7 +187,7 @@ def test_serving_looks_for_checkpoints_only_until_a_published_state_catches_up(t
     def learn_and_checkpoint(first):
         list(step.learn(group, block_of(cfg, first, 10, labeled=True)))
         step._catch_up(group)
-        step._write_checkpoints()
+        step.delivery.write_checkpoints()
 
     learn_and_checkpoint(0)  # (published at once: its first)
     learn_and_checkpoint(10)  # (not due for publication, but checkpointed)

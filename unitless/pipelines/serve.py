@@ -14,13 +14,13 @@ from apache_beam.metrics import Metrics
 import numpy as np
 
 from ..connectors.kafka import is_kafka
-from ..connectors.sinks import open_sink
 from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
 from ..learner import BatchResult
 from ..parse.records import ExampleBlock, dead_letter_table
 from ..store.by_group import published_dir
 from ..store.keyed_model import prediction_table
 from .config import TrainConfig, configure, learner_check, new_learner
+from .delivery import Sinks
 from .io import DEAD, as_blocks
 from .scoring_models import ScoringModels, scored
 
@@ -106,18 +106,15 @@ class ServeBlocks(beam.DoFn):
         cfg = self.cfg
         self.models = PublishedModels(cfg.model_dir, new_learner(cfg),
                                       poll_seconds(cfg.publish_seconds), cfg.models_in_memory)
-        self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
-                                cfg.kafka_settings),
-                      open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)
-                      ] if self.write else []
+        self.sinks = Sinks(cfg) if self.write else None
 
     def start_bundle(self):
-        for sink in self.sinks:
-            sink.discard()  # what a failed bundle left behind (each block is flushed: process)
+        if self.sinks:
+            self.sinks.discard()  # (each block is flushed: ``process``)
 
     def teardown(self):
-        for sink in getattr(self, "sinks", ()):
-            sink.close()
+        if getattr(self, "sinks", None):
+            self.sinks.close()
 
     def process(self, block):
         if block.source is not None and self.cfg.is_labels(block.source):
@@ -144,11 +141,10 @@ class ServeBlocks(beam.DoFn):
             # durable before the block goes on: a runner may hand it to the learning step,
             # whose checkpoint then covers it, before this bundle ends (Flink)
             for table in tables:
-                self.sinks[0].write(table)
+                self.sinks.predictions.write(table)
             if dead:
-                self.sinks[1].write(dead)
-            for sink in self.sinks:
-                sink.flush()
+                self.sinks.dead_letters.write(dead)
+            self.sinks.flush()
         yield kept
         if dead:
             yield beam.pvalue.TaggedOutput(DEAD, dead)

@@ -2,7 +2,6 @@
 group's models in Beam state, predict-then-update on each block, with --labels the join,
 predictions and dead letters to their sinks, checkpoints and publications."""
 import logging
-import math
 import time
 from functools import partial
 
@@ -11,20 +10,18 @@ from apache_beam.metrics import Metrics
 import numpy as np
 
 from ..connectors.kafka import is_kafka
-from ..connectors.sinks import open_sink
 from ..labels.join import LabelJoin
 from ..labels.reasons import LATE_LABEL
 from ..learner import read_metadata
 from ..parse.records import ExampleBlock, dead_letter_table
 from ..store import per_key
-from ..store.by_group import GroupWriter, examples_of, group_key, published_dir
+from ..store.by_group import examples_of, group_key
 from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
-from ..store.starts import prune_starts, starts_dir
 from .accounting import ACCOUNTS, Tally, models_left
 from .config import check_resume, new_learner
 from .decoded import DecodedModels
+from .delivery import Delivery
 from .io import DEAD
-from .taken import TakenCheckpoints
 
 log = logging.getLogger("unitless")
 
@@ -76,7 +73,6 @@ class LearnBlocks:
     prediction: docs/design.md, "Delivery and checkpoints".
     """
     learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
-    FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
 
     def __init__(self, cfg, streaming=False):
         self.cfg = cfg
@@ -97,9 +93,8 @@ class LearnBlocks:
         self.served = Metrics.counter("unitless", "served_examples")
         self.bad = Metrics.counter("unitless", "bad_records")
         self.replayed = Metrics.counter("unitless", "replayed_examples_skipped")
-        self.loss = Metrics.distribution("unitless", "loss_micros")
-        self.checkpoints = Metrics.counter("unitless", "checkpoints")
-        self.publications = Metrics.counter("unitless", "publications")
+        # (its sinks, checkpoints and publications)
+        self.delivery = Delivery(cfg)
         self.decoded = Metrics.counter("unitless", "models_decoded")
         self.evicted = Metrics.counter("unitless", "models_evicted")
         self.returned = Metrics.counter("unitless", "models_returned")
@@ -117,28 +112,17 @@ class LearnBlocks:
         self.seen = 0
         self.last_join = None  # (``--labels``: its waiting state is logged)
         self.unsaved = set()  # (--resume, --labels: model keys without a checkpoint)
-        # checkpoints taken, not yet written; about what they hold (``_checkpoint``)
-        self.pending = TakenCheckpoints()
-        cfg = self.cfg
-        self.group_files = GroupWriter(cfg.model_dir, cfg.model_groups, cfg.keep_checkpoints)
-        # (serving apart: the models' states as the serving step reads them, ``_publish``)
-        self.publisher = (GroupWriter(published_dir(cfg.model_dir), cfg.model_groups, keep=2)
-                          if cfg.serve_apart else None)
-        self.sinks = [open_sink(cfg.predictions, cfg.output_format, "predictions",
-                                cfg.kafka_settings),
-                      open_sink(cfg.dead_letter, "jsonl", "dead letters", cfg.kafka_settings)]
+        self.delivery.open()
+        self.group_files = self.delivery.group_files  # (where models are read back from)
 
     def teardown(self):
-        for sink in self.sinks:
-            sink.close()
+        self.delivery.close()
 
     def start_bundle(self):
-        for sink in self.sinks:
-            sink.discard()  # what a failed bundle left behind
+        self.delivery.discard()
 
     def finish_bundle(self):
-        self._write_checkpoints()
-        self._flush()
+        self.delivery.finish_bundle()
 
     def state(self, key, stored):
         """The ``ModelGroup`` of the keyed step's ``key``, as last stored."""
@@ -248,7 +232,7 @@ class LearnBlocks:
         arrived (written when the bundle ends, as those at a source's start or the end of
         input). Returns (whether it took any checkpoint, seconds until the next of the others
         behind is due: ``InOrder`` calls again then; None: none is behind)."""
-        self._publish(group, at_once=True)
+        self.delivery.publish(group, at_once=True)
         seconds = self.cfg.checkpoint_seconds
         if not seconds:
             return False, None
@@ -272,7 +256,7 @@ class LearnBlocks:
         idle = group.idle_since(now - ttl, now, held)
         if idle:
             self._checkpoint([m for m in idle if m.checkpoint_behind()], group)
-            written = self._write_checkpoints()
+            written = self.delivery.write_checkpoints()
             # only those whose state the group's newest checkpoint holds (a failed bundle's
             # may hold more: this state learns up to it again, and leaves later): as the write
             # just listed it, where it wrote the group's part, else listed now
@@ -313,7 +297,7 @@ class LearnBlocks:
         group = learned or self.state(key, stored)
         yield from self._labels_ended(group)
         self._catch_up(group)
-        self._publish(group, at_once=True)  # (a run serving from this directory later: the last)
+        self.delivery.publish(group, at_once=True)  # (a run serving from this directory later: the last)
         stored.clear()
         self.models.pop(key)
         yield from models_left(key, [model.learned_range() for model in group.every_model()])
@@ -328,7 +312,7 @@ class LearnBlocks:
         else:
             yield from self._take_served(group, block)
         group.learned(block)
-        self._publish(group, block.keys.unique().to_pylist())
+        self.delivery.publish(group, block.keys.unique().to_pylist())
 
     def _learn_parts(self, group, block, served=None, served_scores=None, tracked=True):
         """The block's examples learned by their models (``ModelGroup.learn``), in parts of up
@@ -535,13 +519,12 @@ class LearnBlocks:
             self.bad.inc(len(dead))
             self.late.inc(sum(d.reason == LATE_LABEL for d in dead))
             dead = dead_letter_table(dead)
-            self.sinks[1].write(dead)
+            self.delivery.write_dead_letters(dead)
             yield beam.pvalue.TaggedOutput(DEAD, dead)
 
     def _learn(self, group, block, served=None, served_scores=None, tracked=True):
         predictions, dead, skipped, models = group.learn(block, lambda k: self._of(group, k),
                                                          served, served_scores, tracked)
-        predictions_sink = self.sinks[0]
         if skipped:
             self.replayed.inc(skipped)
             yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=skipped))
@@ -550,14 +533,14 @@ class LearnBlocks:
             served = served_count(predictions)
             self.examples.inc(predictions.num_rows - served)
             self.served.inc(served)
-            predictions_sink.write(predictions)
+            self.delivery.write_predictions(predictions)
             self._log(models[-1], predictions.num_rows)
             yield predictions
         # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
         # join's state with the model's, and they agree only then)
         checkpointed = not self.cfg.labels and self._checkpoint_due(models, group)
-        if not checkpointed and predictions_sink.rows >= self.FLUSH_ROWS:
-            self._flush()
+        if not checkpointed:
+            self.delivery.flush_if_full()
 
     def _checkpoint_due(self, models, group):
         """Checkpoint those of the group's ``models`` that are due (--checkpoint-every,
@@ -567,23 +550,20 @@ class LearnBlocks:
                if m.checkpoint_due(self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)]
         if due:
             self._checkpoint(due, group)
-            self._write_checkpoints()
+            self.delivery.write_checkpoints()
         return bool(due)
-
-    def _flush(self):
-        for sink in self.sinks:
-            sink.flush()
 
     def _checkpoint(self, models, group):
         """Take the checkpoints of these models of ``group`` now (with --labels each keeps its
         share of the group's join), their tables made together (``ModelGroup.tables``); they
         are written with the others of the bundle before the bundle ends
-        (``_write_checkpoints``), or sooner when they grow large or the caller writes them.
+        (``Delivery.write_checkpoints``), or sooner when they grow large or the caller writes
+        them.
         Serving apart, each is published too: no checkpoint is newer than a model's newest
         publication, which the serving step relies on (``serve.PublishedModels``)."""
         if not models:
             return
-        self._publish(group, [model.key for model in models], at_once=True)
+        self.delivery.publish(group, [model.key for model in models], at_once=True)
         news, metadata = [], []
         join = self._join_of(group) if self.cfg.labels else None
         for model in models:
@@ -592,57 +572,7 @@ class LearnBlocks:
             metadata.append(model.checkpoint_metadata(join.resume_state(
                 model.key, {s: p for s, p in model.positions.items()
                             if not self.cfg.is_labels(s)}) if join is not None else None))
-        taken = group.checkpoints(models, metadata)
-        if self.pending.add([(model.key, rows, meta, model.progressive_loss(), passed)
-                             for model, (rows, meta), passed in zip(models, taken, news)]):
-            self._write_checkpoints()
-
-    def _publish(self, group, keys=None, at_once=False):
-        """Serving apart: publish the state of each of the group's models (of model ``keys``,
-        None: all) that learned since it was last published, ``publish_seconds`` ago or more
-        (``at_once``: however recently), for the serving step to read (``published_dir``; not
-        a checkpoint: no join's share, nothing a resumed run reads)."""
-        if self.publisher is None:
-            return
-        now = time.time()
-        models = (group.every_model() if keys is None
-                  else [group.models[k] for k in keys if k in group.models])
-        due = [m for m in models
-               if m.publish_due(0.0 if at_once else self.cfg.publish_seconds, now)]
-        if not due:
-            return
-        taken = group.checkpoints(due, [m.published_metadata(now) for m in due])
-        groups = {}
-        for model, (rows, meta) in zip(due, taken):
-            groups.setdefault(group_key(model.key, self.cfg.model_groups), []).append(
-                (model.key, rows, meta))
-        self.publisher.write(groups)
-        self.publications.inc(len(due))
-
-    def _write_checkpoints(self):
-        """Flush every sink, then write the checkpoints taken (see the class docstring), all
-        made durable together. Returns {model key: locator} of those written (a model whose
-        group holds a newer checkpoint is not: ``GroupWriter.write``)."""
-        if not self.pending:
-            return {}
-        self._flush()
-        groups = {}
-        for key, rows, meta, _, _ in self.pending.entries:
-            groups.setdefault(group_key(key, self.cfg.model_groups), []).append((key, rows, meta))
-        written = self.group_files.write(groups)
-        # (where a model's restart position now covers partitions, its start records there
-        # are superseded: see KeyByModel)
-        for group in {group_key(key, self.cfg.model_groups)
-                      for key, *_, news in self.pending.entries if news}:
-            prune_starts(starts_dir(self.cfg.model_dir), group, self.group_files.passed(group))
-        for key, _, meta, loss, _ in self.pending.entries:
-            self.checkpoints.inc()
-            if math.isfinite(loss) and abs(loss) < 1e12:
-                self.loss.update(int(1e6 * loss))
-            log.debug("model %r: checkpoint at %d examples, progressive loss %.6f", key,
-                      meta["examples_seen"], loss)
-        self.pending.clear()
-        return written
+        self.delivery.take(group, models, metadata, news)
 
     def _log(self, model, n):
         self.seen += n
