@@ -21,7 +21,8 @@ from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
 from unitless.parse.records import ExampleBlock  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
+from unitless.store.group_writer import GroupWriter, taken  # noqa: E402
+from unitless.store.groups import group_key  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 
 # ``KeyByModel``'s default and ``Delivery.FLUSH_ROWS``, copied: importing them would import
@@ -50,7 +51,8 @@ def main(argv):
     models, held, keys, examples, nbytes = {}, [], set(), 0, 0
     check = learner_check(cfg)
     for block, _ in read_file(path, cfg.format, cfg.spec, cfg.chunk_size):
-        block, _ = block.screen(check(block))  # (as the reading step refuses, io._hand_on)
+        # (as the reading step refuses, io.dead_letters.hand_on)
+        block, _ = block.screen(check(block))
         block.raw = None
         keys.update(block.keys.unique().to_pylist())
         examples += len(block)

@@ -4,7 +4,7 @@ object-store requests per checkpoint, and a resumed run over many keys with noth
 * Writing: K models (NAG, logistic, each having learned 20 examples of the slides' artificial
   stream, 21 features and a bias) checkpointed at once, K = 64, 1,000, 10,000: the per-key
   layout's writer (``per_key.write_checkpoints``, a file and a pointer per key) and the group
-  layout's (``by_group.GroupWriter``, 1,024 groups), alternated, each into a fresh local
+  layout's (``group_writer.GroupWriter``, 1,024 groups), alternated, each into a fresh local
   directory; beside them the models' tables alone (``KeyedModel.to_table``), which both pay.
 * Requests: the same writes to MinIO (deploy/s3/local_s3.py, its Prometheus counters
   ``minio_s3_requests_total``, read once they have settled), 128 models in 8 groups, two
@@ -36,7 +36,8 @@ from _common import (artificial_stream, header, parse_args, progress, run_timed,
 from pipeline import ours_command  # noqa: E402
 
 from unitless.learner import dense_batch, learn, new_state  # noqa: E402
-from unitless.store.by_group import GroupWriter, group_key, taken  # noqa: E402
+from unitless.store.group_writer import GroupWriter, taken  # noqa: E402
+from unitless.store.groups import group_key  # noqa: E402
 from unitless.store.keyed_model import KeyedModel  # noqa: E402
 from unitless.store.per_key import write_checkpoints  # noqa: E402
 

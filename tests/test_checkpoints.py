@@ -15,16 +15,17 @@ import pytest
 from unitless.cli import main
 from unitless.connectors import storage
 from unitless.learner import from_arrow, new_state, read_metadata
-from unitless.learner.state import METADATA_KEY, TableRows
+from unitless.learner.arrow_form import TableRows
+from unitless.learner.state import METADATA_KEY
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
                                     load_latest, model_keys, read_checkpoint, write_checkpoint,
                                     write_checkpoints)
-from unitless.store.resume import resume_offsets
 from unitless.pipelines.inspect import summary
+from unitless.store import models as stored
 from unitless.store.keyed_model import KeyedModel
 from unitless.store.ownership import OWNER
-from unitless.store import models as stored
+from unitless.store.resume import resume_offsets
 
 from tests.helpers.states import trained_state
 

@@ -11,7 +11,7 @@ from unitless.parse.records import TextLines
 from unitless.parse.spec import RecordSpec
 from unitless.parse.tables import numeric_table
 from unitless.pipelines.config import LearnerCheck
-from unitless.pipelines.io import ReadFiles
+from unitless.pipelines.io.files import ReadFiles
 
 SPEC = RecordSpec(label="label", id="id", model_key="segment", bits=18)
 HEADER = "id,segment,label,f1,f2"

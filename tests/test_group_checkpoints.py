@@ -14,8 +14,9 @@ import pytest
 from unitless.cli import main
 from unitless.learner import read_metadata
 from unitless.store import by_group, models, per_key
-from unitless.store.by_group import GroupWriter, group_dir, group_key, group_keys, taken
-from unitless.store.checkpoint_file import seal
+from unitless.store.checkpoint_file import seal, table_to_bytes
+from unitless.store.group_writer import GroupWriter, taken
+from unitless.store.groups import group_dir, group_key, group_keys
 from unitless.store.keyed_model import KeyedModel
 
 from tests.helpers.states import trained_state
@@ -137,7 +138,7 @@ def changed_weight(path):
     part = pa.ipc.open_file(pa.py_buffer(open(path, "rb").read())).read_all()
     w = part.column("w").to_numpy().copy()
     w[0] = np.nextafter(w[0], np.inf)
-    return by_group.table_to_bytes(part.set_column(part.column_names.index("w"), "w",
+    return table_to_bytes(part.set_column(part.column_names.index("w"), "w",
                                                    pa.array(w)))
 
 

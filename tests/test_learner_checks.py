@@ -146,7 +146,7 @@ def test_a_loss_that_would_make_the_cumulative_loss_infinite_is_refused():
     # (from_arrow refuses a cumulative loss that is not finite), so the example is refused,
     # by one model learning alone and by many learning together alike
     from unitless.learner.many import ManyStates
-    from unitless.learner.state import from_arrow, to_arrow
+    from unitless.learner.arrow_form import from_arrow, to_arrow
     batch = dense_batch(np.array([[1e95], [1.0]]), np.array([0.0, 1.0]), bias=False)
     for together in (False, True):
         state = new_state("sgd", 1, "squared")

@@ -124,7 +124,7 @@ def test_key_by_model_gathers_each_keys_examples_once_in_order_within_size(tmp_p
 
     # model groups: each block holds examples of its group's model keys only, within ``size``,
     # a group's blocks in position order, every example once
-    from unitless.store.by_group import group_key
+    from unitless.store.groups import group_key
 
     def by_group(pairs):
         seen = {}

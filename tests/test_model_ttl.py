@@ -70,7 +70,8 @@ def test_a_model_with_examples_waiting_stays():
     and timers in time order, so a block that waits past its model's TTL is not made there:
     Flink and Dataflow do deliver them so), which count as seen now and stay."""
     from unitless.learner import new_state
-    from unitless.store.keyed_model import KeyedModel, ModelGroup
+    from unitless.store.keyed_model import KeyedModel
+    from unitless.store.model_group import ModelGroup
     group = ModelGroup()
     for key, seen in (("a", 1_000), ("b", 2_000), ("c", 5_000), ("d", None)):
         model = group.model(key, lambda k, evicted: KeyedModel(k, new_state("nag", 4)))
@@ -97,7 +98,8 @@ def test_a_groups_state_written_before_models_could_leave_still_reads():
     pickled alone."""
     import pickle
     from unitless.learner import new_state
-    from unitless.store.keyed_model import KeyedModel, ModelGroup
+    from unitless.store.keyed_model import KeyedModel
+    from unitless.store.model_group import ModelGroup
     models = {k: KeyedModel(k, new_state("nag", 4)) for k in ("a", "b", "c")}
     for some in (dict(list(models.items())[:n]) for n in (1, 2, 3)):
         group = ModelGroup.from_bytes(b"0" * 32 + pickle.dumps(some))
@@ -170,7 +172,7 @@ def test_models_leaving_at_a_files_end_are_counted_in_either_timer_order(tmp_pat
     from apache_beam.utils.timestamp import MIN_TIMESTAMP
     from unitless.pipelines.accounting import ACCOUNTS, RANGES, Tally, covered_twice, \
         predictions_tally
-    from unitless.pipelines.io import ReadFiles
+    from unitless.pipelines.io.files import ReadFiles
     from unitless.pipelines.keying import KeyByModel
     path = tmp_path / "p.csv"
     write_idle_key_examples(path)

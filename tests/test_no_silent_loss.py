@@ -16,7 +16,7 @@ from unitless.parse.records import ExampleBlock
 from unitless.pipelines import accounting, bundles, learn, train
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
-from unitless.store import keyed_model
+from unitless.store import model_group
 
 from tests.helpers.ordered import write_random_key_examples
 from tests.helpers.runners import pipeline, prism_args, runner_args
@@ -213,12 +213,12 @@ def test_a_model_started_again_midway_fails_the_run(tmp_path, monkeypatch, runne
 def test_predictions_that_are_not_the_models_steps_fail_the_run(tmp_path, monkeypatch):
     """A prediction carrying another examples_seen than the model's step that made it: the
     counts add up, the fingerprints do not."""
-    table = keyed_model.prediction_table
+    table = model_group.prediction_table
 
     def shifted(keys, state, ids, labels, result, seen, *args, **kwargs):
         return table(keys, state, ids, labels, result,
                      seen + (np.asarray(keys.to_pylist()) == "k2"), *args, **kwargs)
-    monkeypatch.setattr(keyed_model, "prediction_table", shifted)
+    monkeypatch.setattr(model_group, "prediction_table", shifted)
     learn = Learn(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None,
                   **OPTIONS)
     with pytest.raises(Exception, match="the 3,000 predictions learned are not the examples "

@@ -16,7 +16,8 @@ from unitless.learner import predict_next, read_metadata
 from unitless.parse.csv import parse_csv
 from unitless.parse.spec import RecordSpec
 from unitless.pipelines.score import MissingModel, ScoringModels
-from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
+from unitless.store.group_writer import GroupWriter, taken
+from unitless.store.groups import group_counts, group_key
 from unitless.store.keyed_model import KeyedModel
 from unitless.store.models import load_latest
 

@@ -17,8 +17,8 @@ from unitless.parse.jsonl import parse_records
 from unitless.pipelines.config import configure
 from unitless.pipelines.serve import PublishedModels
 from unitless.pipelines.train import LearnBlocks
-from unitless.store.by_group import published_dir
-from unitless.store.keyed_model import ModelGroup
+from unitless.store.groups import published_dir
+from unitless.store.model_group import ModelGroup
 
 from tests.helpers.commands import train
 from tests.helpers.killing import final_models

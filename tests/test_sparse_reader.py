@@ -201,7 +201,7 @@ def test_kafka_messages_take_the_compiled_path():
 
 
 def test_the_format_table_says_which_formats_a_kafka_message_may_be():
-    from unitless.pipelines.config import resolve_inputs
+    from unitless.pipelines.inputs import resolve_inputs
     assert resolve_inputs("kafka://localhost:9092/t", "libsvm") == (["kafka://localhost:9092/t"],
                                                                      "libsvm")
     with pytest.raises(ValueError, match="Kafka messages cannot be parquet"):

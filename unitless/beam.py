@@ -12,10 +12,11 @@ import apache_beam as beam
 
 from .pipelines.config import TrainConfig, configure
 from .pipelines.inference import ModelDirectoryHandler
-from .pipelines.io import ReadExamples, WriteDeadLetters, WritePredictions
+from .pipelines.io.sinks import WriteDeadLetters, WritePredictions
+from .pipelines.io.sources import ReadExamples
+from .pipelines.learn import Learn
 from .pipelines.score import Score
 from .pipelines.serve import Serve
-from .pipelines.learn import Learn
 
 __all__ = ["Learn", "ModelDirectoryHandler", "ReadExamples", "Rows", "Score", "Serve",
            "TrainConfig",

@@ -187,7 +187,7 @@ def test_a_partitions_blocks_tile_its_offsets_from_where_the_run_started(broker,
 
     from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic
     from unitless.pipelines.config import configure
-    from unitless.pipelines.io import ReadPartition
+    from unitless.pipelines.io.partitions import ReadPartition
     from unitless.pipelines.config import learner_check
     bootstrap = broker.bootstrap_servers
     topic = "tiles"
@@ -238,7 +238,7 @@ def test_a_range_split_off_by_the_runner_starts_at_or_past_every_stamp_it_leaves
 
     from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic
     from unitless.pipelines.config import configure
-    from unitless.pipelines.io import ReadPartition, _PartitionTracker
+    from unitless.pipelines.io.partitions import ReadPartition, _PartitionTracker
     from unitless.pipelines.config import learner_check
     bootstrap = broker.bootstrap_servers
     topic = "split"

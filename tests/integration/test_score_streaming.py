@@ -11,7 +11,8 @@ from tests.helpers.commands import create_topics, send, train
 from tests.helpers.kafka_io import consume_all, keyed, keyed_examples
 from tests.helpers.killing import kill_group
 from tests.helpers.runners import PRISM
-from unitless.store.by_group import GroupWriter, group_counts, group_key, taken
+from unitless.store.group_writer import GroupWriter, taken
+from unitless.store.groups import group_counts, group_key
 from unitless.store.models import load_latest
 
 

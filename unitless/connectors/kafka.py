@@ -1,6 +1,7 @@
 """Kafka topics, free of Beam: topics, partitions and their offsets, and messages parsed into
 ExampleBlocks. The clients (kafka-python or confluent-kafka) are behind ``kafka_clients``; the
-Beam source that reads partitions is in ``pipelines/io.py``; the sinks are in ``sinks.py``.
+Beam source that reads partitions is in ``pipelines/io/partitions.py``; the sinks are in
+``sinks.py``.
 
 URLs name a topic: ``kafka://host:port[,host:port]/topic``. Consumer and producer settings pass
 through to the client, in either client's names (``security_protocol`` or
@@ -103,7 +104,7 @@ def bundle_seconds(topics):
     bundle, some ten bundles a second, whatever the elements hold; so with a labels topic beside
     the examples' each reader's bundles last longer, and the step gets as many elements a second
     as from one topic (more, and they queue before it: benchmarks/results/labels_stream.md).
-    A topic served apart from learning keeps one topic's bundles (``io.read_source``): its
+    A topic served apart from learning keeps one topic's bundles (``io.sources.read_source``): its
     examples are served when its bundle ends, and its labels' longer bundles hold the step's
     elements a second near one topic's."""
     return KafkaSourceConfig.max_bundle_s * topics

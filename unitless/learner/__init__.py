@@ -16,8 +16,9 @@ from .losses import LOSS_CODES, loss_values
 from .online import (BatchResult, InvalidExampleError, check_batch, check_examples,
                      example_losses, learn, learn_or_refuse, learner_labels, mistakes, predict,
                      predict_next, predicted_class, probability)
+from .arrow_form import from_arrow, read_metadata, to_arrow
 from .registry import ALGORITHMS, get_algorithm
-from .state import LearnerState, from_arrow, new_state, read_metadata, to_arrow
+from .state import LearnerState, new_state
 
 __all__ = [
     "ALGORITHMS", "Batch", "BatchResult", "InvalidExampleError", "LOSS_CODES", "LearnerState",

@@ -20,10 +20,11 @@ import pyarrow as pa
 from numba import njit
 
 from . import slots as slot_table
+from .arrow_form import TableRows, model_table, state_table, with_metadata
 from .kernel import run_many
 from .losses import LOSS_CODES
 from .online import BatchResult, check_examples, learn_or_refuse, learner_labels
-from .state import TableRows, model_metadata, model_table, state_table, with_metadata
+from .state import model_metadata
 
 _LOW = np.int64(0xFFFFFFFF)
 

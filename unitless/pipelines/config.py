@@ -5,29 +5,23 @@ Options have one name and one default each, in one table (options.py): the comma
 ``--label-column`` is the keyword ``label_column``. ``configure(**options)`` checks them all,
 once, and returns a ``TrainConfig``; a bad option is a ValueError with a one-line reason.
 """
-import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-import pyarrow as pa
-
-from ..connectors.files import expand_inputs, record_columns
-from ..connectors.kafka import CLIENT_SETTING, KafkaTopic, is_kafka
+from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
-from ..connectors.storage import resolve
-from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, make_batch, new_state
-from ..parse.formats import EXTENSIONS, FORMATS, OUTPUT_FORMATS, VALUE_FORMATS
-from ..parse.spec import BadRecord, LabelMap, RecordSpec, check_column_names
-from .options import TIME_UNITS, default, defaults
+from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
+from ..parse.formats import OUTPUT_FORMATS
+from ..parse.spec import RecordSpec
+from .inputs import classes, record_spec, resolve_inputs
+from .label_options import joined_labels, label_expiry, time_skew
+from .options import default, defaults, duration
 
 # the options' defaults by kind, from the one table of them (options.py)
 READ_OPTIONS = defaults("read")
 OUTPUT_OPTIONS = defaults("output")
 LEARN_OPTIONS = defaults("learn")
 HYPERPARAMETERS = tuple(defaults("hyperparameter"))
-DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
 
 
 @dataclass(kw_only=True)
@@ -90,49 +84,6 @@ class TrainConfig:
 REFRESH_SECONDS = default("refresh_seconds")
 
 
-def names(value):
-    """Column names given as 'a,b,c' or as a list: a tuple without blanks."""
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else value
-    return tuple(str(c).strip() for c in items if str(c).strip())
-
-
-def classes(value):
-    """classes: (number of classes, their names or ()): a count K (int or text), or names
-    ('setosa,versicolor,virginica' or a list of them)."""
-    if isinstance(value, bool):
-        raise ValueError(f"classes wants a number of classes or their names, not {value!r}")
-    if isinstance(value, int):
-        count = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
-        count = int(value)
-    else:
-        labels = tuple(c.strip() for c in (value.split(",") if isinstance(value, str)
-                                           else map(str, value)))
-        if len(labels) < 2 or not all(labels):
-            raise ValueError(f"--classes wants a number of classes or two or more "
-                             f"comma-separated names, got {value!r}")
-        return len(labels), labels
-    if count < 1:
-        raise ValueError(f"--classes wants a positive number of classes, got {count}")
-    return count, ()
-
-
-DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration(value, option):
-    """Seconds of a duration given as a number of seconds or text with a unit: '90', '90s',
-    '15m', '2h', '1.5d'; None: 0 (off)."""
-    if value is None:
-        return 0.0
-    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smhd]?)\s*", str(value))
-    if isinstance(value, bool) or found is None:
-        raise ValueError(f"{option} wants a duration such as 90s, 15m, 2h or 1d, got {value!r}")
-    return float(found[1]) * DURATION_UNITS[found[2]]
-
-
 def kafka_settings(value, client="auto"):
     """Kafka client settings from a dict, or NAME=VALUE strings (numbers become numbers), with
     the client chosen (``--kafka-client``; "auto": see ``kafka_clients.choose``)."""
@@ -148,84 +99,6 @@ def kafka_settings(value, client="auto"):
     if client not in (None, "auto"):
         settings[CLIENT_SETTING] = choose(client)  # (checked now, before any worker starts)
     return settings
-
-
-def record_spec(options, scoring=False):
-    """The RecordSpec of the reading options (READ_OPTIONS names), checked. A record without a
-    label is an example to serve (or, ``scoring``, to score); a sharded model refuses it (it
-    serves nothing yet)."""
-    o = {**READ_OPTIONS, **options}
-    delimiter = DELIMITER_NAMES.get(o["delimiter"], o["delimiter"])
-    if not delimiter:
-        raise ValueError("--delimiter cannot be empty")
-    columns = list(names(o["columns"])) if o["columns"] is not None else None
-    if columns is not None:
-        check_column_names(columns, "--columns", "give each column a name of its own")
-    roles = [(flag, o[name]) for flag, name in (
-        ("--label-column", "label_column"), ("--id-column", "id_column"),
-        ("--model-key-column", "model_key_column"), ("--weight-column", "weight_column"),
-        ("--time-column", "time_column"))
-        if o[name] is not None]
-    for i, (flag, column) in enumerate(roles):
-        if not str(column).strip():
-            raise ValueError(f"{flag} names no column")
-        for other, same in roles[:i]:
-            if same == column:
-                raise ValueError(f"{other} and {flag} both name column {column!r}: a column "
-                                 "has one role")
-    if not 1 <= int(o["bits"]) <= 32:
-        raise ValueError(f"--bits wants 1..32, got {o['bits']}")
-    if o["time_unit"] not in TIME_UNITS:
-        raise ValueError(f"--time-unit wants one of {', '.join(TIME_UNITS)}, got "
-                         f"{o['time_unit']!r}")
-    positive = o["positive_label"]
-    return RecordSpec(label=o["label_column"], id=o["id_column"], model_key=o["model_key_column"],
-                      weight=o["weight_column"], time=o["time_column"],
-                      time_unit=TIME_UNITS[o["time_unit"]], bits=int(o["bits"]),
-                      bias=not o["no_bias"],
-                      categorical=names(o["categorical_columns"]), delimiter=delimiter,
-                      require_label=not scoring and int(o.get("shards") or 0) > 0,
-                      header_needs_label=not scoring and not o.get("labels"), columns=columns,
-                      header=not o["no_header"],
-                      ignore=names(o["ignore_columns"]),
-                      labels=LabelMap(None if positive is None else str(positive),
-                                      classes(o["classes"])[1]))
-
-
-def resolve_inputs(inputs, fmt=None):
-    """(inputs, format): a kafka:// URL as is (format default jsonl), or the files that paths
-    and globs name, each by its canonical name once (the same file spelled differently, or
-    named twice, is one source, read once), with the format taken from their extensions when
-    not given."""
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    if not inputs:
-        raise ValueError("no input given")
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    if is_kafka(inputs[0]):
-        if len(inputs) > 1:
-            raise ValueError("read one Kafka topic per run, or files, not both")
-        if fmt is not None and fmt not in VALUE_FORMATS:
-            raise ValueError(f"Kafka messages cannot be {fmt}; choose one of: "
-                             f"{', '.join(VALUE_FORMATS)}")
-        return list(inputs), fmt or "jsonl"
-    files = list(dict.fromkeys(resolve(f) for f in expand_inputs(inputs)))  # (each once)
-    if fmt is None:
-        formats = {}
-        for path in files:
-            name = path[:-3] if path.endswith(".gz") else path
-            found = EXTENSIONS.get(os.path.splitext(name)[1].lower())
-            if found is None:
-                raise ValueError(f"cannot tell the format of {path} from its extension; pass "
-                                 f"--format ({', '.join(FORMATS)})")
-            formats.setdefault(found, path)
-        if len(formats) > 1:
-            raise ValueError("the inputs are of different formats (" + ", ".join(
-                f"{path}: {found}" for found, path in formats.items()) + "); read one format "
-                "per run")
-        fmt = next(iter(formats))
-    return files, fmt
 
 
 def configure(inputs=None, scoring=False, **options):
@@ -327,126 +200,6 @@ def serving_apart(o):
                              f"{o[name]!r}")
         seconds.append(value)
     return (apart, *seconds)
-
-
-def joined_labels(labels, cfg, given_format):
-    """The label files or topic of ``--labels``, checked against the rest of the run (what the
-    join of delayed outcomes does not do yet is refused in one line: docs/delayed-outcomes.md);
-    sets ``cfg.label_sources``."""
-    if isinstance(labels, str):
-        labels = [labels]
-    for option, on, why in (
-            ("--shards", cfg.shards, "a model's labels are kept in order where its state is, "
-             "which shards split over keys"),
-            ("--model-ttl", cfg.model_ttl, "a model leaving state would leave its join's share "
-             "(ids closed, labels judged) behind")):
-        if on:
-            raise ValueError(f"--labels cannot be used with {option} yet: {why} "
-                             "(docs/delayed-outcomes.md)")
-    if cfg.spec.id is None:
-        raise ValueError("--labels joins labels to examples by id: pass --id-column")
-    kafka = [is_kafka(str(x)) for x in [*labels, *(cfg.inputs or ())]]
-    if any(kafka):
-        if not all(kafka) or len(labels) > 1:
-            raise ValueError("--labels reads one kafka:// topic when the input is a topic, and "
-                             "files when it is files")
-        topic = KafkaTopic.parse(labels[0]).topic
-        if cfg.inputs and topic == KafkaTopic.parse(cfg.inputs[0]).topic:
-            raise ValueError("--labels names the input's own topic: labels come on a topic of "
-                             "their own")
-        cfg.label_sources = frozenset([topic])
-        return list(labels)
-    files, fmt = resolve_inputs(labels, given_format)
-    if cfg.inputs and set(files) & set(cfg.inputs):
-        raise ValueError("a file given to --labels is an input too: "
-                         f"{sorted(set(files) & set(cfg.inputs))[0]}")
-    if cfg.inputs and fmt != cfg.format:
-        raise ValueError(f"--labels files are {fmt} and the inputs {cfg.format}: read one format "
-                         "per run")
-    check_join_columns(cfg.spec, files, cfg.inputs or (), fmt)
-    cfg.label_sources = frozenset(files)
-    return files
-
-
-def check_join_columns(spec, labels, inputs, fmt):
-    """Refuse, before the run, labels files and inputs whose records lack a column the join
-    needs (each of their records would be a dead letter, or a label would go to the model of
-    no key), or whose id or model key column holds floats (the join compares them as text, and
-    a float has no one text: 1 and 1.0). Each input needs the id column and, when given, the
-    model key and time columns; each labels file those and the label column. Files whose
-    format names no columns before its records (JSON lines) are checked record by record."""
-    shared = [spec.id, spec.model_key, spec.time]
-    needs = [*((path, [*shared, spec.label]) for path in labels),
-             *((path, shared) for path in inputs)]
-    for path, needed in needs:
-        columns = record_columns(path, fmt, spec)
-        if columns is None:
-            continue
-        for column in needed:
-            if column is not None and column not in columns:
-                raise ValueError(
-                    f"{path}: column {column!r} not in its columns: with --labels, each input "
-                    "needs the --id-column (and the --model-key-column and --time-column when "
-                    "given), and each labels file those and the --label-column")
-        for flag, column in (("--id-column", spec.id), ("--model-key-column", spec.model_key)):
-            kind = columns.get(column)
-            if kind is not None and pa.types.is_floating(kind):
-                raise ValueError(
-                    f"{path}: column {column!r} ({flag}) holds floating-point numbers "
-                    f"({kind}): --labels compares ids and model keys as text, and a float's "
-                    "text is not one (1 or 1.0): write them as integers or text")
-
-
-# seconds: what waits is held in worker memory and logged in Beam state (docs/delayed-outcomes.md)
-MAX_LABEL_WAIT = 7 * 86400
-
-
-def label_expiry(o, cfg):
-    """(``--label-wait`` in seconds or None, ``--expired-label`` as the learner's label or
-    None), checked."""
-    wait = None
-    if o["label_wait"] is not None:
-        wait = duration(o["label_wait"], "--label-wait")
-        if not 0 < wait <= MAX_LABEL_WAIT:
-            raise ValueError(f"--label-wait wants a duration above 0 and at most 7d, got "
-                             f"{o['label_wait']!r}")
-        if not (is_kafka(str(cfg.labels[0])) or cfg.spec.time):
-            raise ValueError("--label-wait measures the records' own time, which Kafka "
-                             "records carry and files do not: pass --time-column, or files "
-                             "are joined whole")
-    label = o["expired_label"]
-    if label is not None:
-        try:
-            label = cfg.spec.label_value(label)
-        except BadRecord as err:
-            raise ValueError(f"--expired-label {o['expired_label']!r}: {err}") from None
-        batch = make_batch(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([label]),
-                           np.array([1.0]))
-        refused = check_examples(batch, 2, cfg.n_classes, cfg.loss)
-        if refused:
-            raise ValueError(f"--expired-label {o['expired_label']!r}: {refused[0][1]}")
-    return wait, label
-
-
-# seconds a record may be dated ahead of the reader's clock (--max-time-skew's default): beyond
-# the clock differences of well-run machines, far below a wrong clock's years
-MAX_TIME_SKEW = 300.0
-
-
-def time_skew(value, wait):
-    """``--max-time-skew`` in seconds (``MAX_TIME_SKEW`` when not given) for a join with
-    ``wait``, checked."""
-    if wait is None:
-        if value is None:
-            return None
-        raise ValueError("--max-time-skew bounds the record times that --label-wait measures: "
-                         "pass --labels and --label-wait too")
-    if value is None:
-        return MAX_TIME_SKEW
-    skew = duration(value, "--max-time-skew")
-    if not skew > 0:
-        raise ValueError(f"--max-time-skew wants a duration above 0, got {value!r}")
-    return skew
 
 
 def sharding_feedback(o, inputs):

@@ -8,7 +8,8 @@ import time
 from apache_beam.metrics import Metrics
 
 from ..connectors.sinks import open_sink
-from ..store.by_group import GroupWriter, group_key, published_dir
+from ..store.group_writer import GroupWriter
+from ..store.groups import group_key, published_dir
 from ..store.starts import prune_starts, starts_dir
 from .taken import TakenCheckpoints
 

@@ -9,7 +9,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 
 from ..parse.records import ExampleBlock
-from ..store.by_group import group_key, group_keys, group_numbers
+from ..store.groups import group_key, group_keys, group_numbers
 from ..store.starts import write_starts
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 from ..connectors.storage import list_dir, remove_leftovers, remove_tree
 from ..connectors.kafka import is_kafka
 from ..connectors.sinks import check_target
-from ..store.by_group import group_counts, published_dir
+from ..store.groups import group_counts, published_dir
 from ..store.checkpoint_file import read_once
 from ..store.models import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
@@ -22,7 +22,8 @@ from ..store.starts import starts_dir
 from .accounting import ACCOUNTS, RANGES, CheckAccounts, CountOverlaps, count_as, count_predictions
 from .bundles import hold_each_key_in_one_bundle
 from .config import TrainConfig, check_resume, configure, learner_check
-from .io import DEAD, ReadExamples, as_blocks
+from .io.dead_letters import DEAD
+from .io.sources import ReadExamples, as_blocks
 from .keying import key_by_model
 from .ordering import InOrder
 from .serve import SERVED, serve_step

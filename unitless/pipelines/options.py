@@ -8,6 +8,7 @@ Kinds: ``read`` (how examples are read), ``output`` (where outputs go), ``learn`
 learn and are checkpointed) and ``hyperparameter`` are ``configure``'s; ``command`` options
 are the command's own (its inputs, what it does after a run, and inspect's and curve's).
 """
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -97,7 +98,8 @@ OPTIONS = (
     Option("time_column", "read", BOTH, "the records' own time (for --label-wait): a number of "
            "--time-unit since the epoch, or ISO 8601 text (UTC without an offset); a record "
            "without one is refused (default: Kafka record timestamps)"),
-    Option("time_unit", "read", BOTH, "the unit of numeric --time-column values (default {default})",
+    Option("time_unit", "read", BOTH, "the unit of numeric --time-column values (default "
+           "{default})",
            "s", choices=tuple(TIME_UNITS)),
     Option("categorical_columns", "read", BOTH, "comma-separated columns whose values are "
            "categories (one-hot)", ""),
@@ -196,10 +198,11 @@ OPTIONS = (
            "keyed each", 1024, type=int),
     Option("shards", "learn", TRAIN, "split each model's features over S shards, each its own "
            "key (so over workers), exchanging each round's partial predictions through "
-           "--feedback-topic; needs a streaming runner (default {default}: unsharded)", 0, type=int),
+           "--feedback-topic; needs a streaming runner (default {default}: unsharded)", 0,
+           type=int),
     Option("max_delay", "learn", TRAIN, "with --shards: gradients of the examples before it a "
-           "shard's prediction may miss; {default} (default) gives the unsharded model's results (to "
-           "rounding), larger ones fewer round trips", 0, type=int),
+           "shard's prediction may miss; {default} (default) gives the unsharded model's "
+           "results (to rounding), larger ones fewer round trips", 0, type=int),
     Option("feedback_topic", "learn", TRAIN, "with --shards: kafka://host:port/topic carrying "
            "the shards' parts (default for a Kafka input: <its topic>.unitless-feedback)",
            metavar="KAFKA_URL"),
@@ -253,3 +256,17 @@ def defaults(kind):
 def default(name):
     """The default of the option ``name`` (its first entry's)."""
     return next(o.default for o in OPTIONS if o.name == name)
+
+
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(value, option):
+    """Seconds of a duration given as a number of seconds or text with a unit: '90', '90s',
+    '15m', '2h', '1.5d'; None: 0 (off)."""
+    if value is None:
+        return 0.0
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smhd]?)\s*", str(value))
+    if isinstance(value, bool) or found is None:
+        raise ValueError(f"{option} wants a duration such as 90s, 15m, 2h or 1d, got {value!r}")
+    return float(found[1]) * DURATION_UNITS[found[2]]

@@ -1,6 +1,6 @@
 """A keyed step that hands each key's example blocks on in input order, on every runner:
 ``InOrder``, the waiting, release and marks shared by the learning step (``train.LearnBlocks``)
-and the shard sequencer (``sharded.CutRounds``), which it is given."""
+and the shard sequencer (``rounds.CutRounds``), which it is given."""
 import itertools
 import pickle
 import sys

@@ -12,11 +12,13 @@ import pyarrow as pa
 from ..learner import check_examples
 from ..parse.records import dead_letter_table
 from ..schemas import SCORE_SCHEMA
-from ..store.keyed_model import outcome_columns
+from ..store.predictions import outcome_columns
 from ..store.models import has_checkpoint, lists_models, load_latest, model_keys
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure
-from .io import DEAD, ReadExamples, WriteDeadLetters, WritePredictions, as_blocks
+from .io.dead_letters import DEAD
+from .io.sinks import WriteDeadLetters, WritePredictions
+from .io.sources import ReadExamples, as_blocks
 from .keying import key_by_model
 # (ScoringModels and Scoring are imported from here by users' code too)
 from .scoring_models import (MODEL_REFRESHES, Scoring, ScoringModels,  # noqa: F401

@@ -17,11 +17,12 @@ from ..connectors.kafka import is_kafka
 from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
 from ..learner import BatchResult
 from ..parse.records import ExampleBlock, dead_letter_table
-from ..store.by_group import published_dir
-from ..store.keyed_model import prediction_table
+from ..store.groups import published_dir
+from ..store.predictions import prediction_table
 from .config import TrainConfig, configure, learner_check, new_learner
 from .delivery import Sinks
-from .io import DEAD, as_blocks
+from .io.dead_letters import DEAD
+from .io.sources import as_blocks
 from .scoring_models import ScoringModels, scored
 
 SERVED = "served"  # the tag of the serving step's predictions
@@ -37,7 +38,7 @@ def poll_seconds(publish_seconds):
 class PublishedModels:
     """Each model key's newest state (``ScoringModels``, read when the key's first example
     comes, looked for again every ``poll`` seconds while they come, at most ``capacity`` kept):
-    the newer of what the learning step published (``store.by_group.published_dir``) and its
+    the newer of what the learning step published (``store.groups.published_dir``) and its
     newest checkpoint (a resumed run's model before its first publication, or a directory
     trained without serving apart); the learner ``fresh`` for a key with neither. Once a key's
     published state is as new as its checkpoints, its checkpoints are no longer looked for:

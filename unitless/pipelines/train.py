@@ -15,13 +15,16 @@ from ..labels.reasons import LATE_LABEL
 from ..learner import read_metadata
 from ..parse.records import ExampleBlock, dead_letter_table
 from ..store import per_key
-from ..store.by_group import examples_of, group_key
-from ..store.keyed_model import KeyedModel, ModelGroup, in_span_order, served_count
+from ..store.by_group import examples_of
+from ..store.groups import group_key
+from ..store.keyed_model import KeyedModel, in_span_order
+from ..store.model_group import ModelGroup
+from ..store.predictions import served_count
 from .accounting import ACCOUNTS, Tally, models_left
 from .config import check_resume, new_learner
 from .decoded import DecodedModels
 from .delivery import Delivery
-from .io import DEAD
+from .io.dead_letters import DEAD
 
 log = logging.getLogger("unitless")
 
@@ -297,7 +300,8 @@ class LearnBlocks:
         group = learned or self.state(key, stored)
         yield from self._labels_ended(group)
         self._catch_up(group)
-        self.delivery.publish(group, at_once=True)  # (a run serving from this directory later: the last)
+        # (a run serving from this directory later: the last)
+        self.delivery.publish(group, at_once=True)
         stored.clear()
         self.models.pop(key)
         yield from models_left(key, [model.learned_range() for model in group.every_model()])

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from ..connectors.storage import read_bytes, read_start
 from ..learner import from_arrow, read_metadata
-from ..learner.state import METADATA_KEY, TableRows
+from ..learner.arrow_form import TableRows
+from ..learner.state import METADATA_KEY
 from ..parse.records import arrow_buffer
 
 CHECKSUM_FIELD = "checksum"

@@ -9,10 +9,10 @@ import pyarrow as pa
 from ..connectors.storage import join, list_dir
 from ..learner import read_metadata
 from . import per_key
-from .by_group import (FIGURES, GROUPS, LOCATOR, GroupCheckpoints, examples_of,
-                       group_checkpoints, group_counts, group_dir, group_key, is_part,
-                       load_entries, load_located, locator, part_metadata, part_models,
+from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
+                       is_part, load_entries, load_located, locator, part_metadata, part_models,
                        part_rows)
+from .groups import GROUPS, group_counts, group_dir, group_key
 from .checkpoint_file import kept_reads, once_per_run
 from .shards import SHARD_DIR, SHARDS, shard_counts
 

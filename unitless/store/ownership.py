@@ -16,7 +16,7 @@ from typing import Iterator, Optional, Sequence
 from ..connectors.files import output_parts
 from ..connectors.storage import (atomic_write, join, list_dir, makedirs, read_bytes, remove,
                                   remove_tree, resolve, scheme, unique_token)
-from .by_group import GROUPS, PUBLISHED
+from .groups import GROUPS, PUBLISHED
 from .per_key import checkpoint_files
 from .shards import SHARDS
 from .starts import STARTS

@@ -1,0 +1,201 @@
+"""The models of one key of the learning step (``ModelGroup``): a group of model keys whose
+learners are rows of one ``ManyStates``, learned a block at a time and stored together."""
+import pickle
+
+import numpy as np
+import pyarrow as pa
+
+from ..connectors.storage import unique_token
+from ..learner import example_losses, new_state
+from ..learner.many import ManyStates, RowState, learner_state
+from .predictions import prediction_table
+
+
+class ModelGroup:
+    """The models of the model keys that share one key of the keyed step (``KeyByModel``'s
+    groups), as Beam state holds them together; and the model keys that left it, idle
+    (``evict``), each with the examples learned and served its newest checkpoint holds."""
+
+    def __init__(self, models=None, evicted=None, join=None):
+        self.models = {}  # model key -> KeyedModel, whose learner is a row of ``many``
+        self.many = None  # ManyStates: the learners of them all, once there is one
+        for model in (models or {}).values():
+            self._adopt(model)
+            self.models[model.key] = model
+        self.evicted = evicted if evicted is not None else {}  # model key -> (examples, served)
+        # the served examples waiting for labels (``--labels``: ``LabelJoin``), kept in its own
+        # log beside the group's state (``LabelJoin.log_entries``), not in ``to_bytes``
+        self.join = join
+        self.token = None
+
+    def _adopt(self, model):
+        """The model's learner becomes a row of the group's ``many`` (a LearnerState is moved
+        in; earlier versions kept one per model)."""
+        if isinstance(model.state, RowState) and model.state.many is (self.many or
+                                                                      model.state.many):
+            self.many = model.state.many
+            return
+        state = learner_state(model.state)
+        if self.many is None:
+            self.many = ManyStates(new_state(state.algorithm, state.dim, state.loss,
+                                             state.n_classes, state.bias_index,
+                                             **state.hyperparameters))
+        elif not self.many.same_settings(state):
+            raise ValueError(f"model {model.key!r}: a learner of other settings than its "
+                             "group's")
+        model.state = self.many.adopt(model.key, state)
+
+    def model(self, key, new):
+        """The model of ``key``: the group's, or ``new(key, evicted)`` if it holds none
+        (``evicted``: what ``evict`` recorded of it, or None)."""
+        model = self.models.get(key)
+        if model is None:
+            model = new(key, self.evicted.get(key))
+            self._adopt(model)
+            self.models[key] = model
+            self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
+        return model
+
+    def evict(self, model):
+        """The model leaves the group (its newest checkpoint, durable now, holds it). Returns
+        its ``learned_range`` as it left: its learner is a row of the group's, cleared here, so
+        the model reads as a fresh one afterwards."""
+        left = model.learned_range()
+        del self.models[model.key]
+        self.evicted[model.key] = (model.state.examples_seen, model.served)
+        self.many.clear_row(model.state.row)
+        return left
+
+    def learn(self, block, model_of, served=None, served_scores=None, tracked=True):
+        """Learn the block's new examples, each by its model key's model (``model_of(key)``),
+        in the block's order, all in one call (``ManyStates.learn``): (predictions table,
+        dead letters, skipped, the models of the block's keys). With a list ``served``, append
+        to it (the examples served, their scores [n, K]); with ``served_scores`` (the block's
+        examples were served before, with those scores [n, K]: ``--labels``), report the loss
+        of each at its label (``served_loss``).
+
+        Examples at or before the position their model already learned from their source are
+        skipped (a replay after a restart; ``KeyedModel.learns_to`` records the rest); examples
+        the learner refuses (``learn_or_refuse``) become dead letters and never touch the model;
+        examples without a label are served in their place in the order, not learned. A block
+        without a source, or not ``tracked`` (served examples learned with ``--expired-label``,
+        whose positions were passed when they were served), is learned whole."""
+        if not len(block):
+            return None, [], 0, []
+        encoded = block.keys.dictionary_encode()
+        models = [model_of(k) for k in encoded.dictionary.to_pylist()]
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        skipped = 0
+        if block.source is not None and tracked:
+            source, span = block.source, block.span
+            done = np.array([m.positions.get(source, -1) for m in models], dtype=np.int64)
+            fresh = block.positions > done[codes]
+            last = np.full(len(models), -1, dtype=np.int64)
+            np.maximum.at(last, codes[fresh], block.positions[fresh])
+            for c in np.flatnonzero(last > done):
+                models[c].learns_to(source, int(last[c]), span)
+            skipped = len(block) - int(fresh.sum())
+            if skipped:
+                if not skipped < len(block):
+                    return None, [], skipped, models
+                keep = np.flatnonzero(fresh)
+                block, codes = block.take(keep), codes[keep]
+                served_scores = None if served_scores is None else served_scores[keep]
+        rows = np.array([m.state.row for m in models], dtype=np.int64)[codes]
+        kept, result, refused, seen = self.many.learn(rows, block.batch(), block.served)
+        # refused: what a resumed model's settings refuse beyond the source's checks, and
+        # examples whose prediction, loss or resulting state would not be finite
+        block, dead = block.screen(refused)
+        codes = codes[kept]
+        for model in models:
+            model.state.name_features(block.names)
+        is_served = block.served
+        if served is not None and is_served.any():
+            at = np.flatnonzero(is_served)  # (the result holds the rows kept, in order)
+            served.append((block.take(at), result.scores[at]))
+        state = models[0].state
+        served_losses = None
+        if served_scores is not None:  # (weighted, as the kernel's ``loss`` is)
+            served_losses = block.weights * example_losses(state, served_scores[kept],
+                                                           block.labels)
+        table = prediction_table(
+            pa.array([m.key for m in models], pa.string()).take(codes), state, block.ids,
+            block.labels, result, seen, block.source, block.positions,
+            pa.array([m.checkpoint_id for m in models], pa.string()).take(codes),
+            block.event_times, served_losses)
+        # (null where there is nothing to count: regression, and examples served)
+        error = table.column("error").to_numpy(zero_copy_only=False)
+        errors = np.bincount(codes, np.nan_to_num(error), minlength=len(models))
+        served_by = np.bincount(codes, is_served, minlength=len(models))
+        for c, model in enumerate(models):
+            model.errors += float(errors[c])
+            model.served += int(served_by[c])
+        return table, dead, skipped, models
+
+    def checkpoints(self, models, metadata):
+        """[(TableRows, metadata)]: the checkpoints of these models of the group, each with its
+        ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its rows of one table made for
+        them together (``ManyStates.checkpoints``)."""
+        return self.many.checkpoints([m.state.row for m in models],
+                                     [m.state.feature_names for m in models], metadata)
+
+    def idle_since(self, before, now, held):
+        """The models last seen at or before ``before`` (µs), but those of the model keys
+        ``held`` (examples of theirs still wait), which count as seen ``now``."""
+        idle = []
+        for model in self.every_model():
+            if model.last_seen is not None and model.last_seen <= before:
+                if model.key in held:
+                    model.last_seen = now
+                else:
+                    idle.append(model)
+        return idle
+
+    def least_recently_seen(self):
+        """When its least recently seen model was last seen (µs), None if none was."""
+        return min((m.last_seen for m in self.models.values() if m.last_seen is not None),
+                   default=None)
+
+    def learned(self, block):
+        """The group learned ``block``: where the block's source was read whole over its span
+        (``ExampleBlock.span``), it held every example of every model key of the group there,
+        so each model that had learned all of its own up to the span's start has learned all
+        of them through its end, whether the block held any of them or not."""
+        if block.span is None or block.source is None:
+            return
+        first, last = block.span
+        for model in self.models.values():
+            done = model.through.get(block.source)
+            if done is not None and done >= first - 1:
+                model.through[block.source] = max(done, last)
+
+    def every_model(self):
+        """Every model the group holds, in model key order."""
+        return [self.models[key] for key in sorted(self.models)]
+
+    @property
+    def nbytes(self):
+        """Bytes of its models' learner state, and of the examples waiting for labels."""
+        return ((self.many.nbytes if self.many is not None else 0)
+                + (self.join.state_bytes if self.join is not None else 0))
+
+    def to_bytes(self):
+        """The form kept in Beam state: a new token (32 ASCII bytes), then the models (and the
+        evicted keys) pickled, arrays as they are (Beam state is this pipeline's own, read back
+        by the same code; a checkpoint, read by people and later versions, is the Arrow table).
+        Pickled, a model over 50 examples' features encodes in a fifth and decodes in a tenth
+        of the Arrow file's time, which 10,000 keys pay per element."""
+        self.token = unique_token()
+        return self.token.encode() + pickle.dumps((self.models, self.evicted, None),
+                                                  protocol=pickle.HIGHEST_PROTOCOL)
+
+    def holds(self, data):
+        """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
+        return self.token is not None and data[:32] == self.token.encode()
+
+    @classmethod
+    def from_bytes(cls, data):
+        found = pickle.loads(memoryview(data)[32:])
+        # (earlier versions kept the models alone: state a runner's savepoint or an updated
+        # job carries over)
+        return cls(found) if isinstance(found, dict) else cls(*found)
