@@ -71,7 +71,7 @@ def stream(seed, noise, n=1500, wait=10.0):
 
 
 def call(join, kind, block):
-    """The join's call for a block, as the learning step makes it (``LearnBlocks._serve``: the
+    """The join's call for a block, as the learning step makes it (``LabelsSteps._serve``: the
     examples that carry their label are learned first, and close their ids)."""
     if kind == "labels":
         return join.labels(block, None)

@@ -8,7 +8,8 @@ import pytest
 
 from unitless.connectors.files import read_file
 from unitless.parse.formats import FORMATS
-from unitless.parse.sparse_text import joined, read_block
+from unitless.parse.line_spans import joined
+from unitless.parse.sparse_text import read_block
 from unitless.parse.spec import LabelMap, RecordSpec
 from unitless.parse.vw import parse_vw
 
@@ -188,7 +189,7 @@ def test_kafka_messages_take_the_compiled_path():
     compiled reader; the broker test (integration/test_kafka_hostile.py) checks that the models
     learned from good messages alone, read so, equal those of the mixed topic read a line at a
     time."""
-    from unitless.parse.sparse_text import LineSpans
+    from unitless.parse.line_spans import LineSpans
     rng = random.Random(5)
     values = [vw_line(rng) for _ in range(300)]
     block, dead = parse_vw(RecordSpec(require_label=False), "topic/0",

@@ -36,8 +36,11 @@ def check_many_keys_equal_each_alone(algorithm):
                 _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block)
 
 
-def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
-    what = f"{n_keys} keys (skew {skew}), {n_classes} classes, {loss}, blocks of {block}"
+def _many_keys_data(rng, dim, n, n_keys, skew, n_classes, loss):
+    """(each example's key, the examples, which are served) of ``_check_many``: ``n`` examples
+    over ``n_keys`` keys (round-robin, else Zipf-skewed by ``skew``), features over 6 growing
+    to ``dim`` at scales 10^-3..10^3; with the squared loss, labels and a value that overflow;
+    example 50 not finite."""
     if skew is None:
         keys = np.arange(n) % n_keys
     else:
@@ -57,6 +60,12 @@ def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
     values[sum(len(r) for r in rows[:50])] = np.nan  # example 50 is refused
     batch = make_batch(np.concatenate([[0], np.cumsum(lens)]), indices, values, labels)
     served = rng.random(n) < 0.2
+    return keys, batch, served
+
+
+def _check_many(algorithm, rng, dim, n, n_keys, skew, n_classes, loss, block):
+    what = f"{n_keys} keys (skew {skew}), {n_classes} classes, {loss}, blocks of {block}"
+    keys, batch, served = _many_keys_data(rng, dim, n, n_keys, skew, n_classes, loss)
     template = new_state(algorithm, dim, loss, n_classes=n_classes)
     many = ManyStates(template.copy(), rows=2, capacity=4)  # (grows as it goes)
     alone = {}

@@ -151,15 +151,7 @@ class ExampleBlock:
         can go as soon as it is copied, rather than all of them being held beside a
         concatenated copy and then a sorted one."""
         every_key = pa.concat_arrays([b.keys for b in blocks])
-        encoded = every_key.dictionary_encode()
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
-        if group is None:
-            keys = encoded.dictionary.to_pylist()
-        else:
-            names = group(encoded.dictionary)
-            keys = sorted(set(names))
-            index = {name: k for k, name in enumerate(keys)}
-            codes = np.array([index[name] for name in names], dtype=np.int64)[codes]
+        keys, codes = _key_codes(every_key, group)
         if len(keys) <= 1 and len(blocks) == 1:
             return [(keys[0] if keys else "", blocks.pop())]
         positions = np.concatenate([b.positions for b in blocks])
@@ -191,30 +183,8 @@ class ExampleBlock:
             restarts_midway=blocks[0].restarts_midway,
             served_scores=_rows(_concatenated([b.served_scores for b in blocks]), order))
         span = _tiled([b.span for b in blocks])
-        first = 0
-        while blocks:
-            b = blocks.pop(0)
-            n, a = len(b), (b.indptr[0] if b.indptr is not None else 0)
-            rows = where[first:first + n]
-            if uniform:  # (whole rows of 2-D views: no index per entry)
-                k = int(lengths[0])
-                source = slice(None)
-                if len(keys) > 1024:  # (rows in order: else the writes scatter over as many
-                    source = np.argsort(rows)  # places as keys, a cache miss each)
-                    rows = rows[source]
-                if not shared:
-                    grouped.indices.reshape(-1, k)[rows] = (
-                        b.indices[a:a + n * k].reshape(n, k) if b.indptr is not None
-                        else np.broadcast_to(b.indices, (n, k)))[source]
-                grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)[source]
-            else:  # entry e of row r goes to the row's new start + (e - the row's old start)
-                b = b.full()
-                to = (np.repeat(indptr[rows] - (b.indptr[:-1] - a), np.diff(b.indptr))
-                      + np.arange(b.indptr[-1] - a))
-                grouped.indices[to] = b.indices[a:b.indptr[-1]]
-                grouped.values[to] = b.values[a:b.indptr[-1]]
-            first += n
-            del b
+        _copy_into(grouped, blocks, where, int(lengths[0]) if uniform else None, shared,
+                   len(keys) > 1024)
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         pieces = [(keys[k], grouped.slice(bounds[k], bounds[k + 1])) for k in range(len(keys))
                   if bounds[k + 1] > bounds[k]]
@@ -309,6 +279,51 @@ class ExampleBlock:
                                "label": None if math.isnan(label) else label, "features": {
                                    str(i): float(v) for i, v in zip(row.indices, row.values)}})
         return raw
+
+
+def _key_codes(keys, group=None):
+    """(the distinct model keys of a string array, or with ``group`` the names of their groups,
+    sorted; each element's index among them)."""
+    encoded = keys.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    if group is None:
+        return encoded.dictionary.to_pylist(), codes
+    names = group(encoded.dictionary)
+    distinct = sorted(set(names))
+    index = {name: k for k, name in enumerate(distinct)}
+    return distinct, np.array([index[name] for name in names], dtype=np.int64)[codes]
+
+
+def _copy_into(grouped, blocks, where, row_length, shared, many_keys):
+    """Write each of ``blocks``' examples' features into ``grouped`` at its new row (``where``),
+    emptying ``blocks`` as they are copied (``ExampleBlock.by_key``). ``row_length``: every row
+    holds that many entries (None: not so); ``shared``: they hold the same features, which
+    ``grouped.indices`` holds once; ``many_keys``: rows are written in order (else the writes
+    scatter over as many places as keys, a cache miss each)."""
+    first = 0
+    while blocks:
+        b = blocks.pop(0)
+        n, a = len(b), (b.indptr[0] if b.indptr is not None else 0)
+        rows = where[first:first + n]
+        if row_length is not None:  # (whole rows of 2-D views: no index per entry)
+            k = row_length
+            source = slice(None)
+            if many_keys:
+                source = np.argsort(rows)
+                rows = rows[source]
+            if not shared:
+                grouped.indices.reshape(-1, k)[rows] = (
+                    b.indices[a:a + n * k].reshape(n, k) if b.indptr is not None
+                    else np.broadcast_to(b.indices, (n, k)))[source]
+            grouped.values.reshape(-1, k)[rows] = b.values[a:a + n * k].reshape(n, k)[source]
+        else:  # entry e of row r goes to the row's new start + (e - the row's old start)
+            b = b.full()
+            to = (np.repeat(grouped.indptr[rows] - (b.indptr[:-1] - a), np.diff(b.indptr))
+                  + np.arange(b.indptr[-1] - a))
+            grouped.indices[to] = b.indices[a:b.indptr[-1]]
+            grouped.values[to] = b.values[a:b.indptr[-1]]
+        first += n
+        del b
 
 
 def _rows(array, rows):

@@ -9,8 +9,9 @@ import numpy as np
 
 from ..learner import bias_index, hash_feature
 from ..learner.names import FeatureNames
+from .line_spans import joined
 from .records import DeadLetter, ExampleBlock, quoted, string_array
-from .sparse_text import joined, read_block
+from .sparse_text import read_block
 from .spec import DEFAULT_KEY, BadRecord, as_float
 
 

@@ -1,7 +1,7 @@
 """Compiled reading of the sparse line formats, VW text and libsvm: one pass over a chunk's bytes
 that splits tokens, reads numbers and hashes feature names (CRC-32, as ``hash_feature``).
 
-The block it gives is the per-line parsers' block (``formats.parse_vw``, ``parse_libsvm``), bit
+The block it gives is the per-line parsers' block (``vw.parse_vw``, ``libsvm.parse_libsvm``), bit
 for bit: the same rows, each row's features summed per index, sorted, zeros dropped, and the
 names first seen for each index. It only ever reads records those parsers take: a chunk holding
 a line it cannot read exactly (malformed, not ASCII, a label mapping that refuses a value) is
@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..learner import bias_index
 from ..learner.names import FeatureNames
+from .line_spans import LineSpans, text_of_spans
 from .records import ExampleBlock, empty_as_null
 
 # per line, why the compiled pass leaves a chunk to the per-line parser (0: it read the line)
@@ -358,71 +359,6 @@ def _first_seen(indices):
     return first[:n]
 
 
-@numba.njit(cache=True, nogil=True)
-def _gather(data, spans):
-    """Arrow string buffers (offsets, bytes, valid) of the texts ``data[a:b]`` of spans (a, b)
-    (a -1: null), or with spans (a, b, c, d) and c >= 0, ``data[c:d] + '^' + data[a:b]``."""
-    n = spans.shape[0]
-    offsets = np.zeros(n + 1, np.int32)
-    valid = np.zeros(n, np.bool_)
-    total = 0
-    for r in range(n):
-        if spans[r, 0] >= 0:
-            total += spans[r, 1] - spans[r, 0]
-        if spans.shape[1] == 4 and spans[r, 2] >= 0:
-            total += spans[r, 3] - spans[r, 2] + 1
-    out = np.empty(total, np.uint8)
-    k = 0
-    for r in range(n):
-        if spans[r, 0] < 0:
-            offsets[r + 1] = k
-            continue
-        valid[r] = True
-        if spans.shape[1] == 4 and spans[r, 2] >= 0:
-            for i in range(spans[r, 2], spans[r, 3]):
-                out[k] = data[i]
-                k += 1
-            out[k] = 94  # '^'
-            k += 1
-        for i in range(spans[r, 0], spans[r, 1]):
-            out[k] = data[i]
-            k += 1
-        offsets[r + 1] = k
-    return offsets, out, valid
-
-
-def _strings(array, spans):
-    """An Arrow string array of the spans' texts (see _gather)."""
-    offsets, data, valid = _gather(array, np.ascontiguousarray(spans))
-    return pa.StringArray.from_buffers(len(valid), pa.py_buffer(offsets), pa.py_buffer(data),
-                                       None if valid.all() else pa.array(valid).buffers()[1])
-
-
-class LineSpans:
-    """The raw records of a chunk read whole: line r is ``data[starts[r]:stops[r]]``."""
-
-    def __init__(self, data, starts, stops):
-        self.data, self.starts, self.stops = data, starts, stops
-
-    def __len__(self):
-        return len(self.starts)
-
-    def __getitem__(self, r):
-        return bytes(self.data[self.starts[r]:self.stops[r]])
-
-
-def joined(records):
-    """(bytes, starts, stops) of records (bytes) laid end to end, or None when one is not bytes
-    (text, a null: the per-line parser says what is wrong with it)."""
-    try:
-        data = b"".join(records)
-    except TypeError:
-        return None
-    lengths = np.fromiter(map(len, records), np.int64, len(records))
-    stops = np.cumsum(lengths)
-    return data, stops - lengths, stops
-
-
 def read_block(fmt, spec, source, data, starts, stops, positions):
     """The ExampleBlock of the lines ``data[starts[r]:stops[r]]`` (at ``positions``) in format
     ``fmt`` ('vw' or 'libsvm'), or None when the per-line parser must read the chunk."""
@@ -434,23 +370,23 @@ def read_block(fmt, spec, source, data, starts, stops, positions):
     if status != OK:
         return None
     if len(deferred):
-        numbers = _strings(array, deferred[:, 2:]).cast(pa.float64()).to_numpy()
+        numbers = text_of_spans(array, deferred[:, 2:]).cast(pa.float64()).to_numpy()
         feature = deferred[:, 0] == 0
         raw_values[deferred[feature, 1]] = numbers[feature]
         labels[deferred[~feature, 1]] = numbers[~feature]
     if mapped:  # (LabelMap.arrow: None where a value needs the per-line parser; null: served)
-        labels = spec.labels.arrow(_strings(array, label_span))
+        labels = spec.labels.arrow(text_of_spans(array, label_span))
         if labels is None:
             return None
         labels = labels.to_numpy(zero_copy_only=False)
     bias = bias_index(spec.bits) if spec.bias else -1
     indptr, indices, values = _rows(row_ptr, raw_indices, raw_values, bias)
     first = _first_seen(raw_indices)
-    feature_names = FeatureNames.from_arrays(raw_indices[first], _strings(array, names[first]))
+    feature_names = FeatureNames.from_arrays(raw_indices[first], text_of_spans(array, names[first]))
     if bias >= 0:
         feature_names = feature_names.merged({bias: "constant"})
     n = len(labels)
-    ids = (empty_as_null(_strings(array, tag_span)) if (tag_span[:, 0] >= 0).any()
+    ids = (empty_as_null(text_of_spans(array, tag_span)) if (tag_span[:, 0] >= 0).any()
            else pa.nulls(n, pa.string()))
     return ExampleBlock(source, np.asarray(positions, np.int64), ids,
                         pa.array([""] * n, pa.string()), labels, weights, indptr, indices,

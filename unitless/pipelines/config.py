@@ -10,12 +10,11 @@ from typing import Optional
 
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
-from ..learner import ALGORITHMS, LOSS_CODES, bias_index, check_examples, new_state
-from ..parse.formats import OUTPUT_FORMATS
+from ..learner import ALGORITHMS, bias_index, check_examples, new_state
 from ..parse.spec import RecordSpec
 from .inputs import classes, record_spec, resolve_inputs
 from .label_options import joined_labels, label_expiry, time_skew
-from .options import default, defaults, duration
+from .options import check_values, default, defaults, duration
 
 # the options' defaults by kind, from the one table of them (options.py)
 READ_OPTIONS = defaults("read")
@@ -118,34 +117,8 @@ def configure(inputs=None, scoring=False, **options):
     if spec.time and fmt in ("vw", "libsvm"):
         raise ValueError(f"--time-column names a field, and {fmt} records have none: use "
                          "jsonl, csv or parquet (or Kafka record timestamps)")
-    if o["algorithm"] not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {o['algorithm']!r}; choose one of: "
-                         f"{', '.join(sorted(ALGORITHMS))}")
-    if o["loss"] not in LOSS_CODES:
-        raise ValueError(f"unknown loss {o['loss']!r}; choose one of: {', '.join(LOSS_CODES)}")
-    if o["output_format"] not in OUTPUT_FORMATS:
-        raise ValueError(f"unknown output format {o['output_format']!r}; choose one of: "
-                         f"{', '.join(OUTPUT_FORMATS)}")
-    for name, low in (("chunk_size", 1), ("checkpoint_every", 0), ("keep_checkpoints", 1),
-                      ("models_in_memory", 1), ("model_memory_mib", 1), ("shards", 0),
-                      ("max_delay", 0), ("model_groups", 0)):
-        if int(o[name]) < low:
-            raise ValueError(f"--{name.replace('_', '-')} wants {low} or more, got {o[name]}")
-    for name in ("checkpoint_seconds", "log_every"):
-        if not float(o[name]) >= 0:
-            raise ValueError(f"--{name.replace('_', '-')} wants 0 or more, got {o[name]}")
-    spec_alg = ALGORITHMS[o["algorithm"]]
-    hp = {}
-    for name in HYPERPARAMETERS:
-        if o.get(name) is None:
-            continue
-        if name not in spec_alg.hyperparameters and not (name == "quantile_tau"
-                                                          and o["loss"] == "quantile"):
-            raise ValueError(f"--{name.replace('_', '-')} does not apply to {o['algorithm']} "
-                             f"(it takes: {', '.join(spec_alg.hyperparameters) or 'nothing'})")
-        hp[name] = float(o[name])
-    if spec_alg.matrices and spec.bits > 12:
-        raise ValueError(f"{o['algorithm']} keeps d×d matrices: pass --bits 12 or less")
+    check_values(o)
+    hp = hyperparameters(o, spec)
     n_classes = classes(o["classes"])[0]
     if n_classes > 1 and o["positive_label"] is not None:
         raise ValueError(f"--positive-label is for a binary task, not --classes {o['classes']}: "
@@ -183,6 +156,23 @@ def configure(inputs=None, scoring=False, **options):
         time_skew(o["max_time_skew"], None)
     new_state(cfg.algorithm, 2, cfg.loss, cfg.n_classes, **hp)  # the learner's own checks
     return cfg
+
+
+def hyperparameters(o, spec):
+    """{name: value} of the hyperparameters given (those None take the learner's defaults),
+    each checked to apply to the algorithm."""
+    learner, hp = ALGORITHMS[o["algorithm"]], {}
+    for name in HYPERPARAMETERS:
+        if o.get(name) is None:
+            continue
+        if name not in learner.hyperparameters and not (name == "quantile_tau"
+                                                         and o["loss"] == "quantile"):
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to {o['algorithm']} "
+                             f"(it takes: {', '.join(learner.hyperparameters) or 'nothing'})")
+        hp[name] = float(o[name])
+    if learner.matrices and spec.bits > 12:
+        raise ValueError(f"{o['algorithm']} keeps d×d matrices: pass --bits 12 or less")
+    return hp
 
 
 def serving_apart(o):

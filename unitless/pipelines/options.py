@@ -35,6 +35,7 @@ class Option:
     nargs: Optional[str] = None
     required: bool = False
     positional: bool = False
+    at_least: Optional[float] = None  # the smallest value ``configure`` accepts
 
     def add_to(self, parser):
         """This option's argument in an argparse (sub)parser."""
@@ -118,7 +119,7 @@ OPTIONS = (
            choices=OUTPUT_FORMATS),
     Option("dead_letter", "output", BOTH, "directory for malformed records (JSON lines)",
            "out/dead_letter"),
-    Option("chunk_size", "read", BOTH, "examples per micro-batch", 8192, type=int),
+    Option("chunk_size", "read", BOTH, "examples per micro-batch", 8192, type=int, at_least=1),
     Option("classes", "read", BOTH, "K > 1: one-against-all over classes 1..K; or the "
            "comma-separated names of the classes (e.g. setosa,versicolor,virginica): the i-th "
            "name is class i, any other label is refused", "1", metavar="K|NAMES"),
@@ -140,11 +141,11 @@ OPTIONS = (
     Option("model_dir", "learn", TRAIN, "where checkpoints go: a directory or s3:// prefix",
            "out/models"),
     Option("checkpoint_every", "learn", TRAIN, "checkpoint each model every N examples "
-           "(always at end of input)", 0, type=int),
+           "(always at end of input)", 0, type=int, at_least=0),
     Option("checkpoint_seconds", "learn", TRAIN, "also checkpoint when T seconds passed since "
-           "the last one", 0.0, type=float),
+           "the last one", 0.0, type=float, at_least=0),
     Option("keep_checkpoints", "learn", TRAIN, "how many newest checkpoints a model group (or "
-           "shard) keeps; older ones are deleted", 3, type=int),
+           "shard) keeps; older ones are deleted", 3, type=int, at_least=1),
     Option("resume", "learn", TRAIN, "continue each model from its latest checkpoint", False,
            flag=True),
     Option("overwrite", "learn", TRAIN, "start over: remove the models of earlier runs in "
@@ -155,10 +156,10 @@ OPTIONS = (
            "change)", False, flag=True),
     Option("models_in_memory", "learn", TRAIN, "decoded models a worker keeps between blocks, "
            "least recently used dropped first; the others are decoded from Beam state again",
-           10_000, type=int),
+           10_000, type=int, at_least=1),
     Option("model_memory_mib", "learn", TRAIN, "the most learner state (MiB) the decoded "
            "models a worker keeps may hold together (the model in use is always kept)", 1024,
-           type=int),
+           type=int, at_least=1),
     Option("labels", "learn", TRAIN, "files of labels (the id, label and model key columns) "
            "for the inputs' examples, which carry none: each example is served, waits, and is "
            "learned with its label in the labels' order (delayed outcomes)", nargs="+",
@@ -195,18 +196,19 @@ OPTIONS = (
            "step (Beam's state, timers and commits are paid per group, not per model key; each "
            "element stores its group's models together, so with far more model keys than "
            "groups, raise it); 0: each model key its own. Not with --shards, whose models are "
-           "keyed each", 1024, type=int),
+           "keyed each", 1024, type=int, at_least=0),
     Option("shards", "learn", TRAIN, "split each model's features over S shards, each its own "
            "key (so over workers), exchanging each round's partial predictions through "
            "--feedback-topic; needs a streaming runner (default {default}: unsharded)", 0,
-           type=int),
+           type=int, at_least=0),
     Option("max_delay", "learn", TRAIN, "with --shards: gradients of the examples before it a "
            "shard's prediction may miss; {default} (default) gives the unsharded model's "
-           "results (to rounding), larger ones fewer round trips", 0, type=int),
+           "results (to rounding), larger ones fewer round trips", 0, type=int, at_least=0),
     Option("feedback_topic", "learn", TRAIN, "with --shards: kafka://host:port/topic carrying "
            "the shards' parts (default for a Kafka input: <its topic>.unitless-feedback)",
            metavar="KAFKA_URL"),
-    Option("log_every", "learn", TRAIN, "seconds between progress logs", 10.0, type=float),
+    Option("log_every", "learn", TRAIN, "seconds between progress logs", 10.0, type=float,
+           at_least=0),
     Option("max_dead_fraction", "command", TRAIN, "fail the run (exit 2) when more than this "
            "fraction of the records read is refused to the dead letters (default {default}); a run "
            "that learns nothing always fails", 0.5, type=float),
@@ -237,6 +239,22 @@ OPTIONS = (
     Option("top", "command", ("curve",), "draw the N model keys with most examples (default "
            "{default})", 10, type=int),
 )
+
+
+def check_values(options):
+    """Refuse, in one line, a value of ``configure``'s ``options`` (a dict of every option by
+    name) that is not one of its option's choices or is below its ``at_least``: the command's
+    parser checks the first for its flags, the transforms' keywords come here only."""
+    for option in OPTIONS:
+        value = options.get(option.name)
+        if option.kind == "command" or value is None:
+            continue
+        if option.choices is not None and value not in option.choices:
+            raise ValueError(f"unknown {option.name.replace('_', ' ')} {value!r}; choose one "
+                             f"of: {', '.join(option.choices)}")
+        if option.at_least is not None and not (option.type or float)(value) >= option.at_least:
+            raise ValueError(f"{option.flag_name} wants {option.at_least:g} or more, got "
+                             f"{value}")
 
 
 def of(command):

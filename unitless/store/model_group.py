@@ -87,18 +87,11 @@ class ModelGroup:
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         skipped = 0
         if block.source is not None and tracked:
-            source, span = block.source, block.span
-            done = np.array([m.positions.get(source, -1) for m in models], dtype=np.int64)
-            fresh = block.positions > done[codes]
-            last = np.full(len(models), -1, dtype=np.int64)
-            np.maximum.at(last, codes[fresh], block.positions[fresh])
-            for c in np.flatnonzero(last > done):
-                models[c].learns_to(source, int(last[c]), span)
-            skipped = len(block) - int(fresh.sum())
+            keep = _fresh(block, models, codes)
+            skipped = len(block) - len(keep)
             if skipped:
                 if not skipped < len(block):
                     return None, [], skipped, models
-                keep = np.flatnonzero(fresh)
                 block, codes = block.take(keep), codes[keep]
                 served_scores = None if served_scores is None else served_scores[keep]
         rows = np.array([m.state.row for m in models], dtype=np.int64)[codes]
@@ -199,3 +192,17 @@ class ModelGroup:
         # (earlier versions kept the models alone: state a runner's savepoint or an updated
         # job carries over)
         return cls(found) if isinstance(found, dict) else cls(*found)
+
+
+def _fresh(block, models, codes):
+    """The rows of the block's examples after the position each one's model (``models[code]``)
+    learned from the block's source; each model records where it learns to
+    (``KeyedModel.learns_to``)."""
+    source, span = block.source, block.span
+    done = np.array([m.positions.get(source, -1) for m in models], dtype=np.int64)
+    fresh = block.positions > done[codes]
+    last = np.full(len(models), -1, dtype=np.int64)
+    np.maximum.at(last, codes[fresh], block.positions[fresh])
+    for c in np.flatnonzero(last > done):
+        models[c].learns_to(source, int(last[c]), span)
+    return np.flatnonzero(fresh)

@@ -79,15 +79,9 @@ class ReadPartition(beam.DoFn):
                     ManualWatermarkEstimator.default_provider())):
         partition = element[0]
         restriction = tracker.current_restriction()
-        try:
-            consumer = self._reader_for(partition, restriction.start)
-        except ConnectionError as err:
-            if restriction.stop != UNBOUNDED:
-                raise
-            log.warning("Kafka partition %s: %s; trying again in 1 s", partition, err)
-            tracker.defer_remainder(Duration.of(1.0))  # a broker down for now: streams go on
+        consumer = self._open(partition, restriction, tracker)
+        if consumer is None:
             return
-        consumer.seek(restriction.start)
         position = start = restriction.start  # start: of the offsets read, not yet handed on
         if start == element[1]:  # where this run starts reading the partition: see _emit
             start = -1
@@ -109,17 +103,9 @@ class ReadPartition(beam.DoFn):
                        if streaming else self.cfg.poll_ms)
             records = consumer.poll(wait_ms)
             if not records:
-                # streaming, an empty poll after some that were not: what has come is read
-                # (or the bundle's time is up), so its blocks are handed on
-                if streaming and read_any:
-                    yield from self._emit(partition, pending, stamp, start)
-                    tracker.defer_remainder()
-                    return
                 if streaming:
-                    # an idle partition must not hold back the watermark (and with it every
-                    # model's learning, see InOrder): its next block will be stamped later
-                    _advance(watermark, Timestamp.now())
-                    tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
+                    yield from self._pause(partition, pending, stamp, start, read_any, tracker,
+                                           watermark)
                     return
                 continue
             # claimed at once: those before the range's end (a checkpoint may move it)
@@ -148,6 +134,34 @@ class ReadPartition(beam.DoFn):
                 yield from self._emit(partition, pending, stamp, start)
                 tracker.defer_remainder()
                 return
+
+    def _pause(self, partition, pending, stamp, start, read_any, tracker, watermark):
+        """Streaming, after an empty poll: the bundle ends, and the partition is read again
+        at once or, idle, after ``idle_resume_s``."""
+        if read_any:
+            # an empty poll after some that were not: what has come is read (or the bundle's
+            # time is up), so its blocks are handed on
+            yield from self._emit(partition, pending, stamp, start)
+            tracker.defer_remainder()
+            return
+        # an idle partition must not hold back the watermark (and with it every model's
+        # learning, see InOrder): its next block will be stamped later
+        _advance(watermark, Timestamp.now())
+        tracker.defer_remainder(Duration.of(self.cfg.idle_resume_s))
+
+    def _open(self, partition, restriction, tracker):
+        """The partition's reader at the restriction's start; None when the broker cannot be
+        reached while streaming (the rest is deferred a second: streams go on)."""
+        try:
+            consumer = self._reader_for(partition, restriction.start)
+        except ConnectionError as err:
+            if restriction.stop != UNBOUNDED:
+                raise
+            log.warning("Kafka partition %s: %s; trying again in 1 s", partition, err)
+            tracker.defer_remainder(Duration.of(1.0))
+            return None
+        consumer.seek(restriction.start)
+        return consumer
 
     def _emit(self, partition, pending, stamp, start):
         """Hand on the claimed polls ``pending``, read from offset ``start`` on, as one block
