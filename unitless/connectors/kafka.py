@@ -12,6 +12,7 @@ import json
 import logging
 import urllib.parse
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -94,8 +95,8 @@ class KafkaSourceConfig:
     max_bundle_s: float = 0.1
     # where refused messages go (a directory or kafka:// URL; settings as for the topic), and,
     # per source, the position through which a resumed run already wrote them
-    dead_letter: str = None
-    logged_through: dict = None
+    dead_letter: Optional[str] = None
+    logged_through: Optional[dict] = None
 
 
 def bundle_seconds(topics):

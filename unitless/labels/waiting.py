@@ -5,6 +5,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ModelJoin:
     expiring: list = field(default_factory=list)
     closing: list = field(default_factory=list)
     judged: dict = field(default_factory=dict)  # labels source -> the last position it took
-    resumed: Resumed = None
+    resumed: Optional[Resumed] = None
     # features source -> positions of its examples whose label had not come when the input
     # ended (dropped, not learned): still owed one, so a resumed run's labels can join them
     unlabeled: dict = field(default_factory=dict)

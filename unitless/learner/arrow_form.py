@@ -56,7 +56,7 @@ class TableRows(NamedTuple):
     without a table of its own."""
     table: pa.Table
     first: int
-    count: int
+    count: int  # type: ignore[assignment]  # (the field shadows tuple.count)
 
     @classmethod
     def whole(cls, table):

@@ -98,9 +98,9 @@ def hashed_batch(rows: Sequence[Mapping[str, float]], labels: np.ndarray, bits: 
     """
     indptr = [0]
     indices, values = [], []
-    cache = {}
+    cache: dict = {}
     for row in rows:
-        merged = {}
+        merged: dict = {}
         for name, value in row.items():
             i = cache.get(name)
             if i is None:
@@ -114,4 +114,5 @@ def hashed_batch(rows: Sequence[Mapping[str, float]], labels: np.ndarray, bits: 
                 indices.append(i)
                 values.append(v)
         indptr.append(len(indices))
-    return make_batch(indptr, indices, values, labels, weights)
+    return make_batch(np.asarray(indptr), np.asarray(indices), np.asarray(values), labels,
+                      weights)

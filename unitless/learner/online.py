@@ -165,7 +165,7 @@ def learn_or_refuse(state: LearnerState, batch: Batch,
     if refused:
         rows = np.setdiff1d(rows, [r for r, _ in refused])
         batch, served = batch.take(rows), served[rows]
-    parts = []
+    parts: list = []
     _learn_finite(state, batch, served, rows, parts, refused)
     kept = [p for p in parts if p[0].size]
     if not kept:

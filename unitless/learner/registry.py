@@ -6,6 +6,7 @@ on an entry's position (``code``). Adding a learner, one that can be split over 
 included: docs/design.md, "The learner library".
 """
 from dataclasses import dataclass, field
+from typing import Optional
 
 from . import baselines, coin, normalized, scinol
 from .kotlowski import kotlowski1_step, kotlowski2_step
@@ -23,7 +24,7 @@ class Algorithm:
     initial: dict = field(default_factory=dict)  # vector -> hyperparameter name or constant
     invariance: str = "none"  # "diagonal": any per-feature rescaling; "linear": any invertible map
     reference: str = ""
-    scale: str = None  # the vector holding each feature's scale as the learner sees it
+    scale: Optional[str] = None  # the vector holding each feature's scale as the learner sees it
     about: dict = field(default_factory=dict)  # hyperparameter -> what it means for this learner
     # True when the step reads every feature's state, not only the example's (a sum or matrix
     # over all features): its state is kept in feature-index order (``LearnerState.map_features``)

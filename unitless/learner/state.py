@@ -6,7 +6,7 @@ matrix holding that feature's row), and the schema metadata key ``unitless`` hol
 the algorithm, loss, hyperparameters, dimension, scalars, examples seen and cumulative loss.
 """
 from dataclasses import dataclass, field
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -46,9 +46,9 @@ class LearnerState:
     examples_seen: int = 0
     cumulative_loss: float = 0.0
     feature_names: FeatureNames = field(default_factory=FeatureNames)  # where known
-    slot_index: np.ndarray = None  # int64 [capacity]: the feature index of each slot
+    slot_index: Optional[np.ndarray] = None  # int64 [capacity]: the feature index of each slot
     n_slots: int = 0               # slots taken: one per feature some example has carried
-    table: np.ndarray = None       # feature index -> slot (slots.py), with its hash shift
+    table: Optional[np.ndarray] = None       # feature index -> slot (slots.py), with its hash shift
     shift: int = 0
 
     def __post_init__(self):

@@ -4,7 +4,7 @@ records are read from files and Kafka message values, and how the outputs writte
 import base64
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,13 +24,13 @@ class Format:
     extensions: tuple
     # a chunk of (position, record) items -> (ExampleBlock, dead letters); None: a file is read
     # whole by its own reader (Parquet: files.read_file)
-    parse: Callable = None
+    parse: Optional[Callable] = None
     # formats read by the compiled reader (sparse_text.read_block) first: the per-line parser
     # of the chunks it leaves
-    line_by_line: Callable = None
+    line_by_line: Optional[Callable] = None
     value: bool = False  # a Kafka message value may be a record of it
-    write: Callable = None  # an output table -> the bytes of its file
-    read: Callable = None  # an output file's bytes -> its table (None: an empty one)
+    write: Optional[Callable] = None  # an output table -> the bytes of its file
+    read: Optional[Callable] = None  # an output file's bytes -> its table (None: an empty one)
 
 
 def _write_parquet(table):

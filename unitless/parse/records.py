@@ -2,6 +2,7 @@
 import json
 import math
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,8 @@ class ExampleBlock:
     values: np.ndarray
     names: FeatureNames = field(default_factory=FeatureNames)  # index -> name, where known
     raw: object = None      # raw record per example (indexable), kept at the source only
-    event_times: np.ndarray = None  # float seconds since the epoch, where the source has them
+    # float seconds since the epoch, where the source has them
+    event_times: Optional[np.ndarray] = None
     blank_lines: int = 0    # blank lines the reader skipped in this block's chunk of a file
     # a resumed run restarts the source at the earliest position its models' checkpoints
     # record (a Kafka partition), not at its start (a file, read again whole)
@@ -42,10 +44,10 @@ class ExampleBlock:
     # from where this run started reading, a Kafka partition's first block in the run). Kept by
     # ``split_by_key``, ``screen`` and ``concat`` (of blocks whose spans tile), cut by
     # ``parts``; None from any other subset, and where the reader sets none
-    span: tuple = None
+    span: Optional[tuple] = None
     # [n, K]: the scores each example was served with by a serving step apart from learning
     # (NaN rows: not served there), carried to the learning step (``pipelines/serve.py``)
-    served_scores: np.ndarray = None
+    served_scores: Optional[np.ndarray] = None
 
     def __len__(self):
         return len(self.labels)

@@ -2,6 +2,7 @@
 weight and time, how features are hashed) and the one label mapping (``LabelMap``), with the
 errors a record or a configuration can raise."""
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +41,7 @@ class LabelMap:
     or as a number when both are numbers: 2 and 2.0) is +1, any other label -1. ``classes``:
     names of the classes; the i-th name (0-based) is class i + 1, any other label is refused.
     Neither: labels are numbers as written (or true/false, +1/-1)."""
-    positive: str = None
+    positive: Optional[str] = None
     classes: tuple = ()
 
     def __post_init__(self):
@@ -129,12 +130,12 @@ def check_column_names(columns, where, fix="name every column with --columns (an
 class RecordSpec:
     """How to read examples: which fields carry the label, id, model key and weight."""
     label: str = "label"
-    id: str = None
-    model_key: str = None
-    weight: str = None
+    id: Optional[str] = None
+    model_key: Optional[str] = None
+    weight: Optional[str] = None
     # the record's own time (--time-column): a number of ``time_unit``s since the epoch, or
     # ISO 8601 text (UTC without an offset); a Kafka record's timestamp otherwise
-    time: str = None
+    time: Optional[str] = None
     time_unit: float = 1.0  # units a second: 1 (s), 1000 (ms), 1e6 (µs)
     bits: int = 18
     bias: bool = True
@@ -144,7 +145,8 @@ class RecordSpec:
     # label NaN: an example to serve (training) or score, not to learn
     require_label: bool = True
     header_needs_label: bool = True  # a CSV header without the label column is refused
-    columns: list = field(default=None)  # CSV column names: given, or the reader sets them
+    # CSV column names: given, or the reader sets them
+    columns: Optional[list] = field(default=None)
     header: bool = True  # CSV: the first line names the columns (else it is data)
     ignore: tuple = ()  # columns dropped: neither features nor anything else
     labels: LabelMap = NO_MAP  # how label values become labels (--positive-label, --classes)

@@ -108,7 +108,7 @@ def new_step():
 
 
 _lock = threading.Lock()
-_holders = {}  # (step, key) -> the KeyGuard whose bundle holds it, in this process
+_holders: dict = {}  # (step, key) -> the KeyGuard whose bundle holds it, in this process
 
 
 class KeyGuard:

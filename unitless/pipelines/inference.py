@@ -49,7 +49,8 @@ class ModelDirectoryHandler(ModelHandler):
         self.spec, self.models_in_memory = cfg.spec, cfg.models_in_memory
         self.model_dir, self.refresh_seconds = model_directory_of(model_dir), refresh_seconds
         check_model_dir(self.model_dir)  # fails fast, at graph construction
-        self.loaded_dir = None  # the directory of the last model loaded (on a worker)
+        # the directory of the last model loaded (on a worker)
+        self.loaded_dir: Optional[str] = None
 
     def load_model(self) -> ScoringModels:
         """The directory's models, none read yet (each when its key is first scored)."""

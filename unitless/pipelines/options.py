@@ -89,7 +89,7 @@ OPTIONS = (
     Option("input", "command", BOTH, "file paths or globs (one or more, repeatable; gzip ok), "
            "or kafka://host:port/topic", repeat=True, nargs="+", metavar="PATH"),
     Option("format", "read", BOTH, "input format, for files of any extension (default: from "
-           "the extension)", choices=FORMATS),
+           "the extension)", choices=tuple(FORMATS)),
     Option("label_column", "read", BOTH, "the label's column or field (a record without one "
            "is served, not learned)", "label"),
     Option("id_column", "read", BOTH, "a column copied to each prediction row (needed with "

@@ -16,6 +16,7 @@ import threading
 import typing
 import uuid
 from dataclasses import dataclass, field
+from typing import Optional
 
 import apache_beam as beam
 import numpy as np
@@ -66,7 +67,7 @@ class _Shard:
     and writes only what it changes."""
     state: object = None        # LearnerState of the shard's features
     next_round: int = 0         # rounds before it applied
-    rounds: int = None          # the model's number of rounds, once its input has ended
+    rounds: Optional[int] = None          # the model's number of rounds, once its input has ended
     finished: bool = False
     positions: dict = field(default_factory=dict)  # source -> last position applied
     errors: float = 0.0         # shard 0, classification: examples whose class was wrong
@@ -74,11 +75,11 @@ class _Shard:
     delta_bytes: int = 0        # bytes of DELTAS
     base_bytes: int = 0         # bytes of BASE
     flying: int = -1            # the round in flight (its part sent, not yet applied), or -1
-    token: str = None
+    token: Optional[str] = None
     # in memory only (in Beam state as ROUNDS, PARTS and BASE + DELTAS):
-    in_flight: tuple = None     # (Round, Part) of the round in flight
-    waiting: dict = None        # round number -> its ROUNDS entry, not yet predicted
-    parts: dict = None          # (round, shard) -> PartMessage, not yet used
+    in_flight: Optional[tuple] = None     # (Round, Part) of the round in flight
+    waiting: Optional[dict] = None        # round number -> its ROUNDS entry, not yet predicted
+    parts: Optional[dict] = None          # (round, shard) -> PartMessage, not yet used
 
     MEMORY = ("state", "in_flight", "waiting", "parts")
 
@@ -125,7 +126,7 @@ class _SharedShards:
     key is in one bundle at a time (``KeyGuard``), and a kept shard is used only while its
     token is still Beam state's, whichever instance kept it."""
     _lock = threading.Lock()
-    _steps = {}  # step -> [_SharedShards, DoFn instances set up]
+    _steps: dict = {}  # step -> [_SharedShards, DoFn instances set up]
 
     def __init__(self, count, mib):
         self.models, self.lock = DecodedModels(count, mib), threading.Lock()

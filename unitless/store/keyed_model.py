@@ -7,6 +7,7 @@ writes: predictions.py.
 """
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class KeyedModel:
     positions: dict = field(default_factory=dict)  # source -> last position learned (or refused)
     checkpoint_examples: int = -1                  # examples_seen at the last checkpoint
     checkpoint_time: float = field(default_factory=time.time)
-    checkpoint_id: str = None
+    checkpoint_id: Optional[str] = None
     errors: float = 0.0  # classification: examples whose predicted class was wrong (weighted 1)
     unlearned: dict = field(default_factory=dict)  # source -> start position, nothing learned yet
     # source -> the position through which every example of this key there is learned (its
@@ -39,22 +40,24 @@ class KeyedModel:
     # learned on arrival (``continues``): another key's first examples in the same block may
     # not have their start recorded yet, and a restart past them would lose them
     restart: dict = field(default_factory=dict)
-    checkpoint_restart: dict = None  # ``restart`` at the last checkpoint this process took
+    # ``restart`` at the last checkpoint this process took
+    checkpoint_restart: Optional[dict] = None
     # partitions where ``restart`` has moved with the watermark (``passed``): there it covers
     # every example of its own before it (on any runner: a key's blocks all reach one worker),
     # so the reading stage's start records of it there are superseded (``starts``,
     # ``write_starts``); persisted as ``watermark_passed``
     passed_partitions: set = field(default_factory=set)
-    checkpoint_passed: set = None  # ``passed_partitions`` at the last checkpoint taken or read
+    # ``passed_partitions`` at the last checkpoint taken or read
+    checkpoint_passed: Optional[set] = None
     run_start: int = 0  # examples_seen when this run made or resumed the model
     served: int = 0  # examples without a label it predicted (over every run, with --resume)
     checkpoint_served: int = 0  # ``served`` at the last checkpoint
     # when it last learned (µs on the input's clock, the watermark's: a source's block's stamp,
     # or when the watermark released it); None: not since it was made or read back
-    last_seen: int = None
+    last_seen: Optional[int] = None
     # --labels: what its checkpoint kept of its group's join (``LabelJoin.resume_state``), as
     # read back, until the join has it again (``LabelJoin.restore``)
-    saved_join: dict = None
+    saved_join: Optional[dict] = None
     # serving apart from learning: examples_seen and when (epoch s) it was last published
     published_examples: int = -1
     published_time: float = 0.0

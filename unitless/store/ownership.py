@@ -88,7 +88,7 @@ def start_over(model_dir: str, outputs: Sequence[str] = ()) -> None:
 
 # --- one writer at a time ----------------------------------------------------------------------
 
-_held = {}  # canonical model directory -> the lock this process holds (_FileLock or _Lease)
+_held: dict = {}  # canonical model directory -> the lock this process holds (_FileLock or _Lease)
 _held_lock = threading.Lock()
 
 

@@ -72,10 +72,10 @@ class ReadExamples(beam.PTransform):
         super().__init__()
         if not inputs:
             raise ValueError("ReadExamples needs inputs: file paths or globs, or a kafka:// URL")
-        learner = getattr(learner, "cfg", learner)
+        taught: Any = getattr(learner, "cfg", learner)  # (its TrainConfig)
         self._setup(configure(inputs, **options), streaming,
-                    learner_check(learner) if learner is not None else None,
-                    learner.model_dir if learner is not None and learner.resume else None)
+                    learner_check(taught) if taught is not None else None,
+                    taught.model_dir if taught is not None and taught.resume else None)
 
     def _setup(self, cfg, streaming, check, resume_dir):
         self.cfg, self.streaming, self.check, self.resume_dir = cfg, streaming, check, resume_dir
