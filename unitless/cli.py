@@ -111,8 +111,8 @@ COLLECTOR_THRESHOLDS = (50_000, 20, 10)
 
 
 def _tune_collector():
-    """Keep the objects made so far (the imports': Beam's, numpy's, pyarrow's, numba's, some
-    146,000 functions, classes and dicts that live as long as the process) out of the garbage
+    """Keep the objects made so far (the imports': Beam's, numpy's, pyarrow's, numba's, many
+    functions, classes and dicts that live as long as the process) out of the garbage
     collector's walks, and collect the youngest objects less often (COLLECTOR_THRESHOLDS). A
     full collection walks every object alive, many with many models, and comes once enough
     objects have outlived two young collections: with Python's thresholds, what lives a

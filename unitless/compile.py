@@ -2,7 +2,7 @@
 
 numba compiles a function on its first call and keeps the machine code in its on-disk cache
 (``__pycache__`` beside the source, or ``NUMBA_CACHE_DIR``), so only the first run on a machine
-pays (30-60 s, most of it the one learning loop that every learner shares). The project's setup
+pays (most of it for the one learning loop that every learner shares). The project's setup
 (``scripts/bootstrap.sh``) and the worker images run this; the cache is tied to the CPU it was
 built on, so an image compiles when it is built on the kind of machine that runs it, or when its
 container starts. A run that compiled anyway in the command's own process (the in-process

@@ -87,7 +87,7 @@ def _python_value(name, value):
 @dataclass
 class Records:
     """A poll's messages of one partition in offset order, as columns (a Python object per
-    message cost a sixth of a streaming pipeline's time at 25,000 messages/s)."""
+    message was a large share of a fast stream's time)."""
     offsets: list
     keys: list
     values: list
@@ -244,7 +244,7 @@ class _ConfluentReader:
     def poll_any(self, timeout_ms):
         """The messages fetched already (up to max_records), or else the first to come within
         ``timeout_ms`` and those fetched with it: ``consume`` waits for max_records or its whole
-        timeout, however many have come (a feedback part waited 20 ms in a round of 46)."""
+        timeout, however many have come (a feedback part then waits out the timeout)."""
         got = self.consumer.consume(self.max_records, 0)
         if not got and timeout_ms > 0:
             first = self.consumer.poll(timeout_ms / 1000.0)

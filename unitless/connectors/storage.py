@@ -35,7 +35,7 @@ def scheme(path):
     return found.group(1).lower() if found else None
 
 
-_file_systems: dict = {}  # (scheme, options) -> Beam FileSystem: each makes a client (boto3: 0.2 s)
+_file_systems: dict = {}  # (scheme, options) -> Beam FileSystem: each makes a (slow) client
 
 
 def _fs(path):

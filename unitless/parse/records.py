@@ -148,7 +148,7 @@ class ExampleBlock:
         position order.
 
         One gather of all examples into the keys' order, of which each key's block is a slice
-        (split one block at a time, 10,000 keys cut 1M examples into 1M pieces), written
+        (split one block at a time, many keys cut the examples into as many pieces), written
         block by block into place: ``blocks`` is emptied as they are, so that a block's memory
         can go as soon as it is copied, rather than all of them being held beside a
         concatenated copy and then a sorted one."""

@@ -23,15 +23,14 @@ def weigh_state_without_scanning_modules():
 
     The Python SDK weighs each value it caches (every state read that misses, every write)
     with objsize, which first collects the ids of all globals of all loaded modules so as not
-    to count them: about 1.1 ms a call here (some 1,800 modules), 11 calls per model key for a
-    key's first block, so 45% of a run over 1,000 keys (profiled). The values this DoFn keeps
-    are bytes, ints and lists of them, which reach no module globals, so the scan changes
-    nothing for them; for other state in the same worker, a value reaching a module's globals
-    is now counted heavier, which makes the cache evict sooner, never hold more. Lists of bytes
-    and ints, which is what the cache is handed here, are weighed directly (each item's size,
-    a repeated item counted again), without objsize's walk: 4.6 s of a 10,000-key run's 77
-    (profiled). Applied once per worker process; without the function it replaces (another
-    Beam), nothing changes.
+    to count them, on every call: several calls per model key for a key's first block, so a
+    large share of a run over many keys (profiled). The values this DoFn keeps are bytes, ints
+    and lists of them, which reach no module globals, so the scan changes nothing for them;
+    for other state in the same worker, a value reaching a module's globals is now counted
+    heavier, which makes the cache evict sooner, never hold more. Lists of bytes and ints,
+    which is what the cache is handed here, are weighed directly (each item's size, a repeated
+    item counted again), without objsize's walk. Applied once per worker process; without the
+    function it replaces (another Beam), nothing changes.
     """
     from apache_beam.runners.worker import statecache
     original = getattr(statecache, "get_deep_size", None)

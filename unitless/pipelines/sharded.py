@@ -122,7 +122,7 @@ class _SharedShards:
     all its DoFn instances: the SDK runs concurrent bundles on instances of their own, and a
     runner may give a key's next bundle to another (Prism does, once a round's parts come in
     bundles of their own): a cache per instance then decoded the shard again from Beam state,
-    its whole learner state and every delta since (0.2-1.8 s a round, 12 MiB a shard). Each
+    its whole learner state and every delta since, every round. Each
     key is in one bundle at a time (``KeyGuard``), and a kept shard is used only while its
     token is still Beam state's, whichever instance kept it."""
     _lock = threading.Lock()

@@ -234,8 +234,8 @@ def read_once(limit=256 << 20):
     learner state its check decoded until one reader takes that; so is the list of a model
     directory's keys (``checkpoint_metadata``) and of a key's checkpoint files. A run's start
     reads every model key's latest checkpoint for several things: to check the models'
-    settings, where to restart its sources, and which start records it needs (10,000 keys:
-    some 6 s a pass). Nothing may write checkpoints meanwhile (nothing does before a run
+    settings, where to restart its sources, and which start records it needs (a pass over
+    many keys is seconds). Nothing may write checkpoints meanwhile (nothing does before a run
     starts). Nested, the outer one holds."""
     if _once.get() is not None:
         yield
