@@ -116,10 +116,11 @@ def test_an_edited_step_module_is_recompiled_not_taken_from_the_stale_cache(tmp_
     assert probe() == 1.0  # from the cache
     baselines = package / "learner" / "baselines.py"
     source = baselines.read_text()
-    edited = source.replace("return y_hat, weight * ell", "return y_hat, 3.0 * weight * ell", 1)
+    found = "return _dot(V[0, k], idx, val)"  # (sgd_predict's, the first)
+    edited = source.replace(found, "return 3.0 + " + found[len("return "):], 1)
     assert edited != source
     baselines.write_text(edited)
-    assert probe() == 3.0  # the edited sgd_step, not the cached loop holding the old one
+    assert probe() == 4.0  # ŷ = 3 from the edited sgd_predict, not the cached loop's old one
 
 
 @pytest.mark.parametrize("name,value,message", [

@@ -5,11 +5,7 @@ in the example (the usual sparse/lazy form); on dense data without zeros this is
 """
 import math
 
-import numpy as np
-
 from numba import njit
-
-from .losses import NO_MEMO, loss_and_derivative
 
 
 @njit(cache=True, inline="always")
@@ -36,15 +32,6 @@ def sgd_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def sgd_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """SGD with η_t = η/√t."""
-    y_hat = sgd_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    sgd_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
-
-
-@njit(cache=True)
 def adagrad_predict(V, M, S, k, idx, val, hp, memo):
     """AdaGrad (Duchi et al. 2011), diagonal. V = (w, G); hp = (η,)."""
     return _dot(V[0, k], idx, val)
@@ -61,15 +48,6 @@ def adagrad_update(V, M, S, k, idx, val, g, weight, hp, memo):
             G[i] += gx * gx
             if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
                 w[i] -= hp[0] * gx / math.sqrt(G[i])
-
-
-@njit(cache=True)
-def adagrad_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """AdaGrad (Duchi et al. 2011), diagonal."""
-    y_hat = adagrad_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    adagrad_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
 
 
 @njit(cache=True)
@@ -92,15 +70,6 @@ def adam_update(V, M, S, k, idx, val, g, weight, hp, memo):
         m[i] = beta1 * m[i] + (1.0 - beta1) * gx
         v[i] = beta2 * v[i] + (1.0 - beta2) * gx * gx
         w[i] -= eta * (m[i] / c1) / (math.sqrt(v[i] / c2) + eps)
-
-
-@njit(cache=True)
-def adam_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """Adam (Kingma & Ba 2015)."""
-    y_hat = adam_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    adam_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
 
 
 @njit(cache=True)
@@ -129,13 +98,3 @@ def cocob_update(V, M, S, k, idx, val, g, weight, hp, memo):
         theta[i] += gx
         # w_{t+1,i} = −θ_i/(L_i max(G_i + L_i, α L_i)) (L_i + Reward_i)
         w[i] = -theta[i] / (L[i] * max(G[i] + L[i], alpha * L[i])) * (L[i] + reward[i])
-
-
-@njit(cache=True)
-def cocob_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """COCOB-Backprop (Orabona & Tommasi 2017, Alg. 2)."""
-    memo = np.empty(idx.shape[0])
-    y_hat = cocob_predict(V, M, S, k, idx, val, hp, memo)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    cocob_update(V, M, S, k, idx, val, g, weight, hp, memo)
-    return y_hat, weight * ell

@@ -11,14 +11,8 @@ from numba import literal_unroll, njit
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaExperimentalFeatureWarning
 
-from .losses import loss_and_derivative
+from .losses import NO_MEMO, loss_and_derivative
 from .registry import ALGORITHMS
-
-# A learner's kernel code is its position in the registry (``Algorithm.code``), and ``step``
-# dispatches to the step function at that position. (Branching on a code rather than taking the
-# step function as an argument lets numba cache the compiled loop on disk, so a new process
-# starts without compiling.)
-STEPS = tuple(a.step for a in ALGORITHMS.values())
 
 
 @njit(cache=True)
@@ -31,8 +25,30 @@ def _cannot_update(V, M, S, k, idx, val, g, weight, hp, memo):
     pass
 
 
+def in_halves(predict_half, update_half, with_memo):
+    """The step of a learner written in two halves (normalized.py says how): its predict, the
+    loss and its update given g = ∂ℓ/∂ŷ; ``with_memo``, with room for what the update needs of
+    the prediction (else none: numba compiles only the branch taken)."""
+    @njit(cache=True)
+    def halves_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+        if with_memo:
+            memo = np.empty(idx.shape[0])
+        else:
+            memo = NO_MEMO
+        y_hat = predict_half(V, M, S, k, idx, val, hp, memo)
+        ell, g = loss_and_derivative(loss, y, y_hat, tau)
+        update_half(V, M, S, k, idx, val, g, weight, hp, memo)
+        return y_hat, weight * ell
+    return halves_step
+
+
 PREDICTS = tuple(a.predict or _cannot_predict for a in ALGORITHMS.values())
 UPDATES = tuple(a.update or _cannot_update for a in ALGORITHMS.values())
+# A learner's kernel code is its position in the registry (``Algorithm.code``), and ``step``
+# dispatches to the step function at that position. (Branching on a code rather than taking the
+# step function as an argument lets numba cache the compiled loop on disk, so a new process
+# starts without compiling.)
+STEPS = tuple(a.step or in_halves(a.predict, a.update, a.memo) for a in ALGORITHMS.values())
 
 # Unrolling over a tuple of step functions types them as first-class functions, which numba
 # flags as experimental when it compiles ``step``; the loop only calls them, which is supported.
@@ -44,7 +60,8 @@ warnings.filterwarnings("ignore", message="First-class function type feature is 
 
 @njit(cache=True)
 def step(code, V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """STEPS[code](...): one learner's predict-then-update on one example."""
+    """STEPS[code](...): one learner's predict-then-update on one example (its own step, or
+    its two halves around the loss, ``in_halves``). Returns (ŷ, the weighted loss)."""
     y_hat, ell = 0.0, 0.0
     i = 0
     for f in literal_unroll(STEPS):

@@ -5,21 +5,19 @@ V (vectors, [name, class, feature]), S (scalars, [class, name]), the class index
 example's non-zero features (idx, val), its label y, importance weight, loss code and
 hyperparameters hp; it predicts ŷ, suffers the loss, updates the state and returns (ŷ, ℓ).
 
-A learner that can be split over feature shards (``learner/sharded.py``) writes its step as
-``xxx_predict`` (what happens before the loss: ŷ from this example's features) and
+A learner that can be split over feature shards (``learner/sharded.py``) is written as two
+halves, ``xxx_predict`` (what happens before the loss: ŷ from this example's features) and
 ``xxx_update`` (what happens after it, given g = ∂ℓ/∂ŷ unweighted and the importance weight),
-and its step as the two around the loss; the update reads the scalars S but never writes them.
-Where the update needs a value the prediction used that a later prediction may overwrite (a
-bet w_{t,i}), the predict half writes it to ``memo[j]`` (one slot per feature of the example)
-and the update reads it from there: with a delay, other examples' halves run in between. A
-step that runs the halves back to back has no such gap and passes ``memo`` only where the
-update reads it (else ``NO_MEMO``).
+and its step is the two around the loss, one function for all of them (``kernel.step``); the
+update reads the scalars S but never writes them. Where the update needs a value the
+prediction used that a later prediction may overwrite (a bet w_{t,i}), the predict half writes
+it to ``memo[j]`` (one slot per feature of the example) and the update reads it from there:
+with a delay, other examples' halves run in between. Such a learner says so in its registry
+entry (``memo``), and its step gives both halves one memo; the others get ``NO_MEMO``.
 """
 import math
 
 from numba import njit
-
-from .losses import NO_MEMO, loss_and_derivative
 
 
 @njit(cache=True)
@@ -52,15 +50,6 @@ def ng_update(V, M, S, k, idx, val, g, weight, hp, memo):
     for j in range(idx.shape[0]):  # 3. w_i ← w_i − η (t/N) (1/s_i²) g x_i
         i, x = idx[j], val[j]
         w[i] -= eta * (t / N) * g * x / (s[i] * s[i])
-
-
-@njit(cache=True)
-def ng_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """NG, Ross et al. Alg. 1."""
-    y_hat = ng_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    ng_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
 
 
 @njit(cache=True)
@@ -98,15 +87,6 @@ def nag_update(V, M, S, k, idx, val, g, weight, hp, memo):
             G[i] += gx * gx
             if G[i] > 0.0:  # (g x_i)² can underflow to 0 when the loss saturates
                 w[i] -= rate * gx / (s[i] * math.sqrt(G[i]))
-
-
-@njit(cache=True)
-def nag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """NAG, Ross et al. Alg. 2."""
-    y_hat = nag_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    nag_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
 
 
 @njit(cache=True)
@@ -150,12 +130,3 @@ def snag_update(V, M, S, k, idx, val, g, weight, hp, memo):
             G[i] += gx * gx
             if G[i] > 0.0:
                 w[i] -= rate * gx / (math.sqrt(s[i] / (t - t0[i] + 1.0)) * math.sqrt(G[i]))
-
-
-@njit(cache=True)
-def snag_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """sNAG, Ross et al. Sec. 3."""
-    y_hat = snag_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    snag_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell

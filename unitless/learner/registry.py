@@ -16,7 +16,6 @@ from .mirror_descent import omd_diagonal_step, omd_pnorm_step
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    step: object
     vectors: tuple
     hyperparameters: dict  # name -> default (None: taken from the loss, see new_state)
     scalars: tuple = ()
@@ -34,6 +33,12 @@ class Algorithm:
     predict: object = None
     update: object = None
     summed: tuple = ()
+    # True when its predict leaves what its update needs in a memo (one value per feature of
+    # the example): a step around its halves gives them one
+    memo: bool = False
+    # the whole predict-then-update on one example, for a learner that cannot be split; one
+    # that can is run as its predict, the loss and its update (``kernel.step``)
+    step: object = None
 
     @property
     def shardable(self):
@@ -67,57 +72,62 @@ RANGES = {"learning_rate": (0.0, None), "lipschitz": (0.0, None), "alpha": (0.0,
 _KOTLOWSKI_ALPHA = {"alpha": "α, the scale of the potential's exponent (α > 1 in the analysis)"}
 _SCINOL_EPSILON = {"epsilon": "ε, the initial wealth: how far the first weights may move"}
 ALGORITHMS = {a.name: a for a in [
-    Algorithm("ng", normalized.ng_step, ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
+    Algorithm("ng", ("w", "s"), _LR, scalars=("t", "N"), invariance="diagonal",
               scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 1",
               predict=normalized.ng_predict, update=normalized.ng_update, summed=("N",)),
-    Algorithm("nag", normalized.nag_step, ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
+    Algorithm("nag", ("w", "s", "G"), _LR, scalars=("t", "N"), invariance="diagonal",
               scale="s", reference="Ross, Mineiro, Langford 2013, Alg. 2",
               predict=normalized.nag_predict, update=normalized.nag_update, summed=("N",)),
-    Algorithm("snag", normalized.snag_step, ("w", "s", "G", "t0"), _LR, scalars=("t", "N"), invariance="diagonal",
+    Algorithm("snag", ("w", "s", "G", "t0"), _LR, scalars=("t", "N"), invariance="diagonal",
               reference="Ross, Mineiro, Langford 2013, Sec. 3",
               predict=normalized.snag_predict, update=normalized.snag_update, summed=("N",)),
-    Algorithm("omd_diagonal", omd_diagonal_step, ("w", "theta", "b", "Q"),
+    Algorithm("omd_diagonal", ("w", "theta", "b", "Q"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("d",), invariance="diagonal",
-              scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)"),
-    Algorithm("omd_pnorm", omd_pnorm_step, ("w", "theta", "b"),
+              scale="b", reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (13)",
+              step=omd_diagonal_step),
+    Algorithm("omd_pnorm", ("w", "theta", "b"),
               {"learning_rate": 1.0, "lipschitz": None}, scalars=("m", "B"), invariance="diagonal",
               scale="b", scans_all=True,
-              reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)"),
-    Algorithm("kotlowski1", kotlowski1_step, ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"), about=_KOTLOWSKI_ALPHA,
-              invariance="diagonal", reference="Kotłowski 2017, Alg. 1"),
-    Algorithm("kotlowski2", kotlowski2_step, ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",), about=_KOTLOWSKI_ALPHA,
+              reference="Orabona, Crammer, Cesa-Bianchi 2015, Sec. 5, regulariser (12)",
+              step=omd_pnorm_step),
+    Algorithm("kotlowski1", ("w", "s2", "h"), {"alpha": 1.5}, scalars=("t", "d"), about=_KOTLOWSKI_ALPHA,
+              invariance="diagonal", reference="Kotłowski 2017, Alg. 1",
+              step=kotlowski1_step),
+    Algorithm("kotlowski2", ("w", "h", "D"), {"alpha": 1.5}, scalars=("nu",), about=_KOTLOWSKI_ALPHA,
               matrices=("S_pinv", "P", "S"), invariance="linear", scale="D",
-              scans_all=True, reference="Kotłowski 2017, Alg. 2"),
-    Algorithm("scinol1", scinol.scinol1_step, ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
+              scans_all=True, reference="Kotłowski 2017, Alg. 2",
+              step=kotlowski2_step),
+    Algorithm("scinol1", ("w", "S2", "G", "M", "beta"), {"epsilon": 1.0},
               scalars=("t",), about=_SCINOL_EPSILON, initial={"beta": "epsilon"},
               invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL1",
               predict=scinol.scinol1_predict, update=scinol.scinol1_update),
-    Algorithm("scinol2", scinol.scinol2_step, ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
+    Algorithm("scinol2", ("w", "S2", "G", "M", "eta"), {"epsilon": 1.0},
               about=_SCINOL_EPSILON,
               initial={"eta": "epsilon"}, invariance="diagonal",
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL2",
-              predict=scinol.scinol2_predict, update=scinol.scinol2_update),
-    Algorithm("coin", coin.coin_step, ("w", "theta", "G", "M", "wealth", "L"),
+              predict=scinol.scinol2_predict, update=scinol.scinol2_update, memo=True),
+    Algorithm("coin", ("w", "theta", "G", "M", "wealth", "L"),
               {"epsilon": 4.0, "lipschitz": 1.0}, scalars=("N", "T"), invariance="diagonal",
               scale="M", about={**_SCINOL_EPSILON,  # VW's --ftrl_alpha
                                 "lipschitz": "β, the least |∂ℓ/∂ŷ| bound assumed (VW's --ftrl_beta)"},
-              reference="Orabona, Pál 2016 (KT bettor); Vowpal Wabbit --coin (ftrl.cc coin_betting)"),
-    Algorithm("sgd", baselines.sgd_step, ("w",), {"learning_rate": 0.1}, scalars=("t",),
+              reference="Orabona, Pál 2016 (KT bettor); Vowpal Wabbit --coin (ftrl.cc coin_betting)",
+              step=coin.coin_step),
+    Algorithm("sgd", ("w",), {"learning_rate": 0.1}, scalars=("t",),
               reference="SGD with η/√t",
               predict=baselines.sgd_predict, update=baselines.sgd_update),
-    Algorithm("adagrad", baselines.adagrad_step, ("w", "G"), {"learning_rate": 0.1},
+    Algorithm("adagrad", ("w", "G"), {"learning_rate": 0.1},
               reference="Duchi, Hazan, Singer 2011",
               predict=baselines.adagrad_predict, update=baselines.adagrad_update),
-    Algorithm("adam", baselines.adam_step, ("w", "m", "v"),
+    Algorithm("adam", ("w", "m", "v"),
               {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
               scalars=("t",), reference="Kingma, Ba 2015",
               about={"epsilon": "ε added to √v̂, a numerical guard (not ScInOL's ε)"},
               predict=baselines.adam_predict, update=baselines.adam_update),
-    Algorithm("cocob", baselines.cocob_step, ("w", "L", "G", "reward", "theta"), {"alpha": 100.0},
+    Algorithm("cocob", ("w", "L", "G", "reward", "theta"), {"alpha": 100.0},
               about={"alpha": "α, the cap on the betting fraction in early rounds"},
               initial={"L": 1e-8}, reference="Orabona, Tommasi 2017, COCOB-Backprop",
-              predict=baselines.cocob_predict, update=baselines.cocob_update),
+              predict=baselines.cocob_predict, update=baselines.cocob_update, memo=True),
 ]}
 
 # The dense d×d state of Kotłowski Alg. 2 must stay small.

@@ -5,11 +5,7 @@ not touched (and is not passed in: examples carry only non-zero features).
 """
 import math
 
-import numpy as np
-
 from numba import njit
-
-from .losses import NO_MEMO, loss_and_derivative
 
 MAX_EXPONENT = 700.0
 
@@ -49,15 +45,6 @@ def scinol1_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def scinol1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """ScInOL1(ε)."""
-    y_hat = scinol1_predict(V, M, S, k, idx, val, hp, NO_MEMO)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    scinol1_update(V, M, S, k, idx, val, g, weight, hp, NO_MEMO)
-    return y_hat, weight * ell
-
-
-@njit(cache=True)
 def scinol2_predict(V, M, S, k, idx, val, hp, memo):
     """ScInOL2(ε), steps 1-2. V = (w, S², G, M, η); hp = (ε,) (ε is η's initial value);
     memo: the bets w_{t,i}."""
@@ -86,13 +73,3 @@ def scinol2_update(V, M, S, k, idx, val, g, weight, hp, memo):
         G[i] -= gx
         S2[i] += gx * gx
         eta[i] -= gx * memo[j]
-
-
-@njit(cache=True)
-def scinol2_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
-    """ScInOL2(ε)."""
-    memo = np.empty(idx.shape[0])
-    y_hat = scinol2_predict(V, M, S, k, idx, val, hp, memo)
-    ell, g = loss_and_derivative(loss, y, y_hat, tau)
-    scinol2_update(V, M, S, k, idx, val, g, weight, hp, memo)
-    return y_hat, weight * ell
