@@ -6,7 +6,7 @@ without labels, and a labels file (id, key, label) of 95% of them in a random or
 every example is served and waits before the first label is joined (the features file's name
 sorts first: the join holds all of them at once, its worst case). A: ``unitless train --input
 features.csv --labels labels.csv``; B: ``unitless train`` over the same labeled examples joined,
-in label order, with their labels (what A's models equal, bit for bit: tests/test_delayed_outcomes.py).
+in label order, with their labels (what A's models equal, bit for bit: tests/pipeline/test_delayed_outcomes.py).
 Each as a process of its own on the FnApiRunner, alternated ``--pairs`` times: wall time, CPU,
 peak RSS, and A/B. First, the join alone (``labels/join.py``, no Beam, in this process): as many
 examples served and waiting in blocks of 1,000, then their labels joined in another order,

@@ -1,5 +1,5 @@
 """docs/benchmarks.md: every result in benchmarks/results/, its title and the command that
-wrote it, read from the result itself (`tests/test_docs.py` checks the page is current).
+wrote it, read from the result itself (`tests/project/test_docs.py` checks the page is current).
 
     .venv/bin/python benchmarks/index.py > docs/benchmarks.md
 """

@@ -29,7 +29,7 @@ def _tiers(item):
     path, name = item.path.as_posix(), item.name.lower()
     params = getattr(getattr(item, "callspec", None), "params", {}).values()
     found = {"flink"} if "/tests/flink/" in path else set()
-    if "/tests/integration/" in path or "broker" in item.fixturenames:
+    if "/tests/kafka/" in path or "broker" in item.fixturenames:
         found.add("kafka")
     if any(isinstance(v, str) and v == "prism" for v in params) or "prism" in name:
         found.add("prism")

@@ -11,7 +11,7 @@ from .cli import parser
 HEADER = """# Options reference
 
 Generated from the `unitless` command's parser (`python -m unitless.options_reference >
-docs/options.md`; `tests/test_docs.py` checks it against `unitless <command> --help`). An
+docs/options.md`; `tests/project/test_docs.py` checks it against `unitless <command> --help`). An
 option neither unitless nor Apache Beam declares is refused in one line, except on a job
 server's runner ({job_servers}), which checks it against the options the job server
 declares when the job is submitted (Flink's own, such as `--max_bundle_size` and

@@ -1,4 +1,4 @@
-"""What the tests of sharded runs share (tests/integration/test_sharded_pipeline.py on Prism,
+"""What the tests of sharded runs share (tests/kafka/test_sharded_pipeline.py on Prism,
 tests/flink/test_flink_sharded.py on Flink): their examples, a fresh feedback topic, each
 shard's newest state, and the one-process reference protocol a run must equal."""
 import uuid

@@ -9,7 +9,7 @@ moves the model's clocks at each record and, where a clock passes a deadline, ex
 examples, judges queued labels and forgets closed ids; here each block first checks that no
 record would do any of that but forget ids (done once at the end, with the same result), and
 otherwise leaves the block to that path. Either way the join's state and output are the same,
-so the models learned do not depend on which path took a block (tests/test_labels_bulk.py).
+so the models learned do not depend on which path took a block (tests/unit/test_labels_bulk.py).
 """
 import heapq
 import math

@@ -3,7 +3,7 @@
 Each check is a plain function ``check_xxx(algorithm)`` that raises AssertionError with a message
 saying what broke; ``checks_for`` picks those that apply to a learner from its registry entry
 (its ``invariance`` above all), so a learner added to ``ALGORITHMS`` is checked with no test
-edited (``tests/test_learner_checks.py`` runs every learner against ``checks_for``). To check a
+edited (``tests/unit/test_learner_checks.py`` runs every learner against ``checks_for``). To check a
 learner by hand:
 
     >>> from unitless.learner.checks import yield_checks

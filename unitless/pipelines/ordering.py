@@ -16,6 +16,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ..parse.records import ExampleBlock
 from .bundles import KeyGuard, new_step
+from .order_handler import OrderHandler
 
 
 def weigh_state_without_scanning_modules():
@@ -149,30 +150,8 @@ class InOrder(beam.DoFn):
     Each source's blocks are handed on in input order however the runner delivers them (why:
     docs/design.md, "Order").
 
-    The handler: ``learns_on_arrival`` (whether a block that continues the key's state may skip
-    the wait), ``state(key, stored)`` and ``store(key, state, stored)`` (the key's state from
-    and to Beam state, ``stored`` a ``Stored``), ``continues(state, block)`` (if it learns on
-    arrival: the block holds the state's next examples),
-    ``enter_source(key, block, stored)`` (what to do with a Kafka partition's block as
-    it arrives, before it waits), ``learn(state, block, at=None)`` (a block
-    handed on at ``at``, µs on the watermark's clock, None at the end of the input; yields
-    outputs),
-    ``learn_released(state, blocks, at=None)`` if it has it (the blocks the watermark released,
-    an iterator, instead of ``learn`` for each),
-    ``watermark_passed(state, past, at)`` (see ``LearnBlocks``), ``released(key, state)`` and
-    ``input_ended(key, state, stored)`` (yield outputs); and, if it has them, ``setup``,
-    ``teardown``, ``start_bundle`` and ``finish_bundle``, called with this step's, and
-    ``idle_seconds`` and ``idle(key, state)``: once the watermark is ``idle_seconds`` (None:
-    never) past the key's last block of a source (learned on arrival or released), ``idle`` is
-    called (it returns whether it changed the state, which is then stored, and in how many
-    seconds of the watermark to call it again if no block comes, None: not). (An event-time
-    timer, not a processing-time one, which Beam's DirectRunner hands to its legacy runner: a
-    Kafka partition with nothing new moves the watermark to the reader's clock, so this fires
-    once the stream has been quiet that long.) And ``ttl_seconds`` and ``expire(key, state,
-    now, held)``: a timer of the same kind, set at a source's block's stamp plus
-    ``ttl_seconds`` when none is set, calls ``expire`` once the watermark passes it (``now``:
-    its time; ``held``: the model keys of the blocks still waiting), which yields outputs and
-    returns when the timer is due again (µs; None: not before a source's next block). This
+    The handler is an ``order_handler.OrderHandler`` (what it must have, and what it may:
+    an idle timer, an expiry timer, the released blocks at once, Beam's bundle calls). This
     step holds the keys of its bundle (``KeyGuard``): a second bundle of a key at once is
     refused.
     """
@@ -189,7 +168,7 @@ class InOrder(beam.DoFn):
     # the handler's log beside its state (``Stored.log``: --labels' waiting examples)
     LOG = BagStateSpec("log", BytesCoder())
 
-    def __init__(self, handler):
+    def __init__(self, handler: OrderHandler):
         self.handler = handler
         ttl = getattr(handler, "ttl_seconds", None)
         self.ttl = int(ttl * 1e6) if ttl else 0  # µs

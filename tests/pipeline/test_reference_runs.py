@@ -5,7 +5,7 @@ Each run's discrete outputs (ids, keys, labels, positions, counts, which rows we
 pinned exactly by a digest, and its numbers by sums over every prediction and every model
 weight, to 1e-9 of their size: a compiled loop may round differently on another processor, a
 changed update moves them by far more. After a change meant to alter them, write the new
-figures with ``python -m tests.test_reference_runs`` (from the repository's root).
+figures with ``python -m tests.pipeline.test_reference_runs`` (from the repository's root).
 """
 import gzip
 import hashlib
@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.commands import train
 
-BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "unitless" / "data" / "artificial.csv.gz"
+BUNDLED = pathlib.Path(__file__).resolve().parents[2] / "unitless" / "data" / "artificial.csv.gz"
 PREDICTION_FLOATS = ("prediction", "probability", "loss", "served_loss")
 PREDICTION_EXACT = ("id", "model_key", "label", "error", "examples_seen", "position", "served",
                     "event_time")
@@ -149,7 +149,8 @@ REFERENCE = {
 
 @pytest.mark.parametrize("name", sorted(REFERENCE) or ["(none written)"])
 def test_reference_runs_predict_and_checkpoint_what_they_did(tmp_path, name):
-    assert REFERENCE, "no reference figures: write them with python -m tests.test_reference_runs"
+    assert REFERENCE, ("no reference figures: write them with "
+                       "python -m tests.pipeline.test_reference_runs")
     train(tmp_path / "out", *_runs(tmp_path)[name])
     found, expected = figures(tmp_path / "out"), REFERENCE[name]
     assert found["exact"] == expected["exact"], f"{name}: ids, keys, labels or counts changed"

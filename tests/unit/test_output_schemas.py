@@ -18,7 +18,7 @@ from unitless.connectors.kafka import prediction_messages
 from unitless.schemas import (DEAD_LETTER_ID, OUTPUTS, PREDICTION_ID, SCORE_ID, json_schema,
                               schema_id)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_each_shipped_schema_has_exactly_its_outputs_columns():

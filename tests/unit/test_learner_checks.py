@@ -77,7 +77,8 @@ def test_a_failing_check_says_what_broke():
         checks.check_not_scale_invariant("nag")
 
 
-LEARNER_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "unitless", "learner")
+LEARNER_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "unitless",
+                           "learner")
 PROBE = textwrap.dedent("""
     import numpy as np
     from unitless.learner import dense_batch, learn, new_state

@@ -186,7 +186,7 @@ def test_file_read_compiled_matches_per_line(tmp_path, fmt):
 
 def test_kafka_messages_take_the_compiled_path():
     """A poll's VW messages (values without line ends, as producers send them) are read by the
-    compiled reader; the broker test (integration/test_kafka_hostile.py) checks that the models
+    compiled reader; the broker test (kafka/test_kafka_hostile.py) checks that the models
     learned from good messages alone, read so, equal those of the mixed topic read a line at a
     time."""
     from unitless.parse.line_spans import LineSpans

@@ -5,7 +5,7 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "unitless"
+ROOT = Path(__file__).resolve().parents[2] / "unitless"
 # lowest first; a package (or top-level module) imports from its own layer and those below
 LAYERS = [{"learner", "schemas", "data"}, {"parse"}, {"connectors"}, {"labels"}, {"store"},
           {"flink", "runners"}, {"pipelines"},

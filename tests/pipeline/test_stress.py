@@ -1,6 +1,6 @@
 """The ordering and user-pipeline tests on Prism, repeated with both cores loaded: a slow
 bundle is what made Prism run a key in two bundles at once and lose examples
-(tests/test_no_silent_loss.py), and load is what makes bundles slow. Each repetition asserts
+(tests/pipeline/test_no_silent_loss.py), and load is what makes bundles slow. Each repetition asserts
 every example learned once, in order, bit for bit. UNITLESS_STRESS_REPEAT sets how many (3; 50
 for the figure in the issue's closing note)."""
 import os
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests import test_beam_transforms, test_order
+from tests.pipeline import test_beam_transforms, test_order
 
 REPEAT = int(os.environ.get("UNITLESS_STRESS_REPEAT", "3"))
 TESTS = [  # (the modules, not their functions, imported: pytest would collect those again)

@@ -198,3 +198,18 @@ def test_blocks_that_wait_in_parts_are_learned_in_input_order(tmp_path, monkeypa
     monkeypatch.setattr(ordering, "waiting_entries", counted)
     test_blocks_delivered_out_of_order_are_learned_in_input_order(tmp_path, "shuffled", "fnapi")
     assert max(split) > 2
+
+
+def test_each_handler_has_what_in_order_asks_of_it(tmp_path):
+    """``InOrder``'s handlers against the contract written as Protocols (order_handler.py):
+    the learning step has every member, the shard sequencer the ones it must have and no
+    timers."""
+    from unitless.pipelines.order_handler import (ArrivingHandler, ExpiringHandler, IdleHandler,
+                                                  OrderHandler, ReleasingHandler)
+    from unitless.pipelines.rounds import CutRounds
+    from unitless.pipelines.train import LearnBlocks
+    cfg = configure(model_dir=str(tmp_path / "models"), predictions=None, dead_letter=None)
+    learning, sequencer = LearnBlocks(cfg), CutRounds(cfg)
+    kinds = (OrderHandler, ArrivingHandler, ReleasingHandler, IdleHandler, ExpiringHandler)
+    assert [isinstance(learning, kind) for kind in kinds] == [True] * 5
+    assert [isinstance(sequencer, kind) for kind in kinds] == [True] + [False] * 4

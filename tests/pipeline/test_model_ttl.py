@@ -2,7 +2,7 @@
 Beam state and the worker's memory, its newest checkpoint holding it, and is read back when the
 key returns: every prediction and the final models bit for bit as if it had stayed; never while
 examples of its own still wait. Streaming on Prism (TestStream), blocks of a Kafka-like
-partition one second apart; on a real broker, tests/integration/test_kafka_streaming.py. A
+partition one second apart; on a real broker, tests/kafka/test_kafka_streaming.py. A
 file's run, whose timers Beam fires in any order once its input ends: the learning step driven
 directly."""
 import apache_beam as beam

@@ -1,7 +1,7 @@
 """Hostile headers: a CSV header or Parquet schema that names a column twice or gives one no
 name, and options that give one column two roles, end in one line (exit 2) before any example
 is learned; any other header is learned, each record learned or refused. Fuzzed as the
-records are (tests/test_hostile_records.py)."""
+records are (tests/unit/test_hostile_records.py)."""
 import random
 
 import pyarrow as pa

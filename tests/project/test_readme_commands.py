@@ -1,6 +1,6 @@
 """The README's commands, run as written (from a scratch directory): the main command prints
 what the README shows, the files recipe learns every example, `inspect` and the DuckDB query
-read what it wrote. The Kafka and Flink recipes: tests/integration/test_readme_kafka.py,
+read what it wrote. The Kafka and Flink recipes: tests/kafka/test_readme_kafka.py,
 tests/flink/test_readme_flink.py; the Beam example: test_readme_example.py."""
 import contextlib
 import io

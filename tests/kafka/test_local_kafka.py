@@ -2,7 +2,7 @@
 broker (no mocks).  Needs java 17+, Maven on first use (to fetch the broker
 jars into ~/.cache/unitless/kafka) and kafka-python.
 
-Run from the repo root:  python -m pytest tests/integration/test_local_kafka.py
+Run from the repo root:  python -m pytest tests/kafka/test_local_kafka.py
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.commands import train
 from tests.helpers.messages import strict_json_lines, strict_loads
-from tests.test_hostile_records import reading, write_fuzz_input
+from tests.unit.test_hostile_records import reading, write_fuzz_input
 from unitless.cli import main
 from unitless.learner import to_arrow
 from unitless.store.keyed_model import KeyedModel

@@ -10,7 +10,7 @@ import yaml
 
 from unitless.cli import parse_args
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 VERSION = re.search(r'^version = "(.*)"', (DEPLOY.parent / "pyproject.toml").read_text(),
                     re.M).group(1)
 
