@@ -89,7 +89,7 @@ def json_outputs_follow_their_schemas(request):
 
 @pytest.fixture(scope="module")
 def kafka_client():
-    """The Kafka client pipelines use here: the default ("auto"); tests/integration runs each
+    """The Kafka client pipelines use here: the default ("auto"); tests/kafka runs each
     test once per installed client."""
     return None
 

@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 
-from tests.helpers.killing import campaigns, final_models, run_complete
+from tests.helpers.killing import campaigns, final_models, kills, run_complete
 from unitless.connectors.files import read_output
 
 KEYS = ("a", "b", "c")
 N = 60_000
-KILLS = 30
+KILLS = kills(30)
 SERVED = 10  # every tenth example has no label: served
 
 

@@ -13,6 +13,13 @@ import time
 from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
 
 
+def kills(usual):
+    """How many kills a campaign lands: ``usual`` (what the suite and CI run), or
+    $UNITLESS_KILLS where it is set, one setting for every campaign (fewer for a quick look
+    while editing, more for a long run by hand)."""
+    return int(os.environ.get("UNITLESS_KILLS", usual))
+
+
 def checkpoint_names(models):
     """{(model key, newest checkpoint file name)} under a model directory."""
     if not os.path.isdir(models):

@@ -11,11 +11,11 @@ import numpy as np
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from tests.helpers.commands import create_topics, send
-from tests.helpers.killing import campaigns, final_models
+from tests.helpers.killing import campaigns, final_models, kills
 
 KEYS = ("alpha", "beta", "gamma")
 N = 30_000
-KILLS = 30
+KILLS = kills(30)
 
 
 def example_messages(n, seed=3):

@@ -1,5 +1,5 @@
 """The Kafka client choice and settings names (the clients themselves run against a real broker
-in tests/integration, once per installed client)."""
+in tests/kafka, once per installed client)."""
 import logging
 
 import pytest
