@@ -127,7 +127,7 @@ def _tune_collector():
 
 def train(args, beam_args):
     from .jit_cache import compiled_notice
-    from .pipelines.summary import RunCounts, model_lines, refusal_problem, render
+    from .reports.summary import RunCounts, model_lines, refusal_problem, render
     from .pipelines.ordering import STATE_VALUE_BYTES
     from .pipelines.learn import build_training
     from .store.ownership import given_up_after
@@ -196,8 +196,8 @@ def inspect(args):
     from .store.models import latest_checkpoint, model_keys
     from .store.per_key import checkpoint_files
     from .store.shards import shard_counts
-    from .pipelines.inspect import summary, render
-    from .pipelines.summary import model_lines, part_lines, render_models
+    from .reports.inspect import render, summary
+    from .reports.summary import model_lines, part_lines, render_models
     path = args.checkpoint
     if args.model_key is not None:
         path = latest_checkpoint(path, args.model_key)
@@ -220,7 +220,7 @@ def inspect(args):
 
 
 def curve(args):
-    from .pipelines.curve import curves, plot, read_predictions, render
+    from .reports.curve import curves, plot, read_predictions, render
     if args.top < 1:
         raise ValueError(f"--top wants a positive number, got {args.top}")
     found = read_predictions(args.predictions)[0]

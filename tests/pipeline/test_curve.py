@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from unitless.cli import main
-from unitless.pipelines.curve import curves, read_predictions
-from unitless.pipelines.summary import model_lines
+from unitless.reports.curve import curves, read_predictions
+from unitless.reports.summary import model_lines
 
 from tests.helpers.commands import train
 

@@ -21,7 +21,7 @@ from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, latest_checkpoint,
                                     load_latest, model_keys, read_checkpoint, write_checkpoint,
                                     write_checkpoints)
-from unitless.pipelines.inspect import summary
+from unitless.reports.inspect import summary
 from unitless.store import models as stored
 from unitless.store.keyed_model import KeyedModel
 from unitless.store.ownership import OWNER
