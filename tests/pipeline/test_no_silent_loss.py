@@ -249,7 +249,7 @@ def test_a_worker_output_stream_sends_whole_elements_only_when_its_timer_fires()
     """With ``data_buffer_time_limit_ms`` (sharded runs on a job server's runner), the SDK
     worker's output stream is flushed on a timer; a flush in the middle of an element failed a
     Flink job (the runner could not decode the part it got). ``bundles`` makes it wait for the
-    element's end."""
+    element's end (``beam_patches.flush_whole_elements_only``)."""
     from apache_beam.runners.worker import data_plane
     assert bundles.flush_whole_elements_only  # (applied when bundles is imported)
     sent = []

@@ -12,6 +12,8 @@ accounting (``accounting``), which fails the run at the end of its input.
 import threading
 import uuid
 
+from .beam_patches import flush_whole_elements_only
+
 
 def hold_each_key_in_one_bundle(options):
     """Set on a pipeline's options what runners need to keep each key in one bundle at a time
@@ -62,40 +64,7 @@ def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
         embedded_buffer_timeout(ms)
 
 
-def flush_whole_elements_only():
-    """Make the Python SDK worker's time-limited output streams (``data_buffer_time_limit_ms``)
-    send only whole elements. Beam's flushes its buffer from a timer thread at any moment, also
-    in the middle of an element being written, and the runner then cannot decode the part it
-    got: a Flink job failed with an EOFException in its coder, and Prism's outputs were not
-    decoded. Here the timer only marks a flush due, and the stream sends it after the next
-    whole element (``maybe_flush``, which the worker calls after each one) or at the end of the
-    bundle. Applied when this module is imported: in every worker that runs ``Learn``'s steps,
-    before any of their bundles."""
-    from apache_beam.runners.worker import data_plane
-    stream = data_plane.TimeBasedBufferingClosableOutputStream
-    if getattr(stream, "whole_elements_only", False):
-        return
-
-    def _schedule_periodic_flush(self):
-        def mark_due():
-            self._flush_due = True
-        self._flush_due = False
-        self._periodic_flusher = data_plane.PeriodicThread(
-            self._time_flush_threshold_ms / 1000.0, mark_due)
-        self._periodic_flusher.daemon = True
-        self._periodic_flusher.start()
-
-    def maybe_flush(self):
-        if self._flush_due or self.size() > self._size_flush_threshold:
-            self._flush_due = False
-            self.flush()
-
-    stream._schedule_periodic_flush = _schedule_periodic_flush
-    stream.maybe_flush = maybe_flush
-    stream.whole_elements_only = True
-
-
-flush_whole_elements_only()
+flush_whole_elements_only()  # (in every worker that runs Learn's steps, before any bundle)
 
 
 class TwoBundlesAtOnce(RuntimeError):

@@ -3,7 +3,6 @@
 and the shard sequencer (``rounds.CutRounds``), which it is given."""
 import itertools
 import pickle
-import sys
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, PickleCoder
@@ -15,39 +14,9 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ..parse.records import ExampleBlock
+from .beam_patches import weigh_state_without_scanning_modules
 from .bundles import KeyGuard, new_step
 from .order_handler import OrderHandler
-
-
-def weigh_state_without_scanning_modules():
-    """Make the worker's Beam state cache weigh values without listing every module's globals.
-
-    The Python SDK weighs each value it caches (every state read that misses, every write)
-    with objsize, which first collects the ids of all globals of all loaded modules so as not
-    to count them, on every call: several calls per model key for a key's first block, so a
-    large share of a run over many keys (profiled). The values this DoFn keeps are bytes, ints
-    and lists of them, which reach no module globals, so the scan changes nothing for them;
-    for other state in the same worker, a value reaching a module's globals is now counted
-    heavier, which makes the cache evict sooner, never hold more. Lists of bytes and ints,
-    which is what the cache is handed here, are weighed directly (each item's size, a repeated
-    item counted again), without objsize's walk. Applied once per worker process; without the
-    function it replaces (another Beam), nothing changes.
-    """
-    from apache_beam.runners.worker import statecache
-    original = getattr(statecache, "get_deep_size", None)
-    if original is None or getattr(original, "unitless", False):
-        return
-    import objsize
-
-    def get_deep_size(*objs):
-        if all(type(o) is list and all(type(v) in (bytes, int) for v in o) for o in objs):
-            return sum(sys.getsizeof(o) + sum(map(sys.getsizeof, o)) for o in objs)
-        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
-                                     get_referents_func=statecache._get_referents_func,
-                                     filter_func=statecache._filter_func,
-                                     exclude_modules_globals=False)
-    get_deep_size.unitless = True
-    statecache.get_deep_size = get_deep_size
 
 
 LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting

@@ -40,12 +40,13 @@ from ..store.per_key import write_checkpoints
 from ..store.shards import load_shard, shard_dir
 from ..store.starts import starts_dir
 from .accounting import ACCOUNTS
+from .beam_patches import weigh_state_without_scanning_modules
 from .bundles import KeyGuard, new_step, send_elements_within
 from .config import new_learner
 from .decoded import DecodedModels
 from .io.partitions import ReadFeedback
 from .keying import key_by_model
-from .ordering import InOrder, weigh_state_without_scanning_modules
+from .ordering import InOrder
 from .rounds import MODELS, CutRounds, End, Round, resume_cuts
 
 log = logging.getLogger("unitless")
