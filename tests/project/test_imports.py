@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "unitless"
 # lowest first; a package (or top-level module) imports from its own layer and those below
-LAYERS = [{"learner", "schemas", "data"}, {"parse"}, {"connectors"}, {"labels"}, {"store"},
+LAYERS = [{"learner", "schemas", "data", "pickles"}, {"parse"}, {"connectors"}, {"labels"}, {"store"},
           {"flink", "runners", "reports"}, {"pipelines"},
           {"beam", "cli", "console", "jit_cache", "compile", "options_reference", "__init__"}]
 

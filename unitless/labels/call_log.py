@@ -5,6 +5,8 @@ new snapshot, written in parts so that no value written is 1 MiB or more."""
 import itertools
 import pickle
 
+from .. import pickles
+
 # begins each part of a snapshot, before the part's index (4 bytes, big-endian so that the parts
 # sort in order); a call's pickle never begins with it
 _SNAPSHOT_PART = b"\x00S"
@@ -66,7 +68,7 @@ class CallLog:
             datas = [data for _, data in same]  # (a snapshot's parts, or one call)
             data = b"".join(part[len(_SNAPSHOT_PART) + 4:] for part in datas
                             ) if datas[0].startswith(_SNAPSHOT_PART) else datas[0]
-            call, args = pickle.loads(data)
+            call, args = pickles.loads(data)
             if call == "snapshot":
                 owner, logged = args, 0
                 owner.log.replaying, owner.log.snapshot_bytes = True, len(data)

@@ -28,8 +28,10 @@ def _cannot_update(V, M, S, k, idx, val, g, weight, hp, memo):
 def in_halves(predict_half, update_half, with_memo):
     """The step of a learner written in two halves (normalized.py says how): its predict, the
     loss and its update given g = ∂ℓ/∂ŷ; ``with_memo``, with room for what the update needs of
-    the prediction (else none: numba compiles only the branch taken)."""
-    @njit(cache=True)
+    the prediction (else none: numba compiles only the branch taken). Not cached on its own:
+    a closure's cache key changes with every process, and the compiled loop that calls it
+    (``run_batch``, cached) holds its code."""
+    @njit
     def halves_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
         if with_memo:
             memo = np.empty(idx.shape[0])

@@ -369,7 +369,7 @@ def string_array(values):
 def empty_as_null(ids):
     """Ids (a string array) with the empty ones null: an empty id is no id, whichever path
     read it (Arrow's CSV reader makes an empty field null, the per-record parsers
-    ``formats._Builder.add`` do the same, and a CSV value of spaces is empty once stripped)."""
+    ``rows.Builder.add`` do the same, and a CSV value of spaces is empty once stripped)."""
     empty = pc.equal(ids, "")
     if not pc.any(empty).as_py():
         return ids

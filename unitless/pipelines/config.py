@@ -123,6 +123,14 @@ def configure(inputs=None, scoring=False, **options):
     if n_classes > 1 and o["positive_label"] is not None:
         raise ValueError(f"--positive-label is for a binary task, not --classes {o['classes']}: "
                          "pass one of them")
+    # (checked in this order, the first failing one said)
+    settings = kafka_settings(o["kafka_config"], o["kafka_client"])
+    feedback, ttl = sharding_feedback(o, inputs), duration(o["model_ttl"], "--model-ttl")
+    if o["overwrite"] and o["resume"]:
+        raise ValueError("--overwrite starts over and --resume continues: pass one of them")
+    if ttl and int(o["shards"]):
+        raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
+                         "keep their state)")
     apart, publish_seconds, max_staleness = serving_apart(o)
     cfg = TrainConfig(
         inputs=inputs, format=fmt, spec=spec, algorithm=o["algorithm"], loss=o["loss"],
@@ -134,17 +142,12 @@ def configure(inputs=None, scoring=False, **options):
         overwrite=bool(o["overwrite"]),
         allow_hyperparameter_change=bool(o["allow_hyperparameter_change"]),
         chunk_size=int(o["chunk_size"]), log_every_seconds=float(o["log_every"]),
-        kafka_settings=kafka_settings(o["kafka_config"], o["kafka_client"]),
+        kafka_settings=settings,
         models_in_memory=int(o["models_in_memory"]), model_memory_mib=int(o["model_memory_mib"]),
         shards=int(o["shards"]), max_delay=int(o["max_delay"]),
-        feedback_topic=sharding_feedback(o, inputs), model_groups=int(o["model_groups"]),
-        model_ttl=duration(o["model_ttl"], "--model-ttl"), serve_apart=apart,
+        feedback_topic=feedback, model_groups=int(o["model_groups"]), model_ttl=ttl,
+        serve_apart=apart,
         publish_seconds=publish_seconds, max_staleness=max_staleness)
-    if cfg.overwrite and cfg.resume:
-        raise ValueError("--overwrite starts over and --resume continues: pass one of them")
-    if cfg.model_ttl and cfg.shards:
-        raise ValueError("--model-ttl is for models without --shards (a sharded model's shards "
-                         "keep their state)")
     if o["labels"]:
         cfg.labels = tuple(joined_labels(o["labels"], cfg, o["format"]))
         cfg.label_wait, cfg.expired_label = label_expiry(o, cfg)

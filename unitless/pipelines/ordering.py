@@ -13,6 +13,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from .. import pickles
 from ..parse.records import ExampleBlock
 from .beam_patches import weigh_state_without_scanning_modules
 from .bundles import KeyGuard, new_step
@@ -54,11 +55,11 @@ def due(header):
 
 
 def waiting_header(data):
-    return pickle.loads(data[4:4 + int.from_bytes(data[:4], "little")])
+    return pickles.loads(data[4:4 + int.from_bytes(data[:4], "little")])
 
 
 def waiting_block(data):
-    return pickle.loads(data[4 + int.from_bytes(data[:4], "little"):])
+    return pickles.loads(data[4 + int.from_bytes(data[:4], "little"):])
 
 
 def learning_order(ready):

@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               SetStateSpec)
 
+from .. import pickles
 from ..connectors.feedback import PartMessage, encode_end, encode_part
 from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
@@ -109,7 +110,7 @@ def state_delta(shard, batch, names):
 def apply_delta(state, data):
     """``state_delta``'s change made to the state it was taken after (the same slots: new
     features are given theirs in the same order)."""
-    new, touched, values, S, examples_seen, cumulative_loss, names = pickle.loads(data)
+    new, touched, values, S, examples_seen, cumulative_loss, names = pickles.loads(data)
     if len(new):
         state.map_features(new)
     state.V[:, :, touched] = values
@@ -249,10 +250,10 @@ class ShardDoFn(beam.DoFn):
             self._compact(shard, base, deltas)
             progress.write(shard.progress_bytes())
             return shard
-        shard = pickle.loads(data)
+        shard = pickles.loads(data)
         if kept is not None and kept.token == shard.token:
             return kept
-        shard.state = pickle.loads(base.read())
+        shard.state = pickles.loads(base.read())
         for delta in deltas.read():
             apply_delta(shard.state, delta)
         shard.waiting = {r: entry for r, entry in ((int.from_bytes(entry[:8], "little"), entry)
@@ -261,9 +262,9 @@ class ShardDoFn(beam.DoFn):
         if shard.flying >= 0:
             # predicted again: the same part (sent already), the same changes to the state
             # (its features' slots; NAG's rescaling)
-            r = pickle.loads(shard.waiting.pop(shard.flying)[8:])
+            r = pickles.loads(shard.waiting.pop(shard.flying)[8:])
             shard.in_flight = (r, predict_part(shard.state, r.batch))
-        shard.parts = {(p.round, p.shard): p for p in map(pickle.loads, parts.read())
+        shard.parts = {(p.round, p.shard): p for p in map(pickles.loads, parts.read())
                        if p.round >= shard.next_round}
         self.decoded.inc()
         return shard
@@ -302,7 +303,7 @@ class ShardDoFn(beam.DoFn):
                 data = shard.waiting.pop(shard.next_round, None)
                 if data is None:
                     break
-                r = pickle.loads(data[8:])
+                r = pickles.loads(data[8:])
                 part = predict_part(shard.state, r.batch)
                 self.producer.send(*encode_part(self.run, key, r.round, s, part.scores,
                                                 part.scalars))

@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
+from .. import pickles
 from ..connectors.storage import unique_token
 from ..learner import example_losses, new_state
 from ..learner.many import ManyStates, RowState, learner_state
@@ -188,7 +189,7 @@ class ModelGroup:
 
     @classmethod
     def from_bytes(cls, data):
-        found = pickle.loads(memoryview(data)[32:])
+        found = pickles.loads(memoryview(data)[32:])
         # (earlier versions kept the models alone: state a runner's savepoint or an updated
         # job carries over)
         return cls(found) if isinstance(found, dict) else cls(*found)

@@ -187,7 +187,7 @@ def _newest_metadata(model_dir, summary):
     does not: a model is listed while it has a state to resume or score)."""
     listed, paths = {}, {}
     for key, (view, (part, index, held)) in _newest_entries(model_dir).items():
-        if summary and FIGURES[0] in held:  # (all of them: ``by_group._summary``)
+        if summary and FIGURES[0] in held:  # (all of them: ``by_group.entry_summary``)
             path = paths.get((view.directory, part))
             if path is None:
                 path = paths[view.directory, part] = join(view.directory, part)
