@@ -31,5 +31,10 @@ class _Unpickler(pickle.Unpickler):
 
 
 def loads(data):
-    """``pickle.loads`` that also reads the classes of earlier versions' modules (``MOVED``)."""
-    return _Unpickler(io.BytesIO(data)).load()
+    """``pickle.loads`` that also reads the classes of earlier versions' modules (``MOVED``):
+    tried as it is first, so a pickle of this version (every one a run writes itself) costs
+    nothing more to read; only one naming a module or class that is gone is read again."""
+    try:
+        return pickle.loads(data)
+    except (ImportError, AttributeError):
+        return _Unpickler(io.BytesIO(data)).load()
