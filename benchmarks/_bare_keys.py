@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from unitless.cli import _config, parse_args  # noqa: E402
+from unitless.cli.main import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402
 from unitless.parse.records import ExampleBlock  # noqa: E402
 from unitless.pipelines.config import learner_check, new_learner  # noqa: E402
 from unitless.store.group_writer import GroupWriter, taken  # noqa: E402
 from unitless.store.groups import group_key  # noqa: E402
-from unitless.store.keyed_model import KeyedModel  # noqa: E402
+from unitless.models.keyed_model import KeyedModel  # noqa: E402
 
 # ``KeyByModel``'s default and ``Delivery.FLUSH_ROWS``, copied: importing them would import
 # Beam into this loop that runs without it

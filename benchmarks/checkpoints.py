@@ -38,7 +38,7 @@ from pipeline import ours_command  # noqa: E402
 from unitless.learner import dense_batch, learn, new_state  # noqa: E402
 from unitless.store.group_writer import GroupWriter, taken  # noqa: E402
 from unitless.store.groups import group_key  # noqa: E402
-from unitless.store.keyed_model import KeyedModel  # noqa: E402
+from unitless.models.keyed_model import KeyedModel  # noqa: E402
 from unitless.store.per_key import write_checkpoints  # noqa: E402
 
 GROUPS = 1024

@@ -396,7 +396,7 @@ def profile_bounded(bootstrap, work, n):
     """cProfile of a bounded run in this process, own time grouped by module."""
     import cProfile
     import pstats
-    from unitless.cli import main as unitless_main
+    from unitless.cli.main import main as unitless_main
     topic = "profiled"
     create_topics(bootstrap, topic, f"{topic}-pred", f"{topic}-dead")
     produce(bootstrap, topic, example_values(n, seed=1))
@@ -431,7 +431,7 @@ def bare_learner(bootstrap, source, target, n, client):
     from unitless.connectors.kafka_clients import Records, open_reader
     from unitless.connectors.sinks import open_sink
     from unitless.pipelines.config import configure, learner_check, new_learner
-    from unitless.store.keyed_model import KeyedModel
+    from unitless.models.keyed_model import KeyedModel
     from unitless.pipelines.delivery import Delivery  # (its flush rule, imported before the clock)
     url = f"kafka://{bootstrap}/{source}"
     cfg = configure([url], algorithm="nag", loss="logistic", learning_rate=0.5, id_column="id",

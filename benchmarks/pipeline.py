@@ -184,7 +184,7 @@ sys.exit(code)
 
 # (what, file path ending or None for a built-in, function name): the profile's breakdown
 BREAKDOWN = [
-    ("whole command: cli.main", "unitless/cli.py", "main"),
+    ("whole command: cli.main", "unitless/cli/main.py", "main"),
     ("build the Beam graph: build_training", "pipelines/learn.py", "build_training"),
     ("Beam runs the pipeline: Pipeline.run", "apache_beam/pipeline.py", "run"),
     ("read + parse: files.read_file (generator)", "connectors/files.py", "read_file"),
@@ -192,13 +192,13 @@ BREAKDOWN = [
     ("· columns -> CSR blocks: block_from_table", "parse/tables.py", "block_from_table"),
     ("· per-line parse (buffers Arrow refused): parse_csv", "parse/csv.py", "parse_csv"),
     ("key by model: ExampleBlock.split_by_key", "parse/records.py", "split_by_key"),
-    ("learn: KeyedModel.learn_block", "store/keyed_model.py", "learn_block"),
+    ("learn: ModelGroup.learn", "models/model_group.py", "learn"),
     ("· numba JIT compile (first call)", "numba/core/dispatcher.py", "_compile_for_args"),
     ("· compiled kernel: run_batch", "learner/kernel.py", "run_batch"),
     ("· check_batch", "learner/online.py", "check_batch"),
-    ("· prediction table: _predictions", "store/keyed_model.py", "_predictions"),
-    ("state -> Beam state: ModelGroup.to_bytes", "store/keyed_model.py", "to_bytes"),
-    ("Beam state -> state: ModelGroup.from_bytes", "store/keyed_model.py", "from_bytes"),
+    ("· prediction table: prediction_table", "models/predictions.py", "prediction_table"),
+    ("state -> Beam state: ModelGroup.to_bytes", "models/model_group.py", "to_bytes"),
+    ("Beam state -> state: ModelGroup.from_bytes", "models/model_group.py", "from_bytes"),
     ("pickle.dumps (Beam coders)", None, "_pickle.dumps"),
     ("pickle.loads (Beam coders)", None, "_pickle.loads"),
     ("write part files: files.write_table", "connectors/files.py", "write_table"),

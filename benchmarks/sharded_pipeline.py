@@ -47,7 +47,7 @@ from flink import WorkerPool, flink_args  # noqa: E402
 
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
-from unitless.flink import BUFFER_TIMEOUT  # noqa: E402
+from unitless.runtime.flink import BUFFER_TIMEOUT  # noqa: E402
 
 ETA = 0.5
 SHARDS = (1, 2)

@@ -23,7 +23,7 @@ def compile_all():
     """Run what a training run runs, on small data: the bundled example (CSV), VW text and
     libsvm files, each through the command, so every compiled function a run calls is in the
     cache."""
-    from .cli import main
+    from .cli.main import main
     with tempfile.TemporaryDirectory(prefix="unitless-compile-") as work:
         runs = [[]]
         for name, fmt, data in (("a.vw", "vw", VW_LINES), ("a.libsvm", "libsvm", LIBSVM_LINES)):

@@ -13,7 +13,9 @@ MOVED = {
     "unitless.connectors.formats": ("unitless.parse.spec",),
     "unitless.store.join": ("unitless.labels.join", "unitless.labels.waiting",
                             "unitless.labels.resume", "unitless.labels.closed"),
-    "unitless.store.keyed_model": ("unitless.store.model_group", "unitless.store.predictions"),
+    "unitless.store.keyed_model": ("unitless.models.keyed_model", "unitless.models.model_group",
+                                   "unitless.models.predictions"),
+    "unitless.store.model_group": ("unitless.models.model_group",),
     "unitless.pipelines.sharded": ("unitless.pipelines.rounds",),
 }
 

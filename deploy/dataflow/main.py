@@ -2,7 +2,7 @@
 (Dataflow passes them as --name=value; the pipeline options among them go to Beam)."""
 import sys
 
-from unitless.cli import main
+from unitless.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["train", *sys.argv[1:]]))

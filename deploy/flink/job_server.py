@@ -46,7 +46,7 @@ __all__ = ["FlinkJobServer", "FlinkJobServerError", "job_server_jar", "free_port
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script: the repository's unitless
-from unitless.flink import JAVA_17_OPENS, job_server_jar  # noqa: E402  (one home: the CLI's too)
+from unitless.runtime.flink import JAVA_17_OPENS, job_server_jar  # noqa: E402  (one home: the CLI's too)
 HOST = "127.0.0.1"
 DEFAULT_STARTUP_TIMEOUT = 120.0
 

@@ -10,9 +10,9 @@ import pytest
 
 from tests.helpers.sharding import (KEYS, feedback_topic, reference, shard_states,
                                     write_examples)
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
-from unitless.flink import BUFFER_TIMEOUT
+from unitless.runtime.flink import BUFFER_TIMEOUT
 
 
 @pytest.mark.parametrize("runner", ["job server", "FlinkRunner"])

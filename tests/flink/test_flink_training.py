@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.commands import create_topics, send, train
 from tests.helpers.flink_runs import (assert_same_checkpoints, file_predictions,
                                       weighted_examples)
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.storage import atomic_write
 
 # 9 model keys of unequal sizes, each learning from dozens of blocks (--chunk-size 8), read from
@@ -103,7 +103,7 @@ def test_flink_runner_with_no_flink_option_uses_the_projects_job_server(
     """`unitless train --runner FlinkRunner` as a user types it: the project's job server jar
     (Beam's own download of the job server is not reachable everywhere), Flink 1.19, an
     embedded cluster, LOOPBACK workers."""
-    from unitless.runners import beam_options
+    from unitless.runtime.runners import beam_options
     monkeypatch.setenv("UNITLESS_FLINK_JOB_SERVER_JAR", str(flink_jar))
     opts = beam_options(["--runner", "FlinkRunner"]).get_all_options()
     assert (opts["flink_job_server_jar"], opts["flink_version"], opts["flink_master"],

@@ -7,7 +7,7 @@ from pathlib import Path
 from deploy.flink import job_server
 from tests.helpers.commands import dead_letters, train
 from unitless.connectors.files import read_output
-from unitless.flink import BUFFER_TIMEOUT
+from unitless.runtime.flink import BUFFER_TIMEOUT
 
 ENTRY = (BUFFER_TIMEOUT, "5 ms")
 

@@ -3,7 +3,7 @@ process) with its outputs under one directory, read what it wrote, and make Kafk
 it on."""
 import time
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.connectors.storage import join
 from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint

@@ -2,7 +2,7 @@
 import numpy as np
 
 from unitless.beam import Learn
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_file, read_output
 from unitless.parse.records import ExampleBlock
 from unitless.pipelines.config import configure

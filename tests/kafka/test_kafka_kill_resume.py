@@ -89,7 +89,7 @@ def test_a_resume_past_what_retention_kept_fails_in_one_line(broker, tmp_path, c
     before it starts, instead of losing them."""
     from kafka import TopicPartition
 
-    from unitless.cli import main
+    from unitless.cli.main import main
     bootstrap, topic = broker.bootstrap_servers, "retention-input"
     create_topics(bootstrap, topic, "run-pred", "run-dead", partitions=1)
     send(bootstrap, topic, example_messages(90))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.labels import join as label_join
 

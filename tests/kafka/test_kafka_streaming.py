@@ -15,7 +15,7 @@ from kafka import KafkaConsumer
 from tests.helpers.commands import create_topics, send
 from tests.helpers.kafka_io import seen, streaming, wait_for
 from tests.helpers.killing import kill_group
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.store.models import latest_checkpoint, read_checkpoint
 
 KEYS = ("north", "south")

@@ -22,7 +22,7 @@ from tests.helpers.killing import kill_group
 from tests.helpers.runners import PRISM, pipeline
 from tests.helpers.sharding import (KEYS, feedback_topic, reference, shard_states,
                                     write_examples)
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import from_arrow
 from unitless.learner.names import FeatureNames

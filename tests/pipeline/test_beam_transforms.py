@@ -9,7 +9,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from unitless.beam import Learn, ReadExamples, Rows, Score, WriteDeadLetters, WritePredictions
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.store.models import latest_checkpoint, read_checkpoint
 

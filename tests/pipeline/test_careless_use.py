@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.connectors.storage import atomic_write
 from unitless.store.by_group import group_checkpoints

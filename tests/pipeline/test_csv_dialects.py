@@ -157,7 +157,7 @@ def test_flinks_own_checkpointing_is_refused_with_the_reason(tmp_path, capsys, r
 
 
 def test_beam_options_pass_through():
-    from unitless.cli import parse_args
+    from unitless.cli.main import parse_args
     beam = ["--runner", "PrismRunner", "--direct_num_workers", "2", "--streaming",
             "--prism_location", "/x/prism", "--experiments=a", "--save_main_session"]
     args, rest = parse_args(["train", "--input", "a.csv", "b.csv", *beam])

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.reports.curve import curves, read_predictions
 from unitless.reports.summary import model_lines
 

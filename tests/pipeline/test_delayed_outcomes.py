@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.labels import by_id
 from unitless.labels import call_log, join as label_join

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.learner import read_metadata
 from unitless.store import by_group, models, per_key
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.group_writer import GroupWriter, taken
 from unitless.store.groups import group_dir, group_key, group_keys
-from unitless.store.keyed_model import KeyedModel
+from unitless.models.keyed_model import KeyedModel
 
 from tests.helpers.states import trained_state
 

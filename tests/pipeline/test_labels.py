@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.parse.csv import parse_csv
 from unitless.parse.jsonl import parse_jsonl
 from unitless.parse.spec import LabelMap, RecordSpec
-from unitless.store.keyed_model import KeyedModel
+from unitless.models.keyed_model import KeyedModel
 from unitless.store.models import load_latest
 
 from tests.helpers.commands import dead_letters, run_train

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_file, read_output
 from unitless.learner import learn, to_arrow
 from unitless.parse.records import ExampleBlock

@@ -70,8 +70,8 @@ def test_a_model_with_examples_waiting_stays():
     and timers in time order, so a block that waits past its model's TTL is not made there:
     Flink and Dataflow do deliver them so), which count as seen now and stay."""
     from unitless.learner import new_state
-    from unitless.store.keyed_model import KeyedModel
-    from unitless.store.model_group import ModelGroup
+    from unitless.models.keyed_model import KeyedModel
+    from unitless.models.model_group import ModelGroup
     group = ModelGroup()
     for key, seen in (("a", 1_000), ("b", 2_000), ("c", 5_000), ("d", None)):
         model = group.model(key, lambda k, evicted: KeyedModel(k, new_state("nag", 4)))
@@ -98,8 +98,8 @@ def test_a_groups_state_written_before_models_could_leave_still_reads():
     pickled alone."""
     import pickle
     from unitless.learner import new_state
-    from unitless.store.keyed_model import KeyedModel
-    from unitless.store.model_group import ModelGroup
+    from unitless.models.keyed_model import KeyedModel
+    from unitless.models.model_group import ModelGroup
     models = {k: KeyedModel(k, new_state("nag", 4)) for k in ("a", "b", "c")}
     for some in (dict(list(models.items())[:n]) for n in (1, 2, 3)):
         group = ModelGroup.from_bytes(b"0" * 32 + pickle.dumps(some))

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from unitless.beam import Learn
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_file, read_output
 from unitless.parse.records import ExampleBlock
-from unitless.pipelines import accounting, bundles, learn, train
+from unitless.pipelines import accounting, learn, train
+from unitless.runtime import bundles
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
-from unitless.store import model_group
+from unitless.models import model_group
 
 from tests.helpers.ordered import write_random_key_examples
 from tests.helpers.runners import pipeline, prism_args, runner_args

@@ -6,7 +6,7 @@ import logging
 import numpy as np
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors import storage
 from unitless.connectors.files import read_output
 from unitless.learner import new_state, read_metadata, to_arrow

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import ALGORITHMS
 from unitless.store.models import latest_checkpoint, read_checkpoint

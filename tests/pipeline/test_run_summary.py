@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
 from unitless.store.models import read_checkpoint

@@ -18,7 +18,7 @@ from unitless.parse.spec import RecordSpec
 from unitless.pipelines.score import MissingModel, ScoringModels
 from unitless.store.group_writer import GroupWriter, taken
 from unitless.store.groups import group_counts, group_key
-from unitless.store.keyed_model import KeyedModel
+from unitless.models.keyed_model import KeyedModel
 from unitless.store.models import load_latest
 
 HEADER = "id,segment,label,x1,x2"

@@ -10,9 +10,9 @@ import pytest
 from tests.helpers.commands import train
 from tests.helpers.messages import strict_json_lines, strict_loads
 from tests.unit.test_hostile_records import reading, write_fuzz_input
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.learner import to_arrow
-from unitless.store.keyed_model import KeyedModel
+from unitless.models.keyed_model import KeyedModel
 from unitless.store.models import load_latest
 from unitless.store.per_key import write_checkpoint
 

@@ -11,14 +11,14 @@ from apache_beam.testing.util import assert_that, equal_to
 import numpy as np
 
 from unitless.beam import Rows, Serve
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.parse.jsonl import parse_records
 from unitless.pipelines.config import configure
 from unitless.pipelines.serve import PublishedModels
 from unitless.pipelines.train import LearnBlocks
 from unitless.store.groups import published_dir
-from unitless.store.model_group import ModelGroup
+from unitless.models.model_group import ModelGroup
 
 from tests.helpers.commands import train
 from tests.helpers.killing import final_models

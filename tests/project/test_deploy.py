@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unitless.cli import parse_args
+from unitless.cli.main import parse_args
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 VERSION = re.search(r'^version = "(.*)"', (DEPLOY.parent / "pyproject.toml").read_text(),
@@ -86,13 +86,13 @@ def test_the_submitter_image_points_the_command_at_the_job_server_it_builds():
     script = (DEPLOY / "flink" / "build_job_server.sh").read_text()
     assert 'jar="$dir/beam-flink-job-server.jar"' in script
     assert jar == f"{built}/beam-flink-job-server.jar"
-    runners = (DEPLOY.parent / "unitless" / "runners.py").read_text()
+    runners = (DEPLOY.parent / "unitless" / "runtime" / "runners.py").read_text()
     assert "UNITLESS_FLINK_JOB_SERVER_JAR" in runners
 
 
 def test_a_missing_flink_job_server_jar_is_a_clear_error(tmp_path, monkeypatch):
-    from unitless.runners import beam_options
-    from unitless.flink import job_server_jar
+    from unitless.runtime.runners import beam_options
+    from unitless.runtime.flink import job_server_jar
     missing = tmp_path / "none.jar"
     monkeypatch.setenv("UNITLESS_FLINK_JOB_SERVER_JAR", str(missing))
     with pytest.raises(FileNotFoundError, match="none.jar: no such file"):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from unitless import options_reference
+from unitless.cli import options_reference
 from unitless.learner.registry import ALGORITHMS
 
 from tests.helpers.readme import README, ROOT
@@ -18,7 +18,7 @@ COMMANDS = ("train", "score", "inspect", "curve")
 
 def test_the_options_reference_is_the_one_the_parser_writes():
     assert OPTIONS.read_text() == options_reference.render(), (
-        "docs/options.md is stale: python -m unitless.options_reference > docs/options.md")
+        "docs/options.md is stale: python -m unitless.cli.options_reference > docs/options.md")
 
 
 def _sections(text):

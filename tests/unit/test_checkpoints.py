@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors import storage
 from unitless.learner import from_arrow, new_state, read_metadata
 from unitless.learner.arrow_form import TableRows
@@ -23,7 +23,7 @@ from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, late
                                     write_checkpoints)
 from unitless.reports.inspect import summary
 from unitless.store import models as stored
-from unitless.store.keyed_model import KeyedModel
+from unitless.models.keyed_model import KeyedModel
 from unitless.store.ownership import OWNER
 from unitless.store.resume import resume_offsets
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_file, read_output, write_table
 from unitless.parse.csv import parse_csv
 from unitless.parse.jsonl import (JSON_SAMPLE_LINES, _json_table, _one_flat_object_per_line, parse_jsonl)

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.kafka import KafkaTopic
 from unitless.connectors.kafka_clients import (CLIENTS, ENVIRONMENT, LOG_REPEAT_S, choose,
                                                client_settings, installed, _OncePerInterval)

@@ -7,8 +7,8 @@ import numpy as np
 from unitless.learner import new_state, to_arrow
 from unitless.parse.jsonl import parse_jsonl
 from unitless.parse.spec import RecordSpec
-from unitless.store.keyed_model import KeyedModel
-from unitless.store.model_group import ModelGroup
+from unitless.models.keyed_model import KeyedModel
+from unitless.models.model_group import ModelGroup
 
 SPEC = RecordSpec(label="label", id="id", bits=10)
 

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.commands import train
 from tests.helpers.messages import (check_json_outputs, check_message, strict_json_lines,
                                     strict_loads)
-from unitless.cli import main
+from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.connectors.kafka import prediction_messages
 from unitless.schemas import (DEAD_LETTER_ID, OUTPUTS, PREDICTION_ID, SCORE_ID, json_schema,

@@ -48,3 +48,17 @@ def test_a_name_no_version_had_is_still_an_error():
     data = pickle.dumps(RoundMeta, protocol=2).replace(b"RoundMeta", b"RoundMetaNever")
     with pytest.raises(AttributeError):
         pickles.loads(data)
+
+
+def test_a_model_group_state_pickled_when_models_were_in_store_loads():
+    from unitless.learner import new_state
+    from unitless.models.keyed_model import KeyedModel
+    from unitless.models.model_group import ModelGroup
+    group = ModelGroup({"k": KeyedModel("k", new_state("scinol2", 8))})
+    data = group.to_bytes()
+    old = data[:32] + written_by_an_earlier_version(
+        pickle.loads(data[32:]), "unitless.models.keyed_model", "unitless.store.keyed_model")
+    with pytest.raises(ModuleNotFoundError):
+        pickle.loads(old[32:])
+    back = ModelGroup.from_bytes(old)
+    assert type(back.models["k"]) is KeyedModel and back.models["k"].key == "k"

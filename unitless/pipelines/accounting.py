@@ -14,7 +14,7 @@ from apache_beam.transforms import trigger, window
 import numpy as np
 import pyarrow.compute as pc
 
-from ..store.predictions import served_count
+from ..models.predictions import served_count
 
 ACCOUNTS = "accounts"  # the tag of a step's Tally output
 # the tag of a stateful step's models' ranges as they leave state: (the step's key,

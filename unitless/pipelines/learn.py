@@ -9,18 +9,18 @@ from typing import Any, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from ..connectors.storage import list_dir, remove_leftovers, remove_tree
 from ..connectors.kafka import is_kafka
 from ..connectors.sinks import check_target
-from ..store.groups import group_counts, published_dir
+from ..connectors.storage import list_dir, remove_leftovers, remove_tree
+from ..runtime.bundles import hold_each_key_in_one_bundle
 from ..store.checkpoint_file import read_once
+from ..store.groups import group_counts, published_dir
 from ..store.models import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
 from ..store.resume import covered_partitions, served_positions
 from ..store.shards import shard_counts
 from ..store.starts import starts_dir
 from .accounting import ACCOUNTS, RANGES, CheckAccounts, CountOverlaps, count_as, count_predictions
-from .bundles import hold_each_key_in_one_bundle
 from .config import TrainConfig, check_resume, configure, learner_check
 from .io.dead_letters import DEAD
 from .io.sources import ReadExamples, as_blocks

@@ -1,7 +1,7 @@
 """Every option of the `unitless` command and of the Beam transforms, once: its name (the
 transforms' keyword; the command's flag is the name with dashes), its default, what it takes
 and what it means. The command's parser (``cli.parser``), ``configure``'s defaults (config.py)
-and docs/options.md (``unitless.options_reference``) are made from this table; adding an
+and docs/options.md (``unitless.cli.options_reference``) are made from this table; adding an
 option is one entry here and its check in ``configure``.
 
 Kinds: ``read`` (how examples are read), ``output`` (where outputs go), ``learn`` (how models

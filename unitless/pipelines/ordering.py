@@ -15,8 +15,8 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from .. import pickles
 from ..parse.records import ExampleBlock
-from .beam_patches import weigh_state_without_scanning_modules
-from .bundles import KeyGuard, new_step
+from ..runtime.beam_patches import weigh_state_without_scanning_modules
+from ..runtime.bundles import KeyGuard, new_step
 from .order_handler import OrderHandler
 
 

@@ -3,9 +3,9 @@ group's, else the per-key layout's), else a fresh learner."""
 import logging
 
 from ..learner import read_metadata
+from ..models.keyed_model import KeyedModel
 from ..store import per_key
 from ..store.groups import group_key
-from ..store.keyed_model import KeyedModel
 from .config import check_resume, new_learner
 
 log = logging.getLogger("unitless")

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..learner import check_examples
+from ..models.predictions import outcome_columns
 from ..parse.records import dead_letter_table
 from ..schemas import SCORE_SCHEMA
-from ..store.predictions import outcome_columns
 from ..store.models import has_checkpoint, lists_models, load_latest, model_keys
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, configure

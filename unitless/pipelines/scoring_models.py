@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 
 from ..learner import check_examples, example_losses, predict_next, read_metadata
-from ..store.keyed_model import KeyedModel
+from ..models.keyed_model import KeyedModel
 from ..store.models import load_latest, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS

@@ -16,9 +16,9 @@ import numpy as np
 from ..connectors.kafka import is_kafka
 from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
 from ..learner import BatchResult
+from ..models.predictions import prediction_table
 from ..parse.records import ExampleBlock, dead_letter_table
 from ..store.groups import published_dir
-from ..store.predictions import prediction_table
 from .config import TrainConfig, configure, learner_check, new_learner
 from .delivery import Sinks
 from .io.dead_letters import DEAD

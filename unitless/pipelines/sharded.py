@@ -36,13 +36,13 @@ from ..connectors.storage import unique_token
 from ..learner import from_arrow, read_metadata, to_arrow
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, update_part
-from ..store.predictions import prediction_table, seen_after
+from ..models.predictions import prediction_table, seen_after
+from ..runtime.beam_patches import weigh_state_without_scanning_modules
+from ..runtime.bundles import KeyGuard, new_step, send_elements_within
 from ..store.per_key import write_checkpoints
 from ..store.shards import load_shard, shard_dir
 from ..store.starts import starts_dir
 from .accounting import ACCOUNTS
-from .beam_patches import weigh_state_without_scanning_modules
-from .bundles import KeyGuard, new_step, send_elements_within
 from .config import new_learner
 from .decoded import DecodedModels
 from .io.partitions import ReadFeedback

@@ -13,12 +13,12 @@ import numpy as np
 from ..connectors.kafka import is_kafka
 from ..labels.join import LabelJoin
 from ..labels.reasons import LATE_LABEL
+from ..models.keyed_model import KeyedModel, in_span_order
+from ..models.model_group import ModelGroup
+from ..models.predictions import served_count
 from ..parse.records import dead_letter_table
 from ..store.by_group import examples_of
 from ..store.groups import group_key
-from ..store.keyed_model import KeyedModel, in_span_order
-from ..store.model_group import ModelGroup
-from ..store.predictions import served_count
 from .accounting import ACCOUNTS, Tally, models_left
 from .config import new_learner
 from .decoded import DecodedModels

@@ -1,3 +1,3 @@
-"""Model storage, free of Beam: checkpoint files (``checkpoint_file``) in their layout on disk
-(``per_key``, ``shards``), start records (``starts``), where a resumed run continues
-(``resume``), and a model key's learner with its bookkeeping (``keyed_model``)."""
+"""Model storage, free of Beam: checkpoint files (``checkpoint_file``) in their layouts on disk
+(``by_group``, ``group_writer``, ``per_key``, ``shards``; read through either by ``models``),
+start records (``starts``) and where a resumed run continues (``resume``)."""

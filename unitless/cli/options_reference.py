@@ -1,16 +1,16 @@
 """The options reference (docs/options.md), written from the command's own parser, so that it
 cannot say what `unitless <command> --help` does not.
 
-    python -m unitless.options_reference > docs/options.md
+    python -m unitless.cli.options_reference > docs/options.md
 """
 import argparse
 
-from . import runners
-from .cli import parser
+from ..runtime import runners
+from .main import parser
 
 HEADER = """# Options reference
 
-Generated from the `unitless` command's parser (`python -m unitless.options_reference >
+Generated from the `unitless` command's parser (`python -m unitless.cli.options_reference >
 docs/options.md`; `tests/project/test_docs.py` checks it against `unitless <command> --help`). An
 option neither unitless nor Apache Beam declares is refused in one line, except on a job
 server's runner ({job_servers}), which checks it against the options the job server

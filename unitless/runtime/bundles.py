@@ -60,7 +60,7 @@ def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
         debug.add_experiment(f"{DATA_BUFFER_TIME}{ms}")
     if (isinstance(runner, FlinkRunner)
             and pipeline.options.view_as(FlinkRunnerOptions).flink_master == "[local]"):
-        from ..flink import embedded_buffer_timeout
+        from .flink import embedded_buffer_timeout
         embedded_buffer_timeout(ms)
 
 

@@ -1,8 +1,24 @@
 """Every change unitless makes to Beam's own code, in one place. Each replaces one function of
-Beam's Python SDK worker (apache-beam 2.77, as pyproject.toml pins it) and looks for what it
-replaces first: a Beam without it is left as it is, and a patch is applied once per process.
-They change how the worker does something, never what a pipeline computes."""
+Beam's Python SDK worker, written for the Beam release pyproject.toml pins (``WRITTEN_FOR``), and
+is applied only on it, once per process, and only where it finds what it replaces: on another
+Beam nothing is changed, and a warning says so. They change how the worker does something,
+never what a pipeline computes."""
+import logging
 import sys
+
+log = logging.getLogger("unitless")
+
+WRITTEN_FOR = "2.77."  # the apache-beam release these patches were read against
+
+
+def _on_the_beam_written_for(patch):
+    """Whether ``patch`` may change this process's Beam (its release is ``WRITTEN_FOR``)."""
+    import apache_beam
+    if apache_beam.__version__.startswith(WRITTEN_FOR):
+        return True
+    log.warning("apache-beam %s is not the release unitless patches (%sx): %s not applied",
+                apache_beam.__version__, WRITTEN_FOR, patch)
+    return False
 
 
 def flush_whole_elements_only():
@@ -16,7 +32,8 @@ def flush_whole_elements_only():
     before any of their bundles."""
     from apache_beam.runners.worker import data_plane
     stream = data_plane.TimeBasedBufferingClosableOutputStream
-    if getattr(stream, "whole_elements_only", False):
+    if getattr(stream, "whole_elements_only", False) or not _on_the_beam_written_for(
+            "flush_whole_elements_only"):
         return
 
     def _schedule_periodic_flush(self):
@@ -54,7 +71,8 @@ def weigh_state_without_scanning_modules():
     """
     from apache_beam.runners.worker import statecache
     original = getattr(statecache, "get_deep_size", None)
-    if original is None or getattr(original, "unitless", False):
+    if original is None or getattr(original, "unitless", False) or not _on_the_beam_written_for(
+            "weigh_state_without_scanning_modules"):
         return
     import objsize
 

@@ -14,15 +14,16 @@ import sys
 import time
 from importlib import resources
 
-from . import runners
+from ..runtime import runners
 from .console import configure_logging
 
 configure_logging()  # before Beam is imported: its import logs warnings not meant for the user
-from .connectors.kafka import is_kafka  # noqa: E402
-from .connectors.storage import is_dir, where  # noqa: E402
-from .pipelines import options  # noqa: E402
-from .pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
-                               READ_OPTIONS, configure)
+from ..connectors.kafka import is_kafka  # noqa: E402
+from ..connectors.storage import is_dir, where  # noqa: E402
+from ..pipelines import options  # noqa: E402
+from ..pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS,  # noqa: E402
+                                READ_OPTIONS, configure)
+
 
 def bundled_example():
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
@@ -126,11 +127,11 @@ def _tune_collector():
 
 
 def train(args, beam_args):
-    from .jit_cache import compiled_notice
-    from .reports.summary import RunCounts, model_lines, refusal_problem, render
-    from .pipelines.ordering import STATE_VALUE_BYTES
-    from .pipelines.learn import build_training
-    from .store.ownership import given_up_after
+    from ..pipelines.learn import build_training
+    from ..pipelines.ordering import STATE_VALUE_BYTES
+    from ..reports.summary import RunCounts, model_lines, refusal_problem, render
+    from ..runtime.jit_cache import compiled_notice
+    from ..store.ownership import given_up_after
     pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
     _tune_collector()
     cfg = _config(args)
@@ -181,7 +182,7 @@ def _counter(result, name):
 
 
 def score(args, beam_args):
-    from .pipelines.score import build_scoring
+    from ..pipelines.score import build_scoring
     pipeline = runners.pipeline(beam_args)
     _tune_collector()
     cfg = _config(args, scoring=True)
@@ -192,12 +193,12 @@ def score(args, beam_args):
 
 
 def inspect(args):
-    from .store.by_group import is_part
-    from .store.models import latest_checkpoint, model_keys
-    from .store.per_key import checkpoint_files
-    from .store.shards import shard_counts
-    from .reports.inspect import render, summary
-    from .reports.summary import model_lines, part_lines, render_models
+    from ..reports.inspect import render, summary
+    from ..reports.summary import model_lines, part_lines, render_models
+    from ..store.by_group import is_part
+    from ..store.models import latest_checkpoint, model_keys
+    from ..store.per_key import checkpoint_files
+    from ..store.shards import shard_counts
     path = args.checkpoint
     if args.model_key is not None:
         path = latest_checkpoint(path, args.model_key)
@@ -220,7 +221,7 @@ def inspect(args):
 
 
 def curve(args):
-    from .reports.curve import curves, plot, read_predictions, render
+    from ..reports.curve import curves, plot, read_predictions, render
     if args.top < 1:
         raise ValueError(f"--top wants a positive number, got {args.top}")
     found = read_predictions(args.predictions)[0]
@@ -266,8 +267,8 @@ def one_line(err):
     broker, an unwritable or full disk; 2), or a run that would not have learned each example
     once (``AccountingError``, ``TwoBundlesAtOnce``; 1). A runner reports a DoFn's exception
     inside its own (as 'OSError: ... [while running ...]')."""
-    from .pipelines.accounting import AccountingError
-    from .pipelines.bundles import TwoBundlesAtOnce
+    from ..pipelines.accounting import AccountingError
+    from ..runtime.bundles import TwoBundlesAtOnce
     failed = (AccountingError, TwoBundlesAtOnce)  # the run's, not the user's: exit 1
     ours = {kind.__name__: kind for kind in failed}
     while err is not None:
@@ -282,6 +283,3 @@ def one_line(err):
         err = err.__cause__ or err.__context__
     return None
 
-
-if __name__ == "__main__":
-    sys.exit(main())

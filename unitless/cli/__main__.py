@@ -1,0 +1,6 @@
+"""``python -m unitless.cli``: the `unitless` command."""
+import sys
+
+from .main import main
+
+sys.exit(main())
