@@ -177,3 +177,68 @@ def test_a_label_dated_far_ahead_on_a_topic_is_refused_and_expires_nothing(broke
     assert run(tmp_path / "bounded") == (200, {label_join.AHEAD_OF_CLOCK: 1})
     learned, dead = run(tmp_path / "unbounded", "--max-time-skew", "100000000d")
     assert learned < 200 - 10 and label_join.AHEAD_OF_CLOCK not in dead
+
+
+def test_a_checkpoint_taken_before_a_model_learned_anything_loses_no_example(broker, tmp_path):
+    """A model's first checkpoint is taken as it enters a partition, before it learns anything
+    there; after the shuffle a later block of its may come first, and that checkpoint then says
+    it starts past examples of its own. A run killed just then leaves that checkpoint and the
+    reading stage's start records, which start both partitions again from their beginning; the
+    resumed run must join and learn every example as an uninterrupted run does. (It took that
+    start for labels judged and examples served before: it dropped the examples and refused
+    their labels as never served, and exited 0; found by the labels kill campaign.)"""
+    from unitless.connectors.kafka import KafkaSourceConfig, KafkaTopic, parse_messages
+    from unitless.connectors.kafka_clients import Records
+    from unitless.models.model_group import ModelGroup
+    from unitless.pipelines.config import configure
+    from unitless.pipelines.train import LearnBlocks
+    from unitless.store.starts import starts_dir, write_starts
+    bootstrap = broker.bootstrap_servers
+    topics = {"features": "entered-features", "labels": "entered-labels"}
+    create_topics(bootstrap, *topics.values(), partitions=1)
+    features, labels, _, _, _ = timed_join(120, seed=13)
+    start = time.time() - 3600
+    messages = {"features": timed_messages(features, start),
+                "labels": timed_messages(labels, start)}
+    for name, topic in topics.items():
+        send(bootstrap, topic, messages[name])
+    args = ("--input", f"kafka://{bootstrap}/{topics['features']}", "--labels",
+            f"kafka://{bootstrap}/{topics['labels']}", "--label-wait", f"{WAIT:g}s",
+            "--expired-label", "-1", "--format", "jsonl", *JOINED)
+    whole = train(tmp_path / "whole", *args)
+
+    # the killed run's model directory: its reading stage's start records (every key from the
+    # partitions' first records on), and the checkpoints its learning step took as each model
+    # entered a partition by a block from the middle of it
+    out = tmp_path / "resumed"
+    cfg = configure(inputs=[args[1]], labels=[args[3]], label_wait=WAIT, expired_label=-1.0,
+                    format="jsonl", id_column="id", model_key_column="key", model_groups=2,
+                    model_dir=str(out / "models"), predictions=None, dead_letter=None,
+                    resume=True)
+    write_starts(starts_dir(cfg.model_dir), [(k, f"{topic}/0", -1) for k in KEYS
+                                             for topic in topics.values()])
+    learning = LearnBlocks(cfg)
+    learning.setup()
+    groups = {}
+    for name, topic in topics.items():
+        later = messages[name][len(messages[name]) // 2:]
+        offsets = list(range(len(messages[name]) - len(later), len(messages[name])))
+        block, dead = parse_messages(
+            KafkaSourceConfig(KafkaTopic.parse(f"kafka://{bootstrap}/{topic}"), "jsonl",
+                              cfg.spec, lambda block: []), 0,
+            Records(offsets, *([m[i] for m in later] for i in range(3))))
+        assert dead == [] and block.restarts_midway
+        for key, piece in block.split_by_key():
+            group = groups.setdefault(key, ModelGroup())
+            model = learning._of(group, key)
+            assert model.enter_source(piece) and model.state.examples_seen == 0
+            learning._checkpoint([model], group)
+    learning.delivery.write_checkpoints()
+    learning.teardown()
+
+    train(out, *args, "--resume")
+    got, want = final_models(KEYS, out / "models"), final_models(KEYS, whole / "models")
+    for key in KEYS:
+        assert got[key][0].equals(want[key][0]) and got[key][1:] == want[key][1:], key
+    assert sorted((d["source"], d["position"], d["reason"]) for d in dead_letters(out)) == sorted(
+        (d["source"], d["position"], d["reason"]) for d in dead_letters(whole))

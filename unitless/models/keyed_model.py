@@ -129,6 +129,13 @@ class KeyedModel:
         self.restart[block.source] = start
         return True
 
+    def learned_positions(self):
+        """{source: the position through which it learned or served its examples there}: its
+        positions but where it has learned nothing yet (``unlearned``), whose position is where
+        it starts, which a later block that came first may have put past examples of its own
+        still to come (``enter_source`` moves it back when they do)."""
+        return {s: p for s, p in self.positions.items() if s not in self.unlearned}
+
     def passed(self, source, last):
         """The watermark passed a block of ``source`` up to position ``last`` that this model
         learned (or its group did, see ``ModelGroup``): every key's start there up to it is

@@ -120,7 +120,7 @@ class LearnBlocks(LabelsSteps):
         fresh = model_key not in group.models
         model = group.model(model_key, self._new_model if saved is None else lambda *_: saved)
         if fresh and model.saved_join is not None:
-            self._join_of(group).restore(model_key, model.saved_join, model.positions)
+            self._join_of(group).restore(model_key, model.saved_join, model.learned_positions())
             model.saved_join = None
         return model
 
@@ -414,7 +414,7 @@ class LearnBlocks(LabelsSteps):
             news.append(sorted(model.passed_partitions - (model.checkpoint_passed or set())))
             model.mark_checkpoint()
             metadata.append(model.checkpoint_metadata(join.resume_state(
-                model.key, {s: p for s, p in model.positions.items()
+                model.key, {s: p for s, p in model.learned_positions().items()
                             if not self.cfg.is_labels(s)}) if join is not None else None))
         self.delivery.take(group, models, metadata, news)
 

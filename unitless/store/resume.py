@@ -114,6 +114,8 @@ def sharded_cuts(model_dir, shards, check=None):
 def served_positions(model_dir):
     """{(model key, source): position} through which each model's latest valid checkpoint says
     it learned or served its examples of each source: a resumed run's serving step does not
-    serve again what is at or before it (``pipelines/serve.py``)."""
+    serve again what is at or before it (``pipelines/serve.py``). Not where it has learned
+    nothing yet: there its position is only where it starts (``KeyedModel.learned_positions``)."""
     return {(key, source): int(position) for key, _, meta in checkpoint_metadata(model_dir)
-            for source, position in (meta.get("input_positions") or {}).items()}
+            for source, position in (meta.get("input_positions") or {}).items()
+            if source not in (meta.get("unlearned_sources") or {})}
