@@ -19,13 +19,13 @@ VW_LINES = (b"1 'a |x a:1 b:2.5 c\n-1 0.5 |y d:1e-3\n| e\n")
 LIBSVM_LINES = (b"1 1:0.5 3:2 # c\n-1 qid:2 2:1e-3\n")
 
 
-def compile_all():
+def compile_all() -> None:
     """Run what a training run runs, on small data: the bundled example (CSV), VW text and
     libsvm files, each through the command, so every compiled function a run calls is in the
     cache."""
     from .cli.main import main
     with tempfile.TemporaryDirectory(prefix="unitless-compile-") as work:
-        runs = [[]]
+        runs: list[list[str]] = [[]]
         for name, fmt, data in (("a.vw", "vw", VW_LINES), ("a.libsvm", "libsvm", LIBSVM_LINES)):
             (Path(work) / name).write_bytes(data)
             runs.append(["--input", str(Path(work) / name), "--format", fmt])

@@ -5,6 +5,7 @@ reads those an earlier version wrote, whose classes have moved since (``MOVED``)
 import importlib
 import io
 import pickle
+from typing import Any
 
 # a module of earlier versions -> the modules its classes are in now
 MOVED = {
@@ -32,7 +33,7 @@ class _Unpickler(pickle.Unpickler):
             raise
 
 
-def loads(data):
+def loads(data: bytes | memoryview) -> Any:
     """``pickle.loads`` that also reads the classes of earlier versions' modules (``MOVED``):
     tried as it is first, so a pickle of this version (every one a run writes itself) costs
     nothing more to read; only one naming a module or class that is gone is read again."""

@@ -2,7 +2,7 @@
 import logging
 
 
-def configure_logging():
+def configure_logging() -> None:
     """unitless's own messages (progress, checkpoints, warnings) on stderr; Beam's below
     CRITICAL and kafka-python's below ERROR are not for the user of the `unitless` command (for
     instance the 'apitools not found' warning Beam logs when it is imported), nor other
@@ -14,7 +14,7 @@ def configure_logging():
         for plain in [h for h in root.handlers if type(h) is logging.StreamHandler]:
             root.removeHandler(plain)  # the default one a module-level logging.warning adds
         handler = logging.StreamHandler()
-        handler.unitless = True
+        handler.unitless = True  # type: ignore[attr-defined]  # (marks it unitless's)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
         handler.addFilter(_ours_or_serious)
         root.addHandler(handler)

@@ -13,6 +13,7 @@ import re
 import sys
 import time
 from importlib import resources
+from typing import Any, Optional, Sequence
 
 from ..runtime import runners
 from .console import configure_logging
@@ -25,7 +26,7 @@ from ..pipelines.config import (HYPERPARAMETERS, LEARN_OPTIONS, OUTPUT_OPTIONS, 
                                 READ_OPTIONS, configure)
 
 
-def bundled_example():
+def bundled_example() -> str:
     return str(resources.files("unitless") / "data" / "artificial.csv.gz")
 
 
@@ -39,7 +40,7 @@ COMMANDS = {
 }
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="unitless", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
     for command, summary in COMMANDS.items():
@@ -82,7 +83,7 @@ def _default_outputs(options):
                if name != "output_format")
 
 
-def parse_args(argv=None):
+def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[argparse.Namespace, list[str]]:
     """(unitless's arguments, Beam's): an argument neither knows is an error (exit 2), but for
     a job server's runner, which refuses those its job server does not declare either, when it
     submits (``runners``); an option REFUSED is an error on every runner."""
@@ -126,7 +127,7 @@ def _tune_collector():
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-def train(args, beam_args):
+def train(args: argparse.Namespace, beam_args: list[str]) -> None:
     from ..pipelines.learn import build_training
     from ..pipelines.ordering import STATE_VALUE_BYTES
     from ..reports.summary import RunCounts, model_lines, refusal_problem, render
@@ -181,7 +182,7 @@ def _counter(result, name):
                    for r in found["counters"]))
 
 
-def score(args, beam_args):
+def score(args: argparse.Namespace, beam_args: list[str]) -> None:
     from ..pipelines.score import build_scoring
     pipeline = runners.pipeline(beam_args)
     _tune_collector()
@@ -192,7 +193,7 @@ def score(args, beam_args):
     print(f"predictions: {where(cfg.predictions)}")
 
 
-def inspect(args):
+def inspect(args: argparse.Namespace) -> None:
     from ..reports.inspect import render, summary
     from ..reports.summary import model_lines, part_lines, render_models
     from ..store.by_group import is_part
@@ -220,11 +221,11 @@ def inspect(args):
     print(json.dumps(info, indent=2, allow_nan=False) if args.json else render(info))
 
 
-def curve(args):
+def curve(args: argparse.Namespace) -> None:
     from ..reports.curve import curves, plot, read_predictions, render
     if args.top < 1:
         raise ValueError(f"--top wants a positive number, got {args.top}")
-    found = read_predictions(args.predictions)[0]
+    found: dict[str, Any] = read_predictions(args.predictions)[0]
     if not found:
         raise ValueError("no predictions found in " + ", ".join(args.predictions))
     found = curves(found)
@@ -233,7 +234,7 @@ def curve(args):
     print(f"curve: {os.path.abspath(args.output)}")
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args, beam_args = parse_args(argv)
     configure_logging()
     try:
@@ -261,7 +262,7 @@ WHILE_RUNNING = r"(?: \[while running '[^']*'\])*$"  # what a runner adds to a D
 BEAM_WRAPPED = re.compile(r"^(?:[\w.]+\.)?(\w+): (.*?)" + WHILE_RUNNING)
 
 
-def one_line(err):
+def one_line(err: Optional[BaseException]) -> Optional[tuple[str, int]]:
     """(message, exit code) for a failure told in one line, or None for anything else (a
     traceback): a failure the user can cause and fix (bad settings or input, an unreachable
     broker, an unwritable or full disk; 2), or a run that would not have learned each example
@@ -279,6 +280,7 @@ def one_line(err):
         match = BEAM_WRAPPED.match(lines[-1].strip()) if lines else None
         kind = match and (ours.get(match.group(1)) or getattr(builtins, match.group(1), None))
         if isinstance(kind, type) and issubclass(kind, (*USER_ERRORS, *failed)):
+            assert match is not None
             return match.group(2), 1 if issubclass(kind, failed) else 2
         err = err.__cause__ or err.__context__
     return None

@@ -45,7 +45,7 @@ def _default(action):
     return f"`{action.default}`"
 
 
-def rows(sub):
+def rows(sub: argparse.ArgumentParser) -> list[tuple[str, str, str, str]]:
     """(names, what it takes, default, help) of each option of a subcommand, in --help order."""
     out = []
     for action in sub._actions:
@@ -56,7 +56,7 @@ def rows(sub):
     return out
 
 
-def render():
+def render() -> str:
     top = parser()
     refused = "\n".join(f"* `--{name}`: {_flat(why)}" for name, why in runners.REFUSED.items())
     job_servers = ", ".join(f"`--runner {name.capitalize()}Runner`"

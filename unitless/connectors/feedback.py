@@ -8,7 +8,7 @@ part's float64 values (little-endian): its scores [n, K], then its scalars [n, K
 No pickle: a topic is shared, and what is read from it is untrusted.
 """
 import json
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -29,7 +29,8 @@ class EndMessage(NamedTuple):
     run: str
 
 
-def encode_part(run, model, round_, shard, scores, scalars):
+def encode_part(run: str, model: str, round_: int, shard: int, scores: np.ndarray,
+                scalars: np.ndarray) -> tuple[bytes, bytes]:
     """(key, value) of a shard's part of a round; the key is the model key (UTF-8)."""
     n, K, m = scalars.shape
     header = json.dumps({"v": VERSION, "kind": "part", "run": run, "model": model,
@@ -40,7 +41,7 @@ def encode_part(run, model, round_, shard, scores, scalars):
     return model.encode("utf-8", "surrogatepass"), _framed(header) + body
 
 
-def encode_end(run):
+def encode_end(run: str) -> tuple[bytes, bytes]:
     """(key, value) of the run's end marker."""
     header = json.dumps({"v": VERSION, "kind": "end", "run": run},
                         separators=(",", ":")).encode()
@@ -51,7 +52,7 @@ def _framed(header):
     return len(header).to_bytes(4, "little") + header
 
 
-def decode(value):
+def decode(value: object) -> PartMessage | EndMessage:
     """A PartMessage or EndMessage; ValueError (with the reason) for anything else."""
     if not isinstance(value, (bytes, bytearray, memoryview)) or len(value) < 4:
         raise ValueError("not a unitless feedback message (too short)")
@@ -85,5 +86,5 @@ def decode(value):
                        values[n * K:].reshape(n, K, m))
 
 
-def _count(value):
+def _count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
+from typing import Callable, Iterable, Iterator, Optional, cast
 
 import numba
 import numpy as np
@@ -15,16 +16,16 @@ from .storage import (atomic_write, join, list_dir, makedirs, match, open_input,
                       read_bytes, scheme)
 from ..parse.csv import csv_fields, csv_table
 from ..parse.formats import FORMATS, OUTPUT_FORMATS
-from ..parse.records import TextLines
+from ..parse.records import DeadLetter, ExampleBlock, TextLines
 from ..parse.rows import BOM, count_byte, empty_block
 from ..parse.sparse_text import read_block
-from ..parse.spec import check_column_names
+from ..parse.spec import RecordSpec, check_column_names
 from ..parse.tables import block_from_table, parse_table
 
 log = logging.getLogger("unitless")
 
 
-def expand_inputs(patterns):
+def expand_inputs(patterns: Iterable[str]) -> list[str]:
     """Sorted files matching each pattern; a pattern matching nothing is an error."""
     files = []
     for pattern in patterns:
@@ -199,20 +200,21 @@ def _csv_header(f, path, spec):
     return spec, rest, number
 
 
-def csv_columns(path, spec):
+def csv_columns(path: str, spec: RecordSpec) -> list[str]:
     """The columns a CSV file's records have (its header's, or ``--columns``), as its reader
     takes them, with its checks."""
     with open_input(path) as f:
         return _csv_header(f, path, spec)[0].columns
 
 
-def parquet_schema(path):
+def parquet_schema(path: str) -> pa.Schema:
     """The Arrow schema of a Parquet file's records (read from its footer only)."""
     with open_read(path) if scheme(path) else nullcontext(path) as f:
         return pq.ParquetFile(f).schema_arrow
 
 
-def record_columns(path, fmt, spec):
+def record_columns(path: str, fmt: str, spec: RecordSpec
+                   ) -> Optional[dict[str, Optional[pa.DataType]]]:
     """{column: its Arrow type, or None when the format does not say} of the records of a
     file, as its reader takes them; None for a format whose records each name their own fields
     (JSON lines) or have none (libsvm, VW)."""
@@ -223,7 +225,8 @@ def record_columns(path, fmt, spec):
     return None
 
 
-def read_file(path, fmt, spec, chunk_size=8192, buffer_bytes=8 << 20):
+def read_file(path: str, fmt: str, spec: RecordSpec, chunk_size: int = 8192,
+              buffer_bytes: int = 8 << 20) -> Iterator[tuple[ExampleBlock, list[DeadLetter]]]:
     """Yield (ExampleBlock, dead letters) for consecutive chunks of a file, in order.
 
     Text is read in buffers of whole lines. A CSV buffer without quotes or blank lines is parsed
@@ -294,7 +297,7 @@ def _ahead(jobs):
             yield pending.result()
 
 
-def write_table(directory, table, fmt):
+def write_table(directory: str, table: pa.Table, fmt: str) -> str:
     """Write one part file whole or not at all (``storage.atomic_write``); returns its path."""
     makedirs(directory)
     path = join(directory, f"part-{uuid.uuid4().hex}.{fmt}")
@@ -302,24 +305,25 @@ def write_table(directory, table, fmt):
     return path
 
 
-def table_bytes(table, fmt):
+def table_bytes(table: pa.Table, fmt: str) -> bytes:
     """The table as the bytes of a file in one of the OUTPUT_FORMATS."""
     if fmt not in OUTPUT_FORMATS:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {OUTPUT_FORMATS}")
-    return FORMATS[fmt].write(table)
+    return cast(Callable, FORMATS[fmt].write)(table)
 
 
-def output_parts(directory):
+def output_parts(directory: str) -> list[str]:
     """The names of the part files (``write_table``'s) in an output directory."""
     return [name for name in list_dir(directory)[0]
             if name.startswith("part-") and name.rsplit(".", 1)[-1] in OUTPUT_FORMATS]
 
 
-def read_output(directory):
+def read_output(directory: str) -> Optional[pa.Table]:
     """All part files of an output directory as one Arrow table (for tests and users)."""
     tables = []
     for name in output_parts(directory):
-        table = FORMATS[name.rsplit(".", 1)[-1]].read(read_bytes(join(directory, name)))
+        table = cast(Callable, FORMATS[name.rsplit(".", 1)[-1]].read)(
+            read_bytes(join(directory, name)))
         if table is not None:
             tables.append(table)
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

@@ -12,16 +12,17 @@ import json
 import logging
 import urllib.parse
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..parse.formats import FORMATS, refuse_non_finite
-from ..parse.records import string_array
+from ..parse.records import DeadLetter, ExampleBlock, string_array
+from ..parse.spec import RecordSpec
 from ..schemas import schema_id
-from .kafka_clients import choose, client_settings, partition_offsets
+from .kafka_clients import Records, choose, client_settings, partition_offsets
 
 log = logging.getLogger("unitless")
 UNBOUNDED = (1 << 63) - 1
@@ -36,7 +37,7 @@ class KafkaTopic:
     client: str = "kafka-python"  # kafka_clients.CLIENTS
 
     @classmethod
-    def parse(cls, url, settings=None):
+    def parse(cls, url: str, settings: Optional[Mapping[str, Any]] = None) -> "KafkaTopic":
         """The topic a URL names; ``settings`` may name the client under CLIENT_SETTING
         (default: kafka_clients.choose())."""
         parts = urllib.parse.urlsplit(url)
@@ -46,7 +47,7 @@ class KafkaTopic:
         client = choose(settings.pop(CLIENT_SETTING, None))
         return cls(parts.netloc, parts.path.strip("/"), tuple(sorted(settings.items())), client)
 
-    def client_args(self, **extra):
+    def client_args(self, **extra: Any) -> dict[str, Any]:
         """The client's settings: the servers, the user's settings in the client's names, and
         ``extra`` (already in the client's names)."""
         settings = client_settings(self.client, dict(self.settings))
@@ -55,11 +56,12 @@ class KafkaTopic:
         return {"bootstrap.servers": self.bootstrap_servers, **settings, **extra}
 
 
-def is_kafka(url):
+def is_kafka(url: object) -> bool:
     return isinstance(url, str) and url.startswith("kafka://")
 
 
-def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
+def partition_ranges(topic: KafkaTopic, start_offsets: Mapping[int, int], bounded: bool,
+                     timeout_s: float = 10.0) -> list[tuple[int, int, int]]:
     """[(partition, start, stop)] for the topic; stop = end offset now if bounded.
 
     start_offsets: {partition: offset} to resume from (others start at the beginning); one
@@ -84,8 +86,9 @@ def partition_ranges(topic, start_offsets, bounded, timeout_s=10.0):
 class KafkaSourceConfig:
     topic: KafkaTopic
     value_format: str
-    spec: object  # RecordSpec; model key from spec.model_key, else the message key
-    check: object  # block -> [(row, reason)] to refuse here, where the raw records are at hand
+    spec: RecordSpec  # model key from spec.model_key, else the message key
+    # block -> [(row, reason)] to refuse here, where the raw records are at hand
+    check: Callable[[ExampleBlock], Sequence[tuple[int, str]]]
     max_records: int = 8192
     poll_ms: int = 200
     idle_resume_s: float = 0.2
@@ -99,7 +102,7 @@ class KafkaSourceConfig:
     logged_through: Optional[dict] = None
 
 
-def bundle_seconds(topics):
+def bundle_seconds(topics: int) -> float:
     """A reader's bundle time when ``topics`` topics feed one learning step: each reader bundle
     hands a model group one element, and Prism gives a stateful step's key about one element a
     bundle, some ten bundles a second, whatever the elements hold; so with a labels topic beside
@@ -111,7 +114,8 @@ def bundle_seconds(topics):
     return KafkaSourceConfig.max_bundle_s * topics
 
 
-def parse_messages(cfg, partition, records):
+def parse_messages(cfg: KafkaSourceConfig, partition: int, records: Records
+                   ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """A poll's ``kafka_clients.Records`` of one partition, in offset order -> (ExampleBlock,
     dead letters).
 
@@ -121,7 +125,7 @@ def parse_messages(cfg, partition, records):
     (``RecordSpec.time``, --time-column)."""
     source = f"{cfg.topic.topic}/{partition}"
     items = list(zip(records.offsets, records.values))
-    block, dead = FORMATS[cfg.value_format].parse(cfg.spec, source, items)
+    block, dead = cast(Callable, FORMATS[cfg.value_format].parse)(cfg.spec, source, items)
     block.restarts_midway = True  # resumed at the offsets checkpoints record
     if len(block):  # (before the check: it may ask for a model by key, as scoring does)
         rows = np.searchsorted(np.asarray(records.offsets), block.positions)
@@ -138,7 +142,7 @@ def parse_messages(cfg, partition, records):
 
 # --- prediction messages -----------------------------------------------------------------------
 
-def prediction_messages(table):
+def prediction_messages(table: pa.Table) -> list[bytes]:
     """One JSON object per row, as bytes: ``{"schema": <id>, <column>: <value>, ...}``, the id
     that of the table's output (``schemas.schema_id``: ``unitless.prediction/4`` for a
     training run's predictions, ``unitless.score/1`` for scores), the columns in the table's

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
 
 log = logging.getLogger("unitless")
 # how long a running pipeline's reader or sink waits for a broker that is away as it starts
@@ -38,7 +39,7 @@ _LIBRDKAFKA_NAMES = {v: k for k, v in SETTING_NAMES.items()}
 LOG_REPEAT_S = 30.0
 
 
-def installed():
+def installed() -> list[str]:
     """The clients importable here, fastest first."""
     found = []
     for name, module in (("confluent-kafka", "confluent_kafka"), ("kafka-python", "kafka")):
@@ -50,7 +51,7 @@ def installed():
     return found
 
 
-def choose(requested=None):
+def choose(requested: Optional[str] = None) -> str:
     """The client to use: ``requested`` ("auto" or None: UNITLESS_KAFKA_CLIENT if set, else the
     fastest installed), checked."""
     name = requested if requested not in (None, "auto") else os.environ.get(ENVIRONMENT, "auto")
@@ -65,7 +66,7 @@ def choose(requested=None):
     return name
 
 
-def client_settings(client, settings):
+def client_settings(client: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` ({name: value}, either client's names) named the ``client``'s way."""
     if client == "kafka-python":
         return {_LIBRDKAFKA_NAMES.get(k, k): _python_value(k, v) for k, v in settings.items()}
@@ -96,11 +97,11 @@ class Records:
     def __len__(self):
         return len(self.offsets)
 
-    def head(self, n):
+    def head(self, n: int) -> "Records":
         return Records(self.offsets[:n], self.keys[:n], self.values[:n], self.timestamps[:n])
 
     @staticmethod
-    def concat(parts):
+    def concat(parts: Iterable["Records"]) -> "Records":
         return Records(*([x for part in parts for x in getattr(part, name)]
                          for name in ("offsets", "keys", "values", "timestamps")))
 
@@ -138,7 +139,8 @@ def _confluent_config(topic, **extra):
 
 # --- reading -----------------------------------------------------------------------------------
 
-def open_reader(topic, partition, max_records):
+def open_reader(topic: Any, partition: int, max_records: int
+                ) -> "_PythonReader | _ConfluentReader":
     """A reader of one partition of ``topic`` (a KafkaTopic) that commits nothing (positions
     live in checkpoints): ``seek(offset)``, ``poll(timeout_ms)`` -> [records], ``close()``. A
     running pipeline opens it: its broker is waited for (``BROKER_WAIT_S``)."""
@@ -147,7 +149,7 @@ def open_reader(topic, partition, max_records):
                         partition, max_records, wait_s=BROKER_WAIT_S)
 
 
-def partition_offsets(topic, timeout_s=10.0):
+def partition_offsets(topic: Any, timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
     """{partition: (first offset, end offset)} of the topic now; ConnectionError within about
     ``timeout_s`` when the broker cannot be reached or has no such topic."""
     return _with_client(topic, "listing partitions",
@@ -312,7 +314,8 @@ def _confluent_offsets(topic, timeout_s):
 
 # --- writing -----------------------------------------------------------------------------------
 
-def open_producer(topic, timeout_s=None, linger_ms=5):
+def open_producer(topic: Any, timeout_s: Optional[float] = None, linger_ms: int = 5
+                  ) -> "_PythonProducer | _ConfluentProducer":
     """A producer to ``topic`` that waits for every in-sync replica (acks=all), giving up on a
     broker after ``timeout_s``; None (a running pipeline's sinks): the client's defaults, and a
     broker away as it starts is waited for (``BROKER_WAIT_S``). ``linger_ms``: how long a sent

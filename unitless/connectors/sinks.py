@@ -6,6 +6,7 @@ an object store one upload), or every message acknowledged by the broker (a fail
 checkpoint never claims an input position whose predictions and dead letters are not durable.
 """
 import uuid
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import pyarrow as pa
 
@@ -14,23 +15,27 @@ from .kafka import KafkaTopic, is_kafka, prediction_messages
 from .kafka_clients import open_producer
 from .storage import atomic_write, join, makedirs, remove
 
+if TYPE_CHECKING:
+    from .kafka_clients import _ConfluentProducer, _PythonProducer
+
 
 class FileSink:
     """Arrow tables -> one part file per flush in ``directory``, each written whole."""
     # past this many tables (many model keys' small blocks), a part file is written from one
     # chunk per column: a writer pays per chunk, and combining them first costs less
     COMBINE_PAST = 256
+    tables: list[pa.Table]
 
-    def __init__(self, directory, fmt):
+    def __init__(self, directory: str, fmt: str) -> None:
         self.directory, self.fmt = directory, fmt
         self.tables, self.rows = [], 0
 
-    def write(self, table):
+    def write(self, table: pa.Table) -> None:
         if table.num_rows:
             self.tables.append(table)
             self.rows += table.num_rows
 
-    def flush(self):
+    def flush(self) -> None:
         if self.tables:
             table = pa.concat_tables(self.tables)
             if len(self.tables) > self.COMBINE_PAST:
@@ -42,11 +47,11 @@ class FileSink:
                                          f"{err.strerror or err}") from err
         self.discard()
 
-    def discard(self):
+    def discard(self) -> None:
         """Forget what was written since the last flush (a failed bundle's output)."""
         self.tables, self.rows = [], 0
 
-    def close(self):
+    def close(self) -> None:
         self.discard()
 
 
@@ -59,20 +64,20 @@ class KafkaSink:
     headers. ``flush`` returns once the broker acknowledged every message (acks=all).
     """
 
-    def __init__(self, topic, kind):
+    def __init__(self, topic: KafkaTopic, kind: str) -> None:
         self.topic, self.kind = topic, kind
         self.rows = 0
-        self._producer = None
+        self._producer: Optional["_PythonProducer | _ConfluentProducer"] = None
 
     @property
-    def producer(self):
+    def producer(self) -> "_PythonProducer | _ConfluentProducer":
         """Connected on first use, not before: a reader that never refuses a message, or a
         worker started while the broker is away, needs no producer yet."""
         if self._producer is None:
             self._producer = open_producer(self.topic)
         return self._producer
 
-    def write(self, table):
+    def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
         if self.kind == "predictions":
@@ -88,16 +93,16 @@ class KafkaSink:
                 send(b"" if row["raw"] is None else None, row["raw"], headers=headers)
         self.rows += table.num_rows
 
-    def flush(self):
+    def flush(self) -> None:
         if self._producer is None:
             return
         self.rows = 0
         self.producer.flush()  # ConnectionError naming the topic when a message failed
 
-    def discard(self):
+    def discard(self) -> None:
         """Messages already handed to the producer go out anyway (at-least-once)."""
 
-    def close(self):
+    def close(self) -> None:
         if self._producer is not None:
             self._producer.close()
 
@@ -106,13 +111,15 @@ class NullSink:
     """No target (None): what is written goes nowhere (the pipeline still outputs it)."""
     rows = 0
 
-    def write(self, table):
+    def write(self, table: pa.Table) -> None:
         pass
 
     flush = discard = close = lambda self: None
 
 
-def open_sink(target, fmt, kind, kafka_settings=None):
+def open_sink(target: Optional[str], fmt: str, kind: str,
+              kafka_settings: Optional[Mapping[str, Any]] = None
+              ) -> "FileSink | KafkaSink | NullSink":
     """A sink for a directory or a ``kafka://servers/topic`` URL (None: a NullSink); kind:
     predictions or dead letters."""
     if target is None:
@@ -122,7 +129,8 @@ def open_sink(target, fmt, kind, kafka_settings=None):
     return FileSink(target, fmt)
 
 
-def check_target(target, kafka_settings=None, timeout_s=10.0):
+def check_target(target: Optional[str], kafka_settings: Optional[Mapping[str, Any]] = None,
+                 timeout_s: float = 10.0) -> None:
     """Raise ConnectionError or OSError, with a one-line reason, when ``target`` cannot take
     output now: a directory that cannot be created or written, an unreachable broker, a topic
     the broker does not have. None (no target) always can."""

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import uuid
+from typing import Any, BinaryIO, Optional, Sequence, cast
 
 log = logging.getLogger("unitless")
 TEMP_MARK = ".tmp-"
@@ -18,18 +19,18 @@ OBJECT_STORES = frozenset({"gs", "s3", "azfs"})
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # this process's random prefix and a count (``unique_token``); itertools.count is safe across
 # threads, and a forked child draws a prefix of its own
-_TOKEN = [uuid.uuid4().hex[:16], itertools.count()]
+_TOKEN: list[Any] = [uuid.uuid4().hex[:16], itertools.count()]
 os.register_at_fork(after_in_child=lambda: _TOKEN.__setitem__(0, uuid.uuid4().hex[:16]))
 
 
-def unique_token():
+def unique_token() -> str:
     """32 hex digits unique to this call in any process, thread or fork (a random prefix per
     process, drawn again in a forked child, then a count), without a random draw per call
     (uuid4 is a system call and 1% of a run writing 10,000 models)."""
     return f"{_TOKEN[0]}{next(_TOKEN[1]):016x}"
 
 
-def scheme(path):
+def scheme(path: str) -> Optional[str]:
     """The path's scheme ("s3", "gs", ...), or None for a local path."""
     found = _SCHEME.match(path)
     return found.group(1).lower() if found else None
@@ -52,25 +53,25 @@ def _fs(path):
     return _file_systems[key]
 
 
-def join(directory, *names):
+def join(directory: str, *names: str) -> str:
     if scheme(directory) is None:
         return os.path.join(directory, *names)
     return "/".join([directory.rstrip("/"), *names])
 
 
-def resolve(path):
+def resolve(path: str) -> str:
     """The canonical name of a path: a local one absolute with symlinks resolved, a URL as is."""
     return os.path.realpath(os.path.expanduser(path)) if scheme(path) is None else path
 
 
-def where(path):
+def where(path: str) -> str:
     """A local path made absolute (for messages), a URL as is."""
     return os.path.abspath(path) if scheme(path) is None else path
 
 
 # --- reading -----------------------------------------------------------------------------------
 
-def open_read(path):
+def open_read(path: str) -> BinaryIO:
     """A binary, seekable file object of the file at path (FileNotFoundError if absent)."""
     if scheme(path) is None:
         return open(path, "rb")
@@ -80,22 +81,22 @@ def open_read(path):
     return _fs(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)  # .gz as is
 
 
-def open_input(path):
+def open_input(path: str) -> BinaryIO | gzip.GzipFile:
     """open_read, decompressed when the name ends in .gz."""
     raw = open_read(path)
     if not path.endswith(".gz"):
         return raw
     unzipped = gzip.GzipFile(fileobj=raw, mode="rb")
-    unzipped.myfileobj = raw  # closed with it, as when GzipFile opens the file itself
+    unzipped.myfileobj = cast(Any, raw)  # closed with it, as when GzipFile opens the file itself
     return unzipped
 
 
-def read_bytes(path, limit=-1):
+def read_bytes(path: str, limit: int = -1) -> bytes:
     with open_read(path) as f:
         return f.read(limit)
 
 
-def read_start(path, limit):
+def read_start(path: str, limit: int) -> Optional[bytes]:
     """The first ``limit`` bytes of the file at path; None when nothing is there; ValueError
     when something other than a regular file is (a directory, a FIFO: never opened)."""
     if scheme(path) is None and os.path.lexists(path) and not os.path.isfile(path):
@@ -106,11 +107,11 @@ def read_start(path, limit):
         return None
 
 
-def read_text(path):
+def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def match(pattern):
+def match(pattern: str) -> list[str]:
     """The files a path or glob names, sorted (a directory is not a match)."""
     if scheme(pattern) is None:
         import glob
@@ -122,7 +123,7 @@ def match(pattern):
                   if not m.path.endswith("/"))
 
 
-def list_dir(directory):
+def list_dir(directory: str) -> tuple[list[str], list[str]]:
     """(file names, subdirectory names) directly in directory, each sorted; both empty when it
     does not exist."""
     if scheme(directory) is None:
@@ -133,6 +134,8 @@ def list_dir(directory):
         return (sorted(e.name for e in entries if e.is_file()),  # a link to a file counts
                 sorted(e.name for e in entries if e.is_dir(follow_symlinks=False)))
     prefix = directory.rstrip("/") + "/"
+    files: set[str]
+    dirs: set[str]
     files, dirs = set(), set()
     for path in match(prefix + "**"):
         head, slash, _ = path[len(prefix):].partition("/")
@@ -140,20 +143,20 @@ def list_dir(directory):
     return sorted(files), sorted(dirs)
 
 
-def is_dir(path):
+def is_dir(path: str) -> bool:
     if scheme(path) is None:
         return os.path.isdir(path)
     return any(list_dir(path))
 
 
-def modified(path):
+def modified(path: str) -> float:
     """The file's last modification, in seconds since the epoch."""
     return os.path.getmtime(path) if scheme(path) is None else _fs(path).last_updated(path)
 
 
 # --- writing -----------------------------------------------------------------------------------
 
-def makedirs(directory):
+def makedirs(directory: str) -> bool:
     """Make the directory (and its parents) unless it exists; True when this call made it
     (an object store has no directories: False)."""
     if scheme(directory) is None:
@@ -173,12 +176,12 @@ def makedirs(directory):
     return False
 
 
-def atomic_write(path, data):
+def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` (bytes) to ``path`` whole or not at all (see the module docstring)."""
     atomic_write_many([(path, data)])
 
 
-def atomic_write_many(items):
+def atomic_write_many(items: Sequence[tuple[str, bytes]]) -> None:
     """``atomic_write`` of each (path, data), in order; locally, the files' data and then
     their names are made durable together (``_make_durable``), not one file at a time."""
     local = [(path, data) for path, data in items if scheme(path) is None]
@@ -293,7 +296,7 @@ def _upload(path, data):
     f.close()
 
 
-def remove(path):
+def remove(path: str) -> None:
     """Remove a file; one already gone is fine."""
     if scheme(path) is None:
         try:
@@ -310,7 +313,7 @@ def remove(path):
             raise
 
 
-def remove_tree(directory):
+def remove_tree(directory: str) -> None:
     """Remove a directory and everything in it (on an object store, every object under the
     prefix); one already gone is fine."""
     if scheme(directory) is None:
@@ -324,11 +327,11 @@ def remove_tree(directory):
         remove(path)
 
 
-def is_temporary(name):
+def is_temporary(name: str) -> bool:
     return name.startswith(".") and TEMP_MARK in name
 
 
-def remove_leftovers(directory, depth=1):
+def remove_leftovers(directory: str, depth: int = 1) -> None:
     """Remove the temporary files that killed runs left in ``directory`` and, to ``depth``
     levels, its subdirectories. Only call this when no other run writes there."""
     if scheme(directory) in OBJECT_STORES:

@@ -3,6 +3,7 @@ every features file's served examples and every labels file's records, judged ex
 example id on record time (``labels.by_id``) in array operations, and the join's state left
 as the streaming join would have it at the end of the input (docs/delayed-outcomes.md)."""
 import math
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +12,7 @@ import pyarrow.compute as pc
 from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id, resume
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
-from .waiting import FEATURES, LABELS, Released
+from .waiting import FEATURES, LABELS, FeaturesInput, Released, ToLearn
 
 
 class _Waiting:
@@ -88,7 +89,9 @@ def _no_labels():
 _REASONS = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
 
 
-def joined_in_time_order(join, features, labels, now=None):
+def joined_in_time_order(join: Any, features: list[FeaturesInput],
+                         labels: list[ExampleBlock], now: Optional[float] = None
+                         ) -> tuple[Iterator[ToLearn], list[DeadLetter]]:
     """``join``'s bounded input, whole (``LabelJoin.in_time_order``): every features source's
     records, ``features`` [(source, positions, model keys, record times, served)] as
     ``LabelJoin.features`` takes them, and every labels block, judged example id by example id on record time
@@ -247,11 +250,14 @@ def _learning(join, waiting, taken, settled, features_sources):
         yield key, block, scores, expired
 
 
-def firsts_in_time_order(join, blocks, now):
+def firsts_in_time_order(join: Any, blocks: list[ExampleBlock], now: Optional[float]
+                         ) -> dict[str, np.ndarray]:
     """{source: positions}: of a bounded input's features ``blocks`` (a file each, in the
     order given), the first record of each model key's id in record time (then file and
     line), among those neither read again after a resume (``replayed``) nor dated ahead of
     ``now`` (``refuse_ahead``): for ``screen``, which refuses the others."""
+    sources: Any
+    positions: Any
     keys, ids, times, sources, positions = [], [], [], [], []
     for j, block in enumerate(blocks):
         keep = (~resume.replayed_rows(join, block)

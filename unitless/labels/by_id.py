@@ -18,12 +18,14 @@ clocks. Since each id's outcome depends on its own records only, they apply as w
 ids that holds all of their records (a bucket of ids): docs/delayed-outcomes.md.
 """
 import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 import pyarrow.compute as pc
 
 JOIN, NEVER, SECOND, LATE = 0, 1, 2, 3
 
 
-def group_codes(keys, ids):
+def group_codes(keys: pa.Array, ids: pa.Array) -> np.ndarray:
     """int64 codes of (model key, example id) pairs, equal where both are: ``keys`` and ``ids``
     are string arrays of one length (a null id codes as an empty one)."""
     keys = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -32,13 +34,15 @@ def group_codes(keys, ids):
     return keys * len(encoded.dictionary) + ids
 
 
-def first_of_each(groups):
+def first_of_each(groups: np.ndarray) -> np.ndarray:
     """The indices of the first element of each group code in ``groups``, in order."""
     _, first = np.unique(groups, return_index=True)
     return np.sort(first)
 
 
-def judge(f_group, f_time, l_group, l_time, wait, closed_group=(), closed_expired=()):
+def judge(f_group: npt.ArrayLike, f_time: npt.ArrayLike, l_group: npt.ArrayLike,
+          l_time: np.ndarray, wait: float, closed_group: npt.ArrayLike = (),
+          closed_expired: npt.ArrayLike = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The labels' outcomes.
 
     ``f_group``/``f_time``: the examples waiting, one per group code, and their times;

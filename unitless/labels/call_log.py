@@ -4,6 +4,7 @@ value of a bag, replayed onto the snapshot to rebuild it; once they outgrow the 
 new snapshot, written in parts so that no value written is 1 MiB or more."""
 import itertools
 import pickle
+from typing import Any, Iterable, Optional
 
 from .. import pickles
 
@@ -19,8 +20,10 @@ class CallLog:
     # bytes of a snapshot's part: each is a value of its own in Beam state, whose values stay
     # under 1 MiB (a call logged larger is replaced by a snapshot)
     SNAPSHOT_PART = (1 << 20) - 64
+    calls: list[bytes]
+    snapshot_bytes: Optional[int]
 
-    def __init__(self):
+    def __init__(self) -> None:
         # the calls since the last ``entries``, numbered; the bytes of the last snapshot (None:
         # none yet) and of the calls since it
         self.calls, self.logged, self.snapshot_bytes, self.call_bytes = [], 0, None, 0
@@ -33,7 +36,7 @@ class CallLog:
         self.__dict__.update(state)
         self.calls = []
 
-    def record(self, call, args):
+    def record(self, call: str, args: tuple) -> None:
         """Log a call (the owner's method ``call`` with ``args``) that changed the owner."""
         if self.replaying:
             return
@@ -44,7 +47,7 @@ class CallLog:
         if len(data) > self.SNAPSHOT_PART:
             self.snapshot_bytes = None  # (the next ``entries`` snapshots, in parts)
 
-    def entries(self, owner):
+    def entries(self, owner: object) -> tuple[bool, list[bytes]]:
         """(whether to clear the persisted log first, entries to add to it): the calls logged
         since the last call, or, once they outgrow the last snapshot (a served example is
         logged once, not written again with every change), a snapshot of the whole ``owner``."""
@@ -59,9 +62,10 @@ class CallLog:
         return False, entries
 
     @staticmethod
-    def rebuild(entries):
+    def rebuild(entries: Iterable[bytes]) -> Any:
         """The owner that ``entries`` persisted (in any order): its last snapshot, then the
         calls logged since, replayed; None for none."""
+        owner: Any
         owner, logged = None, 0
         ordered = sorted((int.from_bytes(e[:8], "little"), e[8:]) for e in entries)
         for number, same in itertools.groupby(ordered, key=lambda entry: entry[0]):
@@ -81,6 +85,6 @@ class CallLog:
         return owner
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes persisted: about what its owner holds, without walking it."""
         return (self.snapshot_bytes or 0) + self.call_bytes

@@ -4,14 +4,19 @@ join closes them all at its end and then only hands them on to the checkpoint, s
 as columns: about 30 bytes an id against about 250 in a dict, which at millions of ids is most
 of what such a run holds at its end. Columns move into the dict the first time anything looks
 one id up, so every lookup sees them."""
+from typing import Any, Collection, Iterable, Optional, Union
+
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
 class ClosedIds:
+    one_by_one: dict[str, tuple[bool, int, float]]
+    columns: Optional[tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.one_by_one = {}
         self.columns = None  # (ids: Arrow strings, expired: bool, seq: int64, time: float64)
 
@@ -35,14 +40,15 @@ class ClosedIds:
     def __delitem__(self, i):
         del self._as_dict()[i]
 
-    def update(self, closed):
+    def update(self, closed: Iterable[tuple[str, tuple[bool, int, float]]]) -> None:
         """Close each id of ``closed`` [(id, (expired, seq, time))], as ``dict.update``."""
         self._as_dict().update(closed)
 
-    def get(self, i, default=None):
+    def get(self, i: str, default: Any = None) -> Any:
         return self._as_dict().get(i, default)
 
-    def add_columns(self, ids, expired, seq, time):
+    def add_columns(self, ids: pa.Array, expired: npt.ArrayLike, seq: npt.ArrayLike,
+                    time: npt.ArrayLike) -> None:
         """Close ``ids`` (Arrow strings, none of them twice) as ``dict.update`` would: an id
         already closed takes the new values."""
         if self.one_by_one and len(ids):
@@ -59,7 +65,7 @@ class ClosedIds:
                    *(np.concatenate([a[mask], b]) for a, b in zip(self.columns[1:], new[1:])))
         self.columns = new
 
-    def contains(self, ids):
+    def contains(self, ids: list[str]) -> np.ndarray:
         """Which of ``ids`` (a list) are closed, without moving the columns into the dict."""
         found = np.array([i in self.one_by_one for i in ids], dtype=bool)
         if self.columns is not None and len(ids):
@@ -67,7 +73,7 @@ class ClosedIds:
                 zero_copy_only=False)
         return found
 
-    def arrays(self):
+    def arrays(self) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
         """(ids: Arrow strings, expired, seq, time) of every id, those closed one by one
         first."""
         values = list(self.one_by_one.values())
@@ -80,7 +86,7 @@ class ClosedIds:
         return (pa.concat_arrays([arrays[0], self.columns[0]]),
                 *(np.concatenate([a, b]) for a, b in zip(arrays[1:], self.columns[1:])))
 
-    def to_json(self, held=()):
+    def to_json(self, held: Collection[str] = ()) -> dict[str, list]:
         """The ids but ``held`` as a checkpoint keeps them: {"ids", "expired", "times" (None:
         no time)}, a list each (``restore`` reads them back)."""
         ids, expired, _, time = self.arrays()
@@ -94,7 +100,7 @@ class ClosedIds:
         return {"ids": ids.to_pylist(), "expired": expired.tolist(), "times": times}
 
     @staticmethod
-    def from_json(saved):
+    def from_json(saved: Union[dict, list]) -> Iterable[tuple[str, bool, Optional[float]]]:
         """(id, expired, time or None) of each id ``to_json`` kept (or, from checkpoints
         written before it, of each [id, expired, time] listed)."""
         if isinstance(saved, dict):

@@ -13,14 +13,15 @@ so the models learned do not depend on which path took a block (tests/unit/test_
 """
 import heapq
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from .waiting import FEATURES, LABELS
+from .waiting import FEATURES, LABELS, ModelJoin, Released, Rows
 
 
-def features(join, source, positions, keys, times, entries):
+def features(join: Any, source: str, positions: np.ndarray, keys: list[str],
+             times: Optional[np.ndarray], entries: dict[int, tuple[str, Rows, int]]) -> bool:
     """``LabelJoin.features``' records of ``source`` at ``positions``, their model ``keys``
     and record ``times``, and ``entries`` {position: (model key, Rows, row)} of those served:
     each served example with an id not waiting already starts to wait, when that leaves
@@ -33,8 +34,10 @@ def features(join, source, positions, keys, times, entries):
     models = {k for k, _, _ in offered} | (set(keys) if wait is not None else set())
     clocks = {}  # model key -> (its source's newest time, its features clock) after the block
     if wait is not None:
+        assert times is not None
         for k, rows in _rows_of(keys, order).items():
             clocks[k] = _clock(join, join.models.get(k), FEATURES, source, times[rows])
+    by_key: dict[str, list[tuple[Rows, int, str]]]
     firsts, seen, by_key = [], set(), {k: [] for k in models}
     for k, rows, r in offered:  # (in position order: numbered so, as one by one)
         i = rows.ids[r]
@@ -63,7 +66,7 @@ def features(join, source, positions, keys, times, entries):
     join.seq += len(firsts)
     join.counts["waiting"] += len(firsts)
     # (each served row that does not wait no longer counts in its block's)
-    passed = {}
+    passed: dict[int, list] = {}
     for _, rows, _ in offered:
         passed.setdefault(id(rows), [rows, 0])[1] += 1
     for _, rows, _, _ in firsts:
@@ -91,7 +94,7 @@ def _still(join, model, firsts, clocks):
     return wait is None or clocks is None or clocks[1] <= label.time(q) + wait
 
 
-def labels(join, rows, again, out):
+def labels(join: Any, rows: Rows, again: list[bool], out: Released) -> bool:
     """``LabelJoin.labels``' labels ``rows`` (``Rows``) that the join takes, when none was
     read again after a resume and, for each model key of the block, either each of its
     labels joins its example as it comes (``_join_plan``) or each waits behind the label at
@@ -103,7 +106,7 @@ def labels(join, rows, again, out):
     if wait is not None and (rows.times is None or not np.isfinite(rows.times).all()):
         return False
     order = np.argsort(block.positions, kind="stable")
-    plans = {}
+    plans: dict[str, _Plan] = {}
     for k, at in _rows_of(rows.keys, order).items():
         model = join.models.get(k)
         plan = (None if model is None else _queue_plan(join, model, rows, at) if model.pending
@@ -142,7 +145,7 @@ def labels(join, rows, again, out):
 
 class _Plan(NamedTuple):
     """What a model key's labels in a block do (``_join_plan``, ``_queue_plan``)."""
-    model: object  # its ModelJoin
+    model: ModelJoin  # its ModelJoin
     at: np.ndarray  # its labels' rows, in position order
     entries: Optional[list]  # the served entry each joins; None: they queue
     came: Optional[np.ndarray]  # (joining) the times of the examples they join

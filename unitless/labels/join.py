@@ -19,15 +19,18 @@ docs/delayed-outcomes.md.
 """
 import heapq
 import math
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow.compute as pc
 
+from ..parse.records import DeadLetter, ExampleBlock
 from . import bounded, in_bulk, resume
 from .call_log import CallLog
 from .reasons import (AHEAD_OF_CLOCK, LATE_LABEL, NEVER_SERVED, NO_ID, NO_KEY,  # noqa: F401
                       NO_LABEL, SECOND_FEATURES, SECOND_LABEL, dated_ahead)
-from .waiting import FEATURES, LABELS, ModelJoin, Released, Rows, _time
+from .waiting import (FEATURES, LABELS, FeaturesInput, ModelJoin, Released, Rows, ServedBlocks,
+                      ToLearn, _time)
 
 
 
@@ -46,13 +49,15 @@ class LabelJoin:
     in_time_order = False  # a bounded input's whole join at once (``joined_in_time_order``)
     ordered_once = False  # (``joined_in_time_order`` has been called)
     keyed = False  # records name their model key (--model-key-column): a label without is refused
+    delays: list[float]
 
-    def __init__(self, wait=None, expired_label=None, max_skew=None, in_time_order=False,
-                 keyed=False):
+    def __init__(self, wait: Optional[float] = None, expired_label: Optional[float] = None,
+                 max_skew: Optional[float] = None, in_time_order: bool = False,
+                 keyed: bool = False) -> None:
         self.wait, self.expired_label = wait, expired_label
         self.max_skew, self.in_time_order, self.keyed = max_skew, in_time_order, keyed
         self.ordered_once = False  # (``joined_in_time_order`` has been called)
-        self.models = {}
+        self.models: dict[str, ModelJoin] = {}
         self.seq = 0
         self.counts = dict(waiting=0, expired=0, expired_learned=0, replayed=0)
         self.delays = []  # label time less example time (s) of each join since ``take_delays``
@@ -62,12 +67,12 @@ class LabelJoin:
         """Log a call that changes the join (replayed by ``rebuild``)."""
         self.log.record(call, args)
 
-    def log_entries(self):
+    def log_entries(self) -> tuple[bool, list[bytes]]:
         """(whether to clear the persisted log first, entries to add to it): ``CallLog``."""
         return self.log.entries(self)
 
     @staticmethod
-    def rebuild(entries):
+    def rebuild(entries: Iterable[bytes]) -> Optional["LabelJoin"]:
         """The join that ``log_entries`` persisted as ``entries`` (in any order), None for none:
         its calls replayed, whose outputs were learned when they were made, counted then."""
         join = CallLog.rebuild(entries)
@@ -76,7 +81,7 @@ class LabelJoin:
         return join
 
     @property
-    def state_bytes(self):
+    def state_bytes(self) -> int:
         """Bytes of its persisted log: about what it holds, without walking it (``nbytes``)."""
         return self.log.nbytes
 
@@ -95,20 +100,21 @@ class LabelJoin:
         self.seq += 1
         return self.seq
 
-    def take_counts(self):
+    def take_counts(self) -> dict[str, int]:
         """The accounting's terms since the last call (``accounting.Tally``): examples that
         started waiting less those that stopped, expired, expired and learned, and records a
         resumed run read again (``replayed``, ``labels``)."""
         counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
         return counts
 
-    def take_delays(self):
+    def take_delays(self) -> list[float]:
         """The time from each example to its label (s; below 0: the label came first) of the
         examples joined since the last call, where both records have a time."""
         delays, self.delays = self.delays, []
         return delays
 
-    def screen(self, key, block, firsts=None):
+    def screen(self, key: str, block: ExampleBlock, firsts: Optional[dict[str, np.ndarray]] = None
+               ) -> tuple[ExampleBlock, list[DeadLetter]]:
         """A features block of model ``key`` -> (the block without the examples whose id is
         already waiting or learned, or came earlier in the block; their dead letters).
         Earlier is in record time with ``in_time_order``, else in the block; with ``firsts``
@@ -130,7 +136,8 @@ class LabelJoin:
         again = np.sort(order[~first | known[codes]])
         return block.screen([(r, SECOND_FEATURES) for r in again.tolist()])
 
-    def refuse_ahead(self, block, now):
+    def refuse_ahead(self, block: ExampleBlock, now: Optional[float]
+                     ) -> tuple[ExampleBlock, list[DeadLetter]]:
         """A features block -> (the block without its records dated beyond ``max_skew`` after
         ``now``, the reader's clock; their dead letters)."""
         return block.screen([(r, AHEAD_OF_CLOCK) for r in self._ahead(block, now)])
@@ -145,7 +152,7 @@ class LabelJoin:
             return np.lexsort((block.positions, block.event_times)).tolist()
         return range(len(block))
 
-    def labeled(self, key, block):
+    def labeled(self, key: str, block: ExampleBlock) -> None:
         """Model ``key`` learns the examples of a features block that carry their own label
         (as in any run): their ids count as learned, so that a label or a features record
         for one of them later is a dead letter (learned once)."""
@@ -162,7 +169,9 @@ class LabelJoin:
         for i, time in done:
             self._close(join, i, False, time)
 
-    def features(self, source, positions, keys, times, served):
+    def features(self, source: str, positions: np.ndarray, keys: list[str],
+                 times: Optional[np.ndarray], served: ServedBlocks
+                 ) -> tuple[list[ToLearn], list[DeadLetter]]:
         """A features block of ``source`` (its rows' ``positions``, model ``keys`` and record
         ``times``, which move the features clock, in position order) and what the group's
         models served of it, ``served`` [(model key, block, scores [n, K])]: each served
@@ -215,7 +224,8 @@ class LabelJoin:
         if self.wait is not None:  # (the labels' clock may be past it already)
             self._expire_due(key, join, out)
 
-    def labels(self, block, now=None):
+    def labels(self, block: ExampleBlock, now: Optional[float] = None
+               ) -> tuple[list[ToLearn], list[DeadLetter]]:
         """A labels block of the group's model keys -> what its labels let the models learn
         (``Released.result``): a label whose features wait is learned with them, unless labels
         of its model before it still wait for theirs; the others wait (``pending``). A label
@@ -265,34 +275,38 @@ class LabelJoin:
         join.labeled.setdefault(rows.ids[q], []).append(rows.time(q))
         self._release(key, join, out)
 
-    def joined_in_time_order(self, features, labels, now=None):
+    def joined_in_time_order(self, features: list[FeaturesInput], labels: list[ExampleBlock],
+                             now: Optional[float] = None
+                             ) -> tuple[Iterator[ToLearn], list[DeadLetter]]:
         """A bounded input's join, whole (``in_time_order``): ``labels.bounded``."""
         return bounded.joined_in_time_order(self, features, labels, now)
 
-    def resume_state(self, key, served):
+    def resume_state(self, key: str, served: Mapping[str, int]) -> dict[str, Any]:
         """What model ``key``'s checkpoint keeps of its join, JSON: ``resume.resume_state``."""
         return resume.resume_state(self, key, served)
 
-    def restore(self, key, saved, positions):
+    def restore(self, key: str, saved: dict[str, Any], positions: dict[str, int]) -> None:
         """A resumed run's model ``key`` (``resume.restore``), logged: a rebuilt join restores
         it again."""
         self._record("restore", key, saved, positions)
         resume.restore(self, key, saved, positions)
 
-    def replayed(self, key, block):
+    def replayed(self, key: str, block: ExampleBlock) -> ExampleBlock:
         """A features block without what a resumed run read again (``resume.replayed``)."""
         return resume.replayed(self, key, block)
 
-    def served_before(self, key, block):
+    def served_before(self, key: str, block: ExampleBlock
+                      ) -> tuple[ExampleBlock, Optional[ExampleBlock]]:
         """A features block's examples to learn or serve, and those served before a resume
         (``resume.served_before``)."""
         return resume.served_before(self, key, block)
 
-    def firsts_in_time_order(self, blocks, now):
+    def firsts_in_time_order(self, blocks: list[ExampleBlock], now: Optional[float]
+                             ) -> dict[str, np.ndarray]:
         """{source: positions} of each id's first features record (``bounded``)."""
         return bounded.firsts_in_time_order(self, blocks, now)
 
-    def end(self, key):
+    def end(self, key: str) -> tuple[list[ToLearn], list[DeadLetter]]:
         """The end of the input: model ``key``'s labels still waiting for features are dead
         letters (those behind them learned), and then its examples still waiting expire (no
         label can come in this run); returns what that lets it learn (``Released.result``).
@@ -427,11 +441,11 @@ class LabelJoin:
                     heapq.heappush(join.closing, join.parked.pop(i))
 
     @property
-    def waiting_examples(self):
+    def waiting_examples(self) -> int:
         return sum(len(j.served) for j in self.models.values())
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of the blocks whose examples and labels wait (their columns)."""
         blocks = {}
         for j in self.models.values():
@@ -443,7 +457,7 @@ class LabelJoin:
         return sum(r.block.nbytes + (r.scores.nbytes if r.scores is not None else 0)
                    for r in blocks.values())
 
-    def holds(self, key):
+    def holds(self, key: str) -> bool:
         """Whether model ``key`` has anything waiting."""
         join = self.models.get(key)
         return join is not None and bool(join.served or join.pending)

@@ -1,6 +1,10 @@
 """The labels join's dead letter reasons, and its rule for a record dated ahead of the reader's
 clock."""
+from typing import Optional
+
 import numpy as np
+
+from ..parse.records import ExampleBlock
 
 SECOND_LABEL = "a second label for an example id already learned"
 SECOND_FEATURES = "a second features record for an example id already waiting or learned"
@@ -13,7 +17,8 @@ AHEAD_OF_CLOCK = ("a record dated more than --max-time-skew after the reader's c
                   "read: its clock is wrong, and its time would expire what waits")
 
 
-def dated_ahead(block, now, max_skew):
+def dated_ahead(block: ExampleBlock, now: Optional[float], max_skew: Optional[float]
+                ) -> list[int]:
     """The rows of ``block`` dated beyond ``max_skew`` after ``now`` (s; None: no bound): a
     clock that is wrong, not a time that has come."""
     if max_skew is None or now is None or block.event_times is None:

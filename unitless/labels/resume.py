@@ -2,16 +2,18 @@
 back: which records read again were learned, judged or served before (functions over a
 ``LabelJoin``, which calls them; docs/delayed-outcomes.md, slice 3)."""
 import math
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..parse.records import ExampleBlock
 from .closed import ClosedIds
 from .waiting import Resumed
 
 
-def judged_before(join, block):
+def judged_before(join: Any, block: ExampleBlock) -> np.ndarray:
     """Which records of a labels block their models learned or judged before a resume."""
     encoded = pc.dictionary_encode(block.keys)
     done = [-1 if resumed is None else resumed.positions.get(block.source, -1)
@@ -20,7 +22,7 @@ def judged_before(join, block):
     return block.positions <= np.array(done + [-1], np.int64)[codes]  # (-1: no key)
 
 
-def resume_state(join, key, served):
+def resume_state(join: Any, key: str, served: Mapping[str, int]) -> dict[str, Any]:
     """What model ``key``'s checkpoint keeps of its join, for a resumed run (``restore``),
     JSON: given ``served`` ({features source: the last position it served there}), per
     features source the position before its oldest example still waiting (``rejoin``: a
@@ -58,7 +60,7 @@ def resume_state(join, key, served):
             "labels": labels, "closed": closed}
 
 
-def restore(join, key, saved, positions):
+def restore(join: Any, key: str, saved: dict[str, Any], positions: dict[str, int]) -> None:
     """A resumed run's model ``key``, whose checkpoint kept ``saved`` of its join
     (``resume_state``) and ``positions`` ({source: the last label it learned or example it
     served there}): what it joined or let expire is known again, and the records of its
@@ -81,7 +83,7 @@ def restore(join, key, saved, positions):
     model.judged.update(saved["labels"])
 
 
-def replayed(join, key, block):
+def replayed(join: Any, key: str, block: ExampleBlock) -> ExampleBlock:
     """A features block of model ``key`` -> the block without the examples a resumed run
     read again that no longer waited at its checkpoint (counted ``replayed``; without a
     wait their ids are closed again, as the whole input's are)."""
@@ -95,7 +97,7 @@ def replayed(join, key, block):
     return block.take(np.setdiff1d(np.arange(len(block)), done))
 
 
-def replayed_rows(join, block):
+def replayed_rows(join: Any, block: ExampleBlock) -> np.ndarray:
     """Which records of a features block a resumed run read again that no longer waited
     at their model's checkpoint (``replayed``)."""
     encoded = pc.dictionary_encode(block.keys)
@@ -112,7 +114,8 @@ def replayed_rows(join, block):
     return done
 
 
-def served_before(join, key, block):
+def served_before(join: Any, key: str, block: ExampleBlock
+                  ) -> tuple[ExampleBlock, Optional[ExampleBlock]]:
     """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
     to learn or serve, those it served before a resume, which wait for their labels again
     without being served again: counted ``replayed``; None if none)."""

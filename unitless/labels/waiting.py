@@ -13,6 +13,9 @@ from ..parse.records import DeadLetter, ExampleBlock
 from .closed import ClosedIds
 
 FEATURES, LABELS = 0, 1  # the two inputs, as indices of a join's clocks
+ServedBlocks = list[tuple[str, ExampleBlock, np.ndarray]]
+FeaturesInput = tuple[str, np.ndarray, list[str], Optional[np.ndarray], ServedBlocks]
+ToLearn = tuple[str, ExampleBlock, Optional[np.ndarray], bool]
 
 
 class Rows:
@@ -20,15 +23,15 @@ class Rows:
     labels), shared by their entries: a waiting example costs an entry, not a block of its own.
     ``waiting``: how many of its rows still do."""
 
-    def __init__(self, block, scores=None):
+    def __init__(self, block: ExampleBlock, scores: Optional[np.ndarray] = None) -> None:
         self.block, self.scores, self.waiting = block.full(), scores, len(block)
         self.ids, self.keys = block.ids.to_pylist(), block.keys.to_pylist()
         self.times = block.event_times  # record times (s), None where the source has none
 
-    def time(self, row):
+    def time(self, row: int) -> float:
         return float(self.times[row]) if self.times is not None else math.inf
 
-    def dead(self, row, reason):
+    def dead(self, row: int, reason: str) -> DeadLetter:
         b = self.block
         return DeadLetter(b.source, int(b.positions[row]), b.raw_record(row), reason)
 
@@ -76,7 +79,7 @@ class ModelJoin:
 
     COMPACT_BELOW = 4  # a block whose waiting rows fall under 1/4 of it is cut down to them
 
-    def left(self, rows, n=1):
+    def left(self, rows: Rows, n: int = 1) -> None:
         """``n`` of ``rows``' examples no longer wait: the block is cut down to those that do
         once they are few (its memory is held while any does)."""
         rows.waiting -= n
@@ -84,11 +87,12 @@ class ModelJoin:
         if rows.waiting and size >= 64 and rows.waiting * self.COMPACT_BELOW < size:
             live = [(r, e[2]) for r, i in enumerate(rows.ids)
                     for e in (self.served.get(i),) if e is not None and e[0] is rows and e[1] == r]
+            assert rows.scores is not None
             kept = Rows(rows.block.take([r for r, _ in live]), rows.scores[[r for r, _ in live]])
             for k, (r, seq) in enumerate(live):
                 self.served[rows.ids[r]] = (kept, k, seq)
 
-    def forget_at(self, labels_clock):
+    def forget_at(self, labels_clock: float) -> float:
         """The time below which it forgets closed ids once its labels clock is
         ``labels_clock``: its clocks' oldest (the features clock alone while no label has
         come: ids of examples that carried their own label must not pile up in a model that
@@ -98,7 +102,7 @@ class ModelJoin:
                   or (self.resumed is not None and self.resumed.labeled)]
         return min(clocks) if clocks else -math.inf
 
-    def forget(self):
+    def forget(self) -> None:
         """Forget the closed ids due by its clocks (a label of one still queued parks it:
         forgotten once that label has gone)."""
         forget = self.forget_at(self.clocks[LABELS])
@@ -113,14 +117,16 @@ class ModelJoin:
 
 class Released:
     """What a call gives back: each model key's examples to learn, in order, and dead letters."""
+    pairs: dict[str, list[tuple[tuple, tuple]]]
+    dead: list[DeadLetter]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pairs, self.dead = {}, []
 
-    def add(self, key, served, label):
+    def add(self, key: str, served: tuple, label: tuple) -> None:
         self.pairs.setdefault(key, []).append((served, label))
 
-    def result(self):
+    def result(self) -> tuple[list[ToLearn], list[DeadLetter]]:
         """([(model key, block, the scores its examples were served with, expired)], dead
         letters): each key's runs of consecutive pairs of one labels source (or expired) as one
         block (``joined``)."""
@@ -152,7 +158,7 @@ def _runs(pairs):
     return runs
 
 
-def joined(pairs):
+def joined(pairs: list[tuple[tuple, tuple]]) -> tuple[ExampleBlock, Optional[np.ndarray]]:
     """[(served entry, pending entry)] of one labels source -> (block, scores): each served
     example's features with its label, weighted as its features record was, at its label's
     place in the labels input (source, position, record time), as a plain run over the joined
@@ -160,6 +166,7 @@ def joined(pairs):
     (pending entries ``(None, entry, at, label)``, of one features source) keep their features
     record's source and position, with the expired label and their expiry time."""
     features, scores = _taken([(rows, r) for (rows, r, *_), _ in pairs])
+    times: Optional[np.ndarray]
     if pairs[0][1][0] is None:
         labels = np.array([value for _, (_, _, _, value) in pairs], dtype=np.float64)
         source, positions = features.source, features.positions

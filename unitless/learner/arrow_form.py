@@ -1,14 +1,14 @@
 """A learner state's Arrow form (state.py's docstring says what the table holds): written
 (``to_arrow``), and read back exactly, everything read checked first (``from_arrow``)."""
 import json
-from typing import NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
 
 from .losses import LOSS_CODES
 from .names import FeatureNames
-from .registry import get_algorithm
+from .registry import Algorithm, get_algorithm
 from .state import CHANGED_IN_VERSION_2, LearnerState, METADATA_KEY, SCHEMA_VERSION, new_state
 
 
@@ -20,8 +20,9 @@ def to_arrow(state: "LearnerState", extra_metadata: Optional[dict] = None) -> pa
     return with_metadata(state_table(state), {**state.metadata(), **(extra_metadata or {})})
 
 
-def state_table(state):
+def state_table(state: LearnerState) -> pa.Table:
     """``to_arrow``'s table of a LearnerState without its metadata."""
+    assert state.slot_index is not None
     order = np.argsort(state.slot_index[:state.n_slots], kind="stable")  # slots by index
     active = state.slot_index[order]  # only features some example carried can have changed
     V = state.V[:, :, order]
@@ -40,7 +41,8 @@ def state_table(state):
                        [V[v][cls, j] for v in range(V.shape[0])], matrices)
 
 
-def model_table(spec, classes, indices, names, vectors, matrices=()):
+def model_table(spec: Algorithm, classes: np.ndarray, indices: np.ndarray, names: pa.Array,
+                vectors: Sequence[np.ndarray], matrices: Sequence[pa.Array] = ()) -> pa.Table:
     """The Arrow form's columns of the entries (class, feature index) of a learner ``spec``:
     their names (a string array) and their values, an array per vector and per matrix."""
     columns = {"class": pa.array(classes.astype(np.int32)),
@@ -59,14 +61,14 @@ class TableRows(NamedTuple):
     count: int  # type: ignore[assignment]  # (the field shadows tuple.count)
 
     @classmethod
-    def whole(cls, table):
+    def whole(cls, table: pa.Table) -> "TableRows":
         return cls(table, 0, table.num_rows)
 
-    def slice(self):
+    def slice(self) -> pa.Table:
         return self.table.slice(self.first, self.count)
 
 
-def with_metadata(table, meta):
+def with_metadata(table: pa.Table, meta: dict[str, Any]) -> pa.Table:
     """The table holding metadata ``meta`` (a dict) as the Arrow form does."""
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
 

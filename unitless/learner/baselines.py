@@ -5,6 +5,7 @@ in the example (the usual sparse/lazy form); on dense data without zeros this is
 """
 import math
 
+import numpy as np
 from numba import njit
 
 
@@ -17,14 +18,16 @@ def _dot(w, idx, val):
 
 
 @njit(cache=True)
-def sgd_predict(V, M, S, k, idx, val, hp, memo):
+def sgd_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """SGD with η_t = η/√t. V = (w,); S = (t,); hp = (η,)."""
     S[k, 0] += 1.0
     return _dot(V[0, k], idx, val)
 
 
 @njit(cache=True)
-def sgd_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def sgd_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+               val: np.ndarray, g: float, weight: float, hp: np.ndarray, memo: np.ndarray) -> None:
     w = V[0, k]
     rate = hp[0] / math.sqrt(S[k, 0]) * weight * g
     for j in range(idx.shape[0]):  # w ← w − (η/√t) g x
@@ -32,13 +35,16 @@ def sgd_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def adagrad_predict(V, M, S, k, idx, val, hp, memo):
+def adagrad_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                    val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """AdaGrad (Duchi et al. 2011), diagonal. V = (w, G); hp = (η,)."""
     return _dot(V[0, k], idx, val)
 
 
 @njit(cache=True)
-def adagrad_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def adagrad_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                   val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                   memo: np.ndarray) -> None:
     w, G = V[0, k], V[1, k]
     g *= weight
     if g != 0.0:
@@ -51,14 +57,17 @@ def adagrad_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def adam_predict(V, M, S, k, idx, val, hp, memo):
+def adam_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                 val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """Adam (Kingma & Ba 2015). V = (w, m, v); S = (t,); hp = (η, β1, β2, ε)."""
     S[k, 0] += 1.0
     return _dot(V[0, k], idx, val)
 
 
 @njit(cache=True)
-def adam_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def adam_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                memo: np.ndarray) -> None:
     w, m, v = V[0, k], V[1, k], V[2, k]
     eta, beta1, beta2, eps = hp[0], hp[1], hp[2], hp[3]
     t = S[k, 0]
@@ -73,7 +82,8 @@ def adam_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def cocob_predict(V, M, S, k, idx, val, hp, memo):
+def cocob_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                  val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """COCOB-Backprop (Orabona & Tommasi 2017, Alg. 2), w₁ = 0.
 
     V = (w, L, G, Reward, θ) with L starting at 1e-8; hp = (α,). memo: the bets w_{t,i}.
@@ -85,7 +95,9 @@ def cocob_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def cocob_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def cocob_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                 val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                 memo: np.ndarray) -> None:
     w, L, G, reward, theta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
     alpha = hp[0]
     g *= weight

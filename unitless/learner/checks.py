@@ -14,6 +14,7 @@ The checks are deterministic (fixed seeds) and small: the suite for every learne
 once the kernel is compiled.
 """
 import functools
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -39,7 +40,7 @@ def _rescaling(seed=1, d=7):
 
 # --- invariance, from the registry's ``invariance`` ------------------------------------------
 
-def check_scale_invariance(algorithm):
+def check_scale_invariance(algorithm: str) -> None:
     """Rescaling each feature by any positive factor a_i changes no prediction, and the weights
     become w_i / a_i (logistic, hinge and absolute loss)."""
     X, y = stream()
@@ -56,7 +57,7 @@ def check_scale_invariance(algorithm):
                                    err_msg=f"{loss} loss: weights on rescaled features × scale")
 
 
-def check_linear_invariance(algorithm):
+def check_linear_invariance(algorithm: str) -> None:
     """An invertible linear map of the features (x ↦ A x, cond(A) ~ 10..1e6) changes no
     prediction."""
     X, y = stream(n=300, d=5)
@@ -70,7 +71,7 @@ def check_linear_invariance(algorithm):
                                err_msg="predictions on linearly mapped features")
 
 
-def check_not_scale_invariant(algorithm):
+def check_not_scale_invariant(algorithm: str) -> None:
     """A learner registered as not invariant is not: rescaled features change its predictions
     (else its registry entry should say it is)."""
     X, y = stream()
@@ -83,7 +84,7 @@ def check_not_scale_invariant(algorithm):
 
 # --- every learner ---------------------------------------------------------------------------
 
-def check_batch_sizes(algorithm):
+def check_batch_sizes(algorithm: str) -> None:
     """Batches of 1, 7 or 4,096 examples give bit-identical predictions and state to one batch."""
     X, y = stream(n=300)
     whole, state = run(algorithm, X, y)
@@ -95,7 +96,7 @@ def check_batch_sizes(algorithm):
             f"batches of {size}: cumulative loss {other.cumulative_loss} != {state.cumulative_loss}"
 
 
-def check_model_dimension(algorithm):
+def check_model_dimension(algorithm: str) -> None:
     """The same features at the same indices in a space of 7 or of 4,096 coordinates (--bits 3 or
     12 without collisions) give the same predictions: no learner may read the number of
     coordinates it could have (docs/design.md "Choices made")."""
@@ -108,7 +109,7 @@ def check_model_dimension(algorithm):
                                err_msg="predictions in 4,096 coordinates vs in 7")
 
 
-def check_shuffled_feature_order(algorithm):
+def check_shuffled_feature_order(algorithm: str) -> None:
     """Each example's features in any order give the same predictions and weights (to rounding:
     the order of summation changes)."""
     X, y = stream(n=300)
@@ -127,7 +128,7 @@ def check_shuffled_feature_order(algorithm):
                                err_msg="weights with each example's features shuffled")
 
 
-def check_one_against_all(algorithm):
+def check_one_against_all(algorithm: str) -> None:
     """With n_classes=3 every prediction and the state stay finite, and learner k predicts
     exactly what a binary learner given +1 for class k + 1 and −1 otherwise predicts."""
     X, y = stream(n=200)
@@ -147,7 +148,7 @@ def check_one_against_all(algorithm):
                    f"class {k + 1}: one-against-all vs binary state vectors")
 
 
-def check_arrow_round_trip(algorithm):
+def check_arrow_round_trip(algorithm: str) -> None:
     """to_arrow/from_arrow restores the state bit for bit, and learning goes on identically."""
     X, y = stream(n=200)
     _, state = run(algorithm, X[:100], y[:100])
@@ -160,7 +161,7 @@ def check_arrow_round_trip(algorithm):
                "predictions after the round trip")
 
 
-def check_arrow_rows(algorithm):
+def check_arrow_rows(algorithm: str) -> None:
     """The Arrow table has exactly the (class, feature) rows that left their initial state, all
     among the features examples carried (sparse examples over 40 of 300 features, 3 classes)."""
     rng = np.random.default_rng(4)
@@ -190,7 +191,7 @@ def check_arrow_rows(algorithm):
     same_state(from_arrow(table), state, "restored from the sparse table")
 
 
-def check_slots_equal_dense_layout(algorithm):
+def check_slots_equal_dense_layout(algorithm: str) -> None:
     """Keeping state only for the features examples carried (slots, in order of first
     appearance) gives bit for bit the predictions, losses and state of the compiled loop run on
     state laid out over all ``dim`` features and fed the feature indices themselves: sparse
@@ -243,7 +244,7 @@ BAD_EXAMPLES = {
 }
 
 
-def check_bad_examples_refused(algorithm):
+def check_bad_examples_refused(algorithm: str) -> None:
     """A batch with a bad example (NaN or infinite feature, NaN label, a label outside the loss's
     domain) raises InvalidExampleError naming its position, and the state is left untouched."""
     X, y = stream(n=20)
@@ -267,7 +268,7 @@ def check_bad_examples_refused(algorithm):
         assert state.examples_seen == 10, f"{case}: examples_seen {state.examples_seen}"
 
 
-def check_explicit_zeros(algorithm):
+def check_explicit_zeros(algorithm: str) -> None:
     """An explicit zero value is an absent feature: the same predictions as without it."""
     X, y = stream(n=50, d=3)
     dense = dense_batch(X, y, bias=False)
@@ -281,7 +282,7 @@ def check_explicit_zeros(algorithm):
                "predictions with explicit zeros")
 
 
-def check_an_example_without_features(algorithm):
+def check_an_example_without_features(algorithm: str) -> None:
     """An example without a feature (none, or only zeros, with no bias), a fresh model's first
     or later, is predicted 0 and learned without an error (NAG's step divided by its N, still 0:
     ZeroDivisionError stopped the run)."""
@@ -297,7 +298,7 @@ def check_an_example_without_features(algorithm):
         "the state is not finite after examples without features"
 
 
-def check_saturated_gradient(algorithm):
+def check_saturated_gradient(algorithm: str) -> None:
     """A saturated loss whose squared gradient underflows (yŷ = 400: g x ≈ 1e-174 squares to 0)
     leaves the state finite: an update dividing by Σg² must be skipped, not divide by zero."""
     spec = get_algorithm(algorithm)
@@ -311,7 +312,7 @@ def check_saturated_gradient(algorithm):
         "the state is not finite after a saturated example"
 
 
-def check_non_finite_outcome_refused(algorithm):
+def check_non_finite_outcome_refused(algorithm: str) -> None:
     """With squared loss, labels of 1e90 and a feature value of 1e99, an example whose
     prediction, loss or resulting state is not finite is refused by learn_or_refuse exactly when
     plain learning overflows, and leaves no trace: the state is that of learning the others."""
@@ -346,13 +347,13 @@ def check_non_finite_outcome_refused(algorithm):
 
 # --- which checks apply ----------------------------------------------------------------------
 
-INVARIANCE_CHECKS = {
+INVARIANCE_CHECKS: dict[str, tuple[Callable[[str], None], ...]] = {
     "diagonal": (check_scale_invariance,),
     "linear": (check_scale_invariance, check_linear_invariance),
     "none": (check_not_scale_invariant,),
 }
 
-GENERIC_CHECKS = (
+GENERIC_CHECKS: tuple[Callable[[str], None], ...] = (
     check_slots_equal_dense_layout, check_batch_sizes, check_model_dimension, check_shuffled_feature_order, check_one_against_all,
     check_arrow_round_trip, check_arrow_rows, check_bad_examples_refused, check_explicit_zeros,
     check_an_example_without_features, check_saturated_gradient, check_non_finite_outcome_refused,
@@ -361,7 +362,7 @@ GENERIC_CHECKS = (
 )
 
 
-def checks_for(algorithm):
+def checks_for(algorithm: str) -> list[Callable[[str], None]]:
     """The checks (functions of the algorithm's name) that apply to a registered learner."""
     spec = get_algorithm(algorithm)
     try:
@@ -372,7 +373,7 @@ def checks_for(algorithm):
     return list(invariance) + list(GENERIC_CHECKS)
 
 
-def yield_checks(algorithm):
+def yield_checks(algorithm: str) -> Iterator[Callable[[], None]]:
     """The checks that apply to the learner, each bound to it: call ``check()``."""
     for check in checks_for(algorithm):
         bound = functools.partial(check, algorithm)

@@ -18,7 +18,7 @@ from .online import learn, learn_or_refuse, predict_next
 from .state import new_state
 
 
-def check_many_keys_equal_each_alone(algorithm):
+def check_many_keys_equal_each_alone(algorithm: str) -> None:
     """Many models learned together (``many.ManyStates``: a block of many keys' examples in one
     call) equal each model learning its own examples alone (``learn_or_refuse``, one call per
     block), bit for bit: predictions, losses, refusals, counts and state. 1, 3 and 40 keys
@@ -161,7 +161,7 @@ def _model_unchanged(model, before, what):
     assert pickle.dumps(model) == before, f"{what}: the model's pickle changed"
 
 
-def check_predict_next_writes_nothing(algorithm):
+def check_predict_next_writes_nothing(algorithm: str) -> None:
     """``predict_next`` gives bit for bit what training's in-place serving gives, and writes
     nothing: on the running model and its checkpoint, binary and 3 one-against-all classes,
     logistic and absolute loss, on batches of the features seen only, of features never seen
@@ -190,7 +190,7 @@ def check_predict_next_writes_nothing(algorithm):
 SERVING_THREADS, BATCHES_PER_THREAD, BATCH_SIZE = 4, 20, 10
 
 
-def check_one_model_serves_many_threads(algorithm):
+def check_one_model_serves_many_threads(algorithm: str) -> None:
     """SERVING_THREADS threads scoring through one model at once, each its own batches
     (BATCHES_PER_THREAD of BATCH_SIZE: 800 predictions a learner) of features the model has
     not seen among ones it has, get bit for bit what each batch gets scored alone, and the

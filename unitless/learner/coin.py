@@ -34,6 +34,7 @@ Where this differs from VW 9.11.9 (also docs/design.md, "Choices made"):
 * while only examples of importance weight 0 have come (Σ_t weight_t = 0, every bet still 0)
   the mean is taken as 1 where VW divides by 0.
 """
+import numpy as np
 from numba import njit
 
 from .losses import loss_and_derivative
@@ -51,7 +52,9 @@ def _bet(money, theta, G, L, M):
 
 
 @njit(cache=True)
-def coin_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def coin_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+              val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+              hp: np.ndarray) -> tuple[float, float]:
     """Coin betting, VW ``--coin``. V = (w, θ, G, M, Wealth, L); S = (N, T): Σ_t weight_t
     Σ_i (x_{t,i}/M_i)² and Σ_t weight_t; hp = (ε, β): the initial money of each coordinate and
     the least Lipschitz constant assumed."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 BIAS_NAME = "constant"
 
@@ -24,13 +25,13 @@ class Batch:
     def __len__(self):
         return self.labels.shape[0]
 
-    def slice(self, start, stop):
+    def slice(self, start: int, stop: int) -> "Batch":
         """Examples start..stop-1 as a new batch (views where possible)."""
         a, b = self.indptr[start], self.indptr[stop]
         return Batch(self.indptr[start:stop + 1] - a, self.indices[a:b], self.values[a:b],
                      self.labels[start:stop], self.weights[start:stop])
 
-    def take(self, rows, lengths=None):
+    def take(self, rows: np.ndarray, lengths: Optional[np.ndarray] = None) -> "Batch":
         """The examples at the given positions, in that order (``lengths``: ``np.diff`` of
         ``indptr``, from a caller taking from this batch many times)."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -43,7 +44,7 @@ class Batch:
                      self.labels[rows], self.weights[rows])
 
 
-def make_batch(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: np.ndarray,
+def make_batch(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: npt.ArrayLike,
                weights: Optional[np.ndarray] = None) -> "Batch":
     """A batch from CSR arrays; explicit zero values are dropped (a zero is an absent feature)."""
     labels = np.ascontiguousarray(labels, dtype=np.float64)
@@ -62,12 +63,12 @@ def make_batch(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labe
                  np.ascontiguousarray(weights, dtype=np.float64))
 
 
-def dense_dim(n_columns, bias=True):
+def dense_dim(n_columns: int, bias: bool = True) -> int:
     """Model dimension for dense rows of n_columns features (+1 for the bias)."""
     return n_columns + (1 if bias else 0)
 
 
-def dense_batch(X: np.ndarray, labels: np.ndarray, weights: Optional[np.ndarray] = None,
+def dense_batch(X: npt.ArrayLike, labels: npt.ArrayLike, weights: Optional[np.ndarray] = None,
                 bias: bool = True) -> "Batch":
     """Rows of X (n × d) as a batch; feature j is column j, the bias (value 1) is feature d."""
     X = np.asarray(X, dtype=np.float64)
@@ -81,12 +82,12 @@ def dense_batch(X: np.ndarray, labels: np.ndarray, weights: Optional[np.ndarray]
     return make_batch(indptr, cols, X[rows, cols], labels, weights)
 
 
-def hash_feature(name, bits):
+def hash_feature(name: str, bits: int) -> int:
     """Stable index of a named feature in a 2^bits space (CRC-32 of its UTF-8 name)."""
     return zlib.crc32(name.encode("utf-8")) & ((1 << bits) - 1)
 
 
-def bias_index(bits):
+def bias_index(bits: int) -> int:
     return hash_feature(BIAS_NAME, bits)
 
 

@@ -5,6 +5,7 @@ import hashlib
 import os
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 from numba import literal_unroll, njit
@@ -25,7 +26,7 @@ def _cannot_update(V, M, S, k, idx, val, g, weight, hp, memo):
     pass
 
 
-def in_halves(predict_half, update_half, with_memo):
+def in_halves(predict_half: Any, update_half: Any, with_memo: bool) -> Dispatcher:
     """The step of a learner written in two halves (normalized.py says how): its predict, the
     loss and its update given g = ∂ℓ/∂ŷ; ``with_memo``, with room for what the update needs of
     the prediction (else none: numba compiles only the branch taken). Not cached on its own:
@@ -61,7 +62,9 @@ warnings.filterwarnings("ignore", message="First-class function type feature is 
 
 
 @njit(cache=True)
-def step(code, V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def step(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+         val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+         hp: np.ndarray) -> tuple[float, float]:
     """STEPS[code](...): one learner's predict-then-update on one example (its own step, or
     its two halves around the loss, ``in_halves``). Returns (ŷ, the weighted loss)."""
     y_hat, ell = 0.0, 0.0
@@ -74,7 +77,8 @@ def step(code, V, M, S, k, idx, val, y, weight, loss, tau, hp):
 
 
 @njit(cache=True)
-def predict(code, V, M, S, k, idx, val, hp, memo):
+def predict(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+            val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """PREDICTS[code](...): the first half of a learner's step, up to ŷ."""
     y_hat = 0.0
     i = 0
@@ -86,7 +90,8 @@ def predict(code, V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def update(code, V, M, S, k, idx, val, g, weight, hp, memo):
+def update(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+           val: np.ndarray, g: float, weight: float, hp: np.ndarray, memo: np.ndarray) -> None:
     """UPDATES[code](...): the second half, given g = ∂ℓ/∂ŷ."""
     i = 0
     for f in literal_unroll(UPDATES):
@@ -96,7 +101,7 @@ def update(code, V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True, inline="always")
-def learner_label(label, k, K):
+def learner_label(label: float, k: int, K: int) -> float:
     """The label one-against-all learner k of K sees: +1 for class k+1, else −1 (K = 1: the
     label as is)."""
     if K > 1:
@@ -105,8 +110,10 @@ def learner_label(label, k, K):
 
 
 @njit(cache=True)
-def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, weights, served,
-              scores, losses):
+def run_batch(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, hp: np.ndarray, loss: int,
+              tau: float, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+              labels: np.ndarray, weights: np.ndarray, served: np.ndarray, scores: np.ndarray,
+              losses: np.ndarray) -> None:
     """Feed examples 0..n-1 to learner STEPS[code] one by one; K = S.shape[0] one-against-all
     learners.
 
@@ -142,8 +149,11 @@ def run_batch(code, V, M, S, hp, loss, tau, indptr, indices, values, labels, wei
 
 
 @njit(cache=True)
-def run_many(code, V, M, S, hp, loss, tau, rows, indptr, indices, values, labels, weights,
-             served, scores, losses, seen_after, examples_seen, cumulative_loss, unsafe):
+def run_many(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, hp: np.ndarray, loss: int,
+             tau: float, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+             values: np.ndarray, labels: np.ndarray, weights: np.ndarray, served: np.ndarray,
+             scores: np.ndarray, losses: np.ndarray, seen_after: np.ndarray,
+             examples_seen: np.ndarray, cumulative_loss: np.ndarray, unsafe: np.ndarray) -> None:
     """``run_batch`` over examples of many models sharing one arena of slots (``many.py``):
     example n is learned by the model of row rows[n], whose scalars are S[rows[n]] and whose
     features are at the slots ``indices`` give. Each model sees its own examples in the
@@ -193,7 +203,9 @@ def run_many(code, V, M, S, hp, loss, tau, rows, indptr, indices, values, labels
 
 
 @njit(cache=True)
-def predict_part(code, V, M, S, hp, indptr, indices, values, scores, scalars, memo):
+def predict_part(code: int, V: np.ndarray, M: np.ndarray, S: np.ndarray, hp: np.ndarray,
+                 indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, scores: np.ndarray,
+                 scalars: np.ndarray, memo: np.ndarray) -> None:
     """A shard's part of examples 0..n-1: scores[n, k] = Σ w_i x_i over the shard's features
     (after the learner's steps before ŷ, which change the shard's state); scalars[n, k] = the
     shard's S[k] after it; memo[k, a:b] what learner k's update of the example will need from
@@ -208,8 +220,9 @@ def predict_part(code, V, M, S, hp, indptr, indices, values, scores, scalars, me
 
 
 @njit(cache=True)
-def combine_parts(loss, tau, part_scores, part_scalars, summed, labels, weights, scores,
-                  gradients, losses, scalars):
+def combine_parts(loss: int, tau: float, part_scores: np.ndarray, part_scalars: np.ndarray,
+                  summed: np.ndarray, labels: np.ndarray, weights: np.ndarray, scores: np.ndarray,
+                  gradients: np.ndarray, losses: np.ndarray, scalars: np.ndarray) -> None:
     """The model's ŷ = Σ_s ŷ_s of every example and learner (shards [S, n, K]), its loss (summed
     over learners into losses[n]) and g = ∂ℓ/∂ŷ; the model's scalars: those marked ``summed``
     added over shards, the others (counts every shard keeps alike) as shard 0 has them."""
@@ -233,7 +246,9 @@ def combine_parts(loss, tau, part_scores, part_scalars, summed, labels, weights,
 
 
 @njit(cache=True)
-def update_part(code, V, M, hp, indptr, indices, values, gradients, weights, scalars, memo):
+def update_part(code: int, V: np.ndarray, M: np.ndarray, hp: np.ndarray, indptr: np.ndarray,
+                indices: np.ndarray, values: np.ndarray, gradients: np.ndarray,
+                weights: np.ndarray, scalars: np.ndarray, memo: np.ndarray) -> None:
     """A shard's update by examples 0..n-1 in order: example n's gradient on learner k
     (gradients[n, k]), its weight, the model's scalars as they were at its ŷ (scalars[n, k])
     and the memo its prediction left (``predict_part``)."""

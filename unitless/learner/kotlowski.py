@@ -16,7 +16,9 @@ MAX_EXPONENT = 700.0
 
 
 @njit(cache=True)
-def kotlowski1_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def kotlowski1_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                    val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+                    hp: np.ndarray) -> tuple[float, float]:
     """Kotłowski Alg. 1. V = (w, s², h); S = (t, d); hp = (α,).
 
     d is the number of features seen so far (d_t, this example's included), not the hashed
@@ -157,7 +159,9 @@ def _sparse_matvec(A, act, nz, x):
 
 
 @njit(cache=True)
-def kotlowski2_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def kotlowski2_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                    val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+                    hp: np.ndarray) -> tuple[float, float]:
     """Kotłowski Alg. 2. M = (S†, P, S); V = (w, h, D); S = (ν,); hp = (α,).
 
     Alg. 2 is invariant under any fixed invertible map, so it runs on z = D⁻¹x where D_i is the

@@ -19,7 +19,7 @@ LIPSCHITZ = {"logistic": 1.0, "hinge": 1.0, "squared": 1.0, "absolute": 1.0, "qu
 
 
 @njit(cache=True, inline="always")
-def loss_and_derivative(loss, y, y_hat, tau):
+def loss_and_derivative(loss: int, y: float, y_hat: float, tau: float) -> tuple[float, float]:
     """Return (ℓ(y, ŷ), ∂ℓ/∂ŷ); tau is the quantile level of the quantile loss."""
     if loss == LOGISTIC:  # log(1 + e^{-yŷ})
         z = y * y_hat
@@ -51,7 +51,7 @@ def loss_and_derivative(loss, y, y_hat, tau):
     return 0.0, 0.0
 
 
-def loss_values(loss, y, y_hat, tau=0.5):
+def loss_values(loss: str, y: np.ndarray, y_hat: np.ndarray, tau: float = 0.5) -> np.ndarray:
     """Vectorised ℓ(y, ŷ) for reporting (e.g. test loss of a scored set)."""
     y = np.asarray(y, dtype=np.float64)
     y_hat = np.asarray(y_hat, dtype=np.float64)

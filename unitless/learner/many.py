@@ -15,22 +15,27 @@ the per-model way, which refuses exactly what it would alone. Learners with matr
 step reads every feature's state (``Algorithm.shared`` false), keep a ``LearnerState`` per row
 and always learn that way.
 """
+from typing import Any, Mapping, Optional, Sequence, Union
+
 import numpy as np
 import pyarrow as pa
 from numba import njit
 
 from . import slots as slot_table
 from .arrow_form import TableRows, model_table, state_table, with_metadata
+from .examples import Batch
 from .kernel import run_many
 from .losses import LOSS_CODES
+from .names import FeatureNames
 from .online import BatchResult, check_examples, learn_or_refuse, learner_labels
-from .state import model_metadata
+from .registry import Algorithm
+from .state import LearnerState, model_metadata
 
 _LOW = np.int64(0xFFFFFFFF)
 
 
 @njit(cache=True)
-def unique_first(values, mark):
+def unique_first(values: np.ndarray, mark: np.ndarray) -> np.ndarray:
     """The distinct values (non-negative, below len(mark)) in order of first appearance;
     ``mark`` is all zero before and after."""
     out = np.empty(values.shape[0], dtype=values.dtype)
@@ -48,8 +53,10 @@ def unique_first(values, mark):
 class ManyStates:
     """The models of many keys learned alike (one fresh ``template`` state gives their
     settings), a row each (``row``), in shared arrays (see the module docstring)."""
+    keys: list[str]
+    row_of: dict[str, int]
 
-    def __init__(self, template, rows=16, capacity=64):
+    def __init__(self, template: LearnerState, rows: int = 16, capacity: int = 64) -> None:
         if template.examples_seen or template.n_slots:
             raise ValueError("ManyStates starts from a fresh learner's state")
         self.template = template
@@ -62,7 +69,7 @@ class ManyStates:
         self.S = np.zeros((rows, K, template.S.shape[1]))
         self.examples_seen = np.zeros(rows, dtype=np.int64)
         self.cumulative_loss = np.zeros(rows)
-        self.solo = []  # (not ``shared``) row -> its own LearnerState
+        self.solo: list[LearnerState] = []  # (not ``shared``) row -> its own LearnerState
         self.V = np.empty((len(self.spec.vectors), K, capacity))
         self.V[...] = self.initial[:, None, None]
         self.M = np.zeros((0, K, 0, 0))
@@ -79,22 +86,23 @@ class ManyStates:
         return len(self.keys)
 
     @property
-    def spec(self):  # (not an attribute: it holds compiled functions, which do not pickle)
+    def spec(self) -> Algorithm:
+        # (not an attribute: it holds compiled functions, which do not pickle)
         return self.template.spec
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of the arrays (the per-row learners' too)."""
         return (sum(a.nbytes for a in (self.V, self.S, self.examples_seen, self.cumulative_loss,
                                        self.table, self.base, self.shift, self.n_features))
                 + sum(s.nbytes for s in self.solo))
 
-    def row(self, key):
+    def row(self, key: str) -> int:
         """The row of model ``key``, a new model's if it has none."""
         r = self.row_of.get(key)
         return int(self.rows([key])[0]) if r is None else r
 
-    def rows(self, keys):
+    def rows(self, keys: Sequence[str]) -> np.ndarray:
         """The rows of these model keys (int64 array), new models' for keys without one."""
         found = [self.row_of.get(k, -1) for k in keys]
         new = list(dict.fromkeys(k for k, r in zip(keys, found) if r < 0))
@@ -111,14 +119,14 @@ class ManyStates:
 
     # --- one model as a LearnerState ----------------------------------------------------------
 
-    def features_of(self, r):
+    def features_of(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(feature indices, slots) of row r's features, by index."""
         size = 1 << (64 - int(self.shift[r])) if self.shift[r] else 0
         entries = self.table[self.base[r]:self.base[r] + size]
         entries = np.sort(entries[entries != slot_table.EMPTY])
         return entries >> 32, entries & _LOW
 
-    def state_of(self, r):
+    def state_of(self, r: int) -> LearnerState:
         """Row r's model as a LearnerState of its own (a copy, but for a per-row learner's)."""
         if not self.shared:
             return self.solo[r]
@@ -131,13 +139,16 @@ class ManyStates:
         state.cumulative_loss = float(self.cumulative_loss[r])
         return state
 
-    def tables(self, rows, names, extras):
+    def tables(self, rows: Union[Sequence[int], np.ndarray], names: Sequence[FeatureNames],
+               extras: Sequence[Optional[dict[str, Any]]]) -> list[pa.Table]:
         """The Arrow tables ``to_arrow`` makes of these rows' models alone, each with its
         FeatureNames of ``names`` and its extra metadata of ``extras``."""
         return [with_metadata(own.slice(), meta)
                 for own, meta in self.checkpoints(rows, names, extras)]
 
-    def checkpoints(self, rows, names, extras):
+    def checkpoints(self, rows: Union[Sequence[int], np.ndarray], names: Sequence[FeatureNames],
+                    extras: Sequence[Optional[dict[str, Any]]]
+                    ) -> list[tuple[TableRows, dict[str, Any]]]:
         """[(TableRows, metadata)]: ``tables``, each model's rows of one table built for them
         all (in one pass over the arena's), each metadata a dict beside them (the table's
         schema holds none)."""
@@ -170,12 +181,13 @@ class ManyStates:
         state.feature_names = names
         return state
 
-    def put_state(self, r, state):
+    def put_state(self, r: int, state: LearnerState) -> None:
         """Row r's model becomes ``state`` (one of this learner's settings)."""
         if not self.shared:
             self.solo[r] = state
             return
         if state.n_slots:
+            assert state.slot_index is not None
             features = state.slot_index[:state.n_slots]
             at = self._assign(np.full(len(features), r, dtype=np.int64), features)
             self.V[:, :, at] = state.V[:, :, :state.n_slots]
@@ -183,7 +195,7 @@ class ManyStates:
         self.examples_seen[r] = state.examples_seen
         self.cumulative_loss[r] = state.cumulative_loss
 
-    def adopt(self, key, state):
+    def adopt(self, key: str, state: LearnerState) -> "RowState":
         """Model ``key`` (a LearnerState of this learner's settings, copied in: the caller's
         is never changed) joins, in its row (a returning key's old one, cleared first): its
         ``RowState``."""
@@ -194,7 +206,7 @@ class ManyStates:
         self.put_state(r, state if self.shared else state.copy())
         return RowState(self, r, state.feature_names)
 
-    def clear_row(self, r):
+    def clear_row(self, r: int) -> None:
         """Row r's model back to a fresh one's (its slots stay taken, at the initial values)."""
         if not self.shared:
             self.solo[r] = self.template.copy()
@@ -209,7 +221,7 @@ class ManyStates:
         self.S[r] = 0.0
         self.examples_seen[r], self.cumulative_loss[r] = 0, 0.0
 
-    def same_settings(self, state):
+    def same_settings(self, state: LearnerState) -> bool:
         """True when ``state`` is a learner of these models' settings."""
         t = self.template
         return ((state.algorithm, state.loss, state.dim, state.n_classes, state.bias_index,
@@ -221,7 +233,7 @@ class ManyStates:
         state["_marks"] = np.zeros(0, dtype=np.uint8)  # (scratch)
         return state
 
-    def counts(self, r):
+    def counts(self, r: int) -> tuple[int, float]:
         """(examples_seen, cumulative_loss) of row r."""
         if not self.shared:
             return self.solo[r].examples_seen, self.solo[r].cumulative_loss
@@ -229,7 +241,9 @@ class ManyStates:
 
     # --- learning -----------------------------------------------------------------------------
 
-    def learn(self, rows, batch, served=None):
+    def learn(self, rows: np.ndarray, batch: Batch,
+              served: Optional[np.ndarray] = None
+              ) -> tuple[np.ndarray, BatchResult, list[tuple[int, str]], np.ndarray]:
         """Learn example n of the batch by the model of row rows[n], each model its examples in
         batch order, as ``learn_or_refuse`` would learn each model's examples alone (same
         refusals, predictions, losses, state and counters, bit for bit). Returns (positions
@@ -371,15 +385,15 @@ class RowState:
     """One model of a ``ManyStates``, where a LearnerState is expected: its counters and
     settings, its feature names, and ``alone()``: a LearnerState of its own (a checkpoint's)."""
 
-    def __init__(self, many, row, feature_names):
+    def __init__(self, many: ManyStates, row: int, feature_names: FeatureNames) -> None:
         self.many, self.row, self.feature_names = many, row, feature_names
 
     @property
-    def examples_seen(self):
+    def examples_seen(self) -> int:
         return self.many.counts(self.row)[0]
 
     @property
-    def cumulative_loss(self):
+    def cumulative_loss(self) -> float:
         return self.many.counts(self.row)[1]
 
     def __getattr__(self, name):  # (the settings every model shares)
@@ -389,7 +403,7 @@ class RowState:
         raise AttributeError(name)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of its share of the arrays: its slots, table and row."""
         many = self.many
         if not many.shared:
@@ -398,14 +412,14 @@ class RowState:
         return (slots * (many.V.shape[0] * many.V.shape[1] + 2) * 8
                 + many.S[self.row].nbytes + 32)
 
-    def name_features(self, names):
+    def name_features(self, names: Mapping[int, str]) -> None:
         """As ``LearnerState.name_features``."""
         self.feature_names = self.feature_names.merged(names)
 
-    def alone(self):
+    def alone(self) -> LearnerState:
         return self.many._named(self.row, self.feature_names)
 
 
-def learner_state(state):
+def learner_state(state: Union[LearnerState, RowState]) -> LearnerState:
     """A LearnerState of its own for a model's ``state`` (a LearnerState, or a RowState)."""
     return state.alone() if isinstance(state, RowState) else state

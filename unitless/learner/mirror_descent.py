@@ -5,13 +5,16 @@ Shared step signature: see ``normalized.py``.
 """
 import math
 
+import numpy as np
 from numba import njit
 
 from .losses import loss_and_derivative
 
 
 @njit(cache=True)
-def omd_diagonal_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def omd_diagonal_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                      val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+                      hp: np.ndarray) -> tuple[float, float]:
     """Scale-invariant AdaGrad (regulariser 13). V = (w, θ, b, Q); S = (d,); hp = (η, L).
 
     Q_j = Σ_{s<t} (g_s x_{s,j}/b_{s,j})². d is the number of features seen so far (this
@@ -42,7 +45,9 @@ def omd_diagonal_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
 
 
 @njit(cache=True)
-def omd_pnorm_step(V, M, S, k, idx, val, y, weight, loss, tau, hp):
+def omd_pnorm_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                   val: np.ndarray, y: float, weight: float, loss: int, tau: float,
+                   hp: np.ndarray) -> tuple[float, float]:
     """p-norm scale-invariant OMD (regulariser 12). V = (w, θ, b); S = (m, B); hp = (η, L).
 
     m = max ‖x_s‖₀ so far, B = Σ_{s<t} (p_s − 1)(Σ_i (|g_s x_{s,i}|/b_{s,i})^{p_s})^{2/p_s}.

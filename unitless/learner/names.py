@@ -5,7 +5,8 @@ a dict that is a Python object per name each time a block is merged, pickled int
 sent between stages. In columns it pickles as a few buffers and merges with array operations.
 The rule is one for every path: an index keeps the first name it was given.
 """
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -15,12 +16,13 @@ class FeatureNames(Mapping):
     """A read-only mapping index -> name; ``merged`` gives a new one with more names."""
     __slots__ = ("indices", "names")
 
-    def __init__(self, indices=None, names=None):
+    def __init__(self, indices: Optional[np.ndarray] = None,
+                 names: Optional[pa.Array] = None) -> None:
         self.indices = np.zeros(0, np.int64) if indices is None else indices  # sorted, unique
         self.names = pa.array([], pa.string()) if names is None else names  # string, no nulls
 
     @classmethod
-    def of(cls, names):
+    def of(cls, names: Mapping[int, str]) -> "FeatureNames":
         """A FeatureNames of a mapping (itself if it is one)."""
         if isinstance(names, FeatureNames):
             return names
@@ -28,7 +30,7 @@ class FeatureNames(Mapping):
                                pa.array(list(names.values()), pa.string()))
 
     @classmethod
-    def from_arrays(cls, indices, names):
+    def from_arrays(cls, indices: np.ndarray, names: pa.Array) -> "FeatureNames":
         """Indices in any order and their names (a string array); an index given more than
         once keeps the name of its first place."""
         indices = np.asarray(indices, np.int64)
@@ -57,7 +59,7 @@ class FeatureNames(Mapping):
     def __repr__(self):
         return f"FeatureNames({dict(self.items())!r})"
 
-    def lookup(self, indices):
+    def lookup(self, indices: np.ndarray) -> pa.Array:
         """The names of these indices, an Arrow string array with nulls where there is none."""
         indices = np.asarray(indices, np.int64)
         if not len(self.indices):
@@ -65,14 +67,14 @@ class FeatureNames(Mapping):
         at = np.minimum(np.searchsorted(self.indices, indices), len(self.indices) - 1)
         return self.names.take(pa.array(at, mask=self.indices[at] != indices))
 
-    def only(self, indices):
+    def only(self, indices: np.ndarray) -> "FeatureNames":
         """These names of ``indices`` only (a part of a block carries those its rows use)."""
         keep = np.isin(self.indices, indices)
         if keep.all():
             return self
         return FeatureNames(self.indices[keep], self.names.filter(pa.array(keep)))
 
-    def merged(self, other):
+    def merged(self, other: Mapping[int, str]) -> "FeatureNames":
         """These names, and those of ``other`` (a mapping) for indices without one here."""
         if not len(other):
             return self
@@ -91,7 +93,7 @@ class FeatureNames(Mapping):
                             names.take(pa.array(order)))
 
 
-def merged_names(mappings):
+def merged_names(mappings: Iterable[Mapping[int, str]]) -> FeatureNames:
     """The names of several mappings in one, the first given for an index kept."""
     out = FeatureNames()
     for names in mappings:

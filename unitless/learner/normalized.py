@@ -17,11 +17,13 @@ entry (``memo``), and its step gives both halves one memo; the others get ``NO_M
 """
 import math
 
+import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
-def ng_predict(V, M, S, k, idx, val, hp, memo):
+def ng_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+               val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """NG, Ross et al. Alg. 1, steps 1-2. V = (w, s); S = (t, N); hp = (η,)."""
     w, s = V[0, k], V[1, k]
     S[k, 0] += 1.0
@@ -41,7 +43,8 @@ def ng_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def ng_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def ng_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+              val: np.ndarray, g: float, weight: float, hp: np.ndarray, memo: np.ndarray) -> None:
     """NG, Ross et al. Alg. 1, step 3."""
     w, s = V[0, k], V[1, k]
     eta = hp[0]
@@ -53,7 +56,8 @@ def ng_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def nag_predict(V, M, S, k, idx, val, hp, memo):
+def nag_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """NAG, Ross et al. Alg. 2, steps 1-2. V = (w, s, G); S = (t, N); hp = (η,)."""
     w, s = V[0, k], V[1, k]
     S[k, 0] += 1.0
@@ -73,7 +77,8 @@ def nag_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def nag_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def nag_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+               val: np.ndarray, g: float, weight: float, hp: np.ndarray, memo: np.ndarray) -> None:
     """NAG, Ross et al. Alg. 2, step 3."""
     w, s, G = V[0, k], V[1, k], V[2, k]
     eta = hp[0]
@@ -90,7 +95,8 @@ def nag_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def snag_predict(V, M, S, k, idx, val, hp, memo):
+def snag_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                 val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """sNAG, Ross et al. Sec. 3: NAG with s_i = Σ x_i² and √(s_i/t_i) in place of s_i.
 
     V = (w, s, G, t0); S = (t, N); hp = (η,). t_i = t − t0_i + 1 counts the trials since feature i
@@ -116,7 +122,9 @@ def snag_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def snag_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def snag_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                memo: np.ndarray) -> None:
     """sNAG's update."""
     w, s, G, t0 = V[0, k], V[1, k], V[2, k], V[3, k]
     eta = hp[0]

@@ -1,6 +1,6 @@
 """The public learner calls: validate a batch, learn from it in order, predict with frozen weights."""
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 from numba import njit
@@ -10,6 +10,9 @@ from .kernel import run_batch
 from .state import LearnerState
 from .losses import CLASSIFICATION_LOSSES, LOSS_CODES, loss_values
 
+if TYPE_CHECKING:
+    from .many import RowState
+
 # The largest |value| a feature value, label or importance weight may have: squares and products
 # of a few such values stay finite in float64 (1e100² = 1e200 < 1.8e308).
 MAX_MAGNITUDE = 1e100
@@ -18,7 +21,7 @@ MAX_MAGNITUDE = 1e100
 class InvalidExampleError(ValueError):
     """An example the learner refuses; ``position`` is its index in the batch."""
 
-    def __init__(self, position, reason):
+    def __init__(self, position: int, reason: str) -> None:
         super().__init__(f"example {position} of the batch: {reason}")
         self.position = position
         self.reason = reason
@@ -30,12 +33,14 @@ class BatchResult:
     losses: np.ndarray  # [n]: the (importance-weighted) loss suffered on each example
 
 
-def check_batch(state, batch, served=None):
+def check_batch(state: LearnerState, batch: Batch,
+                served: Optional[np.ndarray] = None) -> list[tuple[int, str]]:
     """Reasons the learner refuses examples: a list of (position, reason), in batch order."""
     return check_examples(batch, state.dim, state.n_classes, state.loss, served)
 
 
-def check_examples(batch, dim, n_classes, loss, served=None):
+def check_examples(batch: Batch, dim: int, n_classes: int, loss: str,
+                   served: Optional[np.ndarray] = None) -> list[tuple[int, str]]:
     """``check_batch`` for a learner of that dimension, number of classes and loss. Examples
     marked ``served`` (a mask) have no label: they are checked as if it were 1, which every
     loss takes."""
@@ -99,7 +104,7 @@ def _problem_codes(indptr, indices, values, labels, weights, dim, n_classes, cla
     return refused
 
 
-def learner_labels(state, labels):
+def learner_labels(state: Union[LearnerState, "RowState"], labels: np.ndarray) -> np.ndarray:
     """The labels as the learner sees them: binary 0/1 labels mean -1/+1 (the one place this
     mapping is made); class numbers and regression targets as they are."""
     if state.n_classes == 1 and state.loss in CLASSIFICATION_LOSSES:
@@ -137,7 +142,7 @@ def _learn_checked(state, batch, slots, served):
     return BatchResult(scores, losses)
 
 
-def count_learned(state, losses):
+def count_learned(state: LearnerState, losses: np.ndarray) -> None:
     """Count a batch's examples into the state's counters, their losses summed one after the
     other (not pairwise): the same total however the stream is cut into batches."""
     state.examples_seen += len(losses)
@@ -146,7 +151,8 @@ def count_learned(state, losses):
 
 
 def learn_or_refuse(state: LearnerState, batch: Batch,
-                    served: Optional[np.ndarray] = None):
+                    served: Optional[np.ndarray] = None
+                    ) -> tuple[np.ndarray, BatchResult, list[tuple[int, str]]]:
     """Learn every example of the batch that the learner can take, in order, and refuse the
     others, leaving the state as if they had never come.
 
@@ -286,7 +292,8 @@ def predicted_class(scores: np.ndarray) -> np.ndarray:
     return np.argmax(scores, axis=1) + 1.0
 
 
-def example_losses(state, scores, labels):
+def example_losses(state: Union[LearnerState, "RowState"], scores: np.ndarray,
+                   labels: np.ndarray) -> np.ndarray:
     """Each example's loss at ``scores`` [n, K], as ``learn`` reports it: for one-against-all
     the sum of the K binary losses (learner k's label +1 for class k + 1, else -1). NaN where
     there is no loss to tell: no label (an example served, or scored without one), or no
@@ -312,6 +319,7 @@ def _losses(state, scores, labels):
     return loss_values(state.loss, signs, scores, tau).sum(axis=1)
 
 
-def mistakes(state, scores, labels):
+def mistakes(state: Union[LearnerState, "RowState"], scores: np.ndarray,
+             labels: np.ndarray) -> np.ndarray:
     """1.0 where the predicted class is not the label, else 0.0 (classification only)."""
     return (predicted_class(scores) != learner_labels(state, labels)).astype(np.float64)

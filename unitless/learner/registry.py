@@ -6,7 +6,7 @@ on an entry's position (``code``). Adding a learner, one that can be split over 
 included: docs/design.md, "The learner library".
 """
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from . import baselines, coin, normalized, scinol
 from .kotlowski import kotlowski1_step, kotlowski2_step
@@ -30,28 +30,28 @@ class Algorithm:
     scans_all: bool = False
     # feature shards (sharded.py): the step's two halves around the loss, None when the learner
     # cannot be split; the scalars that are sums over features (each shard keeps its own part)
-    predict: object = None
-    update: object = None
+    predict: Optional[Callable[..., float]] = None
+    update: Optional[Callable[..., None]] = None
     summed: tuple = ()
     # True when its predict leaves what its update needs in a memo (one value per feature of
     # the example): a step around its halves gives them one
     memo: bool = False
     # the whole predict-then-update on one example, for a learner that cannot be split; one
     # that can is run as its predict, the loss and its update (``kernel.step``)
-    step: object = None
+    step: Optional[Callable[..., tuple[float, float]]] = None
 
     @property
-    def shardable(self):
+    def shardable(self) -> bool:
         return self.predict is not None
 
     @property
-    def shared(self):
+    def shared(self) -> bool:
         """True when many models' state can share one arena of slots (``many.py``): the step
         touches only the example's slots and the model's scalars."""
         return not self.matrices and not self.scans_all
 
     @property
-    def code(self):
+    def code(self) -> int:
         """The learner's code for the compiled loop (``kernel.run_batch``): its position in
         ALGORITHMS."""
         return list(ALGORITHMS).index(self.name)
@@ -134,12 +134,12 @@ ALGORITHMS = {a.name: a for a in [
 MAX_MATRIX_DIM = 4096
 
 
-def meaning(algorithm, name):
+def meaning(algorithm: Algorithm, name: str) -> str:
     """What hyperparameter ``name`` means for ``algorithm`` (one line)."""
     return algorithm.about.get(name) or MEANING.get(name, name)
 
 
-def check_hyperparameter(name, value):
+def check_hyperparameter(name: str, value: float) -> float:
     """``value`` as a float, or ValueError when it is not a finite number in the range
     ``name`` may take (RANGES)."""
     value = float(value)
@@ -151,7 +151,7 @@ def check_hyperparameter(name, value):
     return value
 
 
-def get_algorithm(name):
+def get_algorithm(name: str) -> Algorithm:
     try:
         return ALGORITHMS[name]
     except KeyError:

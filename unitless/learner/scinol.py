@@ -5,13 +5,15 @@ not touched (and is not passed in: examples carry only non-zero features).
 """
 import math
 
+import numpy as np
 from numba import njit
 
 MAX_EXPONENT = 700.0
 
 
 @njit(cache=True)
-def scinol1_predict(V, M, S, k, idx, val, hp, memo):
+def scinol1_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                    val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """ScInOL1(ε), steps 1-2. V = (w, S², G, M, β); S = (t,); hp = (ε,)."""
     w, S2, G, Mx, beta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
     eps = hp[0]
@@ -33,7 +35,9 @@ def scinol1_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def scinol1_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def scinol1_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                   val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                   memo: np.ndarray) -> None:
     """ScInOL1(ε), step 3."""
     S2, G = V[1, k], V[2, k]
     g *= weight
@@ -45,7 +49,8 @@ def scinol1_update(V, M, S, k, idx, val, g, weight, hp, memo):
 
 
 @njit(cache=True)
-def scinol2_predict(V, M, S, k, idx, val, hp, memo):
+def scinol2_predict(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                    val: np.ndarray, hp: np.ndarray, memo: np.ndarray) -> float:
     """ScInOL2(ε), steps 1-2. V = (w, S², G, M, η); hp = (ε,) (ε is η's initial value);
     memo: the bets w_{t,i}."""
     w, S2, G, Mx, eta = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k]
@@ -63,7 +68,9 @@ def scinol2_predict(V, M, S, k, idx, val, hp, memo):
 
 
 @njit(cache=True)
-def scinol2_update(V, M, S, k, idx, val, g, weight, hp, memo):
+def scinol2_update(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
+                   val: np.ndarray, g: float, weight: float, hp: np.ndarray,
+                   memo: np.ndarray) -> None:
     """ScInOL2(ε), step 3."""
     S2, G, eta = V[1, k], V[2, k], V[4, k]
     g *= weight

@@ -7,7 +7,7 @@ applies the gradient). ``learn_with_delay`` runs them in one process with delay 
 a distributed run is checked against. The protocol: docs/design.md, "One model over feature
 shards".
 """
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -16,12 +16,12 @@ from .examples import Batch
 from .losses import LOSS_CODES
 from .online import BatchResult, InvalidExampleError, check_batch, count_learned, learner_labels
 from .registry import ALGORITHMS, get_algorithm
-from .state import new_state
+from .state import LearnerState, new_state
 
 SHARDABLE = tuple(name for name, a in ALGORITHMS.items() if a.shardable)
 
 
-def shard_of(indices, n_shards):
+def shard_of(indices: np.ndarray, n_shards: int) -> np.ndarray:
     """The shard (0..n_shards-1) holding each feature index: the top bits of the index mixed by
     SplitMix64's finaliser, independent of the bits the shard's slot table hashes on."""
     z = np.asarray(indices, dtype=np.int64).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
@@ -31,7 +31,7 @@ def shard_of(indices, n_shards):
     return (((z >> np.uint64(32)) * np.uint64(n_shards)) >> np.uint64(32)).astype(np.int64)
 
 
-def split_batch(batch, n_shards):
+def split_batch(batch: Batch, n_shards: int) -> list[Batch]:
     """The batch as each shard sees it: every example, with the features that shard holds."""
     shard = shard_of(batch.indices, n_shards)
     rows = np.repeat(np.arange(len(batch)), np.diff(batch.indptr))
@@ -45,8 +45,8 @@ def split_batch(batch, n_shards):
     return parts
 
 
-def new_shards(n_shards, algorithm, dim, loss="logistic", n_classes=1, bias_index=-1,
-               **hyperparameters):
+def new_shards(n_shards: int, algorithm: str, dim: int, loss: str = "logistic", n_classes: int = 1,
+               bias_index: int = -1, **hyperparameters: float) -> list[LearnerState]:
     """``n_shards`` fresh shards of one model (``new_state``'s arguments)."""
     if n_shards < 1:
         raise ValueError(f"a model needs at least one shard, not {n_shards}")
@@ -67,7 +67,7 @@ class Part(NamedTuple):
     memo: np.ndarray
 
 
-def predict_part(shard, batch):
+def predict_part(shard: LearnerState, batch: Batch) -> Part:
     """This shard's Part of the batch's examples; ``batch`` holds the shard's features only
     (``split_batch``)."""
     n, K = len(batch), shard.n_classes
@@ -79,7 +79,8 @@ def predict_part(shard, batch):
     return part
 
 
-def combine(shard, parts, labels, weights):
+def combine(shard: LearnerState, parts: Sequence[Part], labels: np.ndarray,
+            weights: np.ndarray) -> tuple[BatchResult, np.ndarray, np.ndarray]:
     """The model's view of examples every shard has computed its part of (``parts``: each
     shard's ``predict_part``, in shard order): BatchResult (ŷ and loss), g [n, K] and the
     model's scalars [n, K, scalars]. ``shard``: any shard (for the learner and its loss)."""
@@ -95,7 +96,8 @@ def combine(shard, parts, labels, weights):
     return BatchResult(scores, losses), gradients, scalars
 
 
-def update_part(shard, batch, part, gradients, scalars):
+def update_part(shard: LearnerState, batch: Batch, part: Part, gradients: np.ndarray,
+                scalars: np.ndarray) -> None:
     """Apply the examples' gradients (``combine``) to this shard's features, in order; ``part``:
     the shard's own Part of them."""
     kernel.update_part(shard.spec.code, shard.V, shard.M, shard.hp_array(), batch.indptr,
@@ -103,7 +105,8 @@ def update_part(shard, batch, part, gradients, scalars):
                        batch.weights, scalars, part.memo)
 
 
-def learn_with_delay(shards, batch, max_delay=0):
+def learn_with_delay(shards: Sequence[LearnerState], batch: Batch,
+                     max_delay: int = 0) -> BatchResult:
     """Learn the batch in order with every shard, each example's part computed with at most
     ``max_delay`` of the gradients before it not yet applied; returns the model's BatchResult.
     An invalid example raises InvalidExampleError before anything is learned."""
@@ -131,13 +134,14 @@ def learn_with_delay(shards, batch, max_delay=0):
                        np.concatenate([r.losses for r in results]))
 
 
-def merge(shards):
+def merge(shards: Sequence[LearnerState]) -> LearnerState:
     """The unsharded model the shards make up: every shard's features, the summed scalars added
     over shards, the counts and counters as the first shard has them."""
     first = shards[0]
     model = new_state(first.algorithm, first.dim, first.loss, first.n_classes, first.bias_index,
                       **first.hyperparameters)
     for shard in shards:
+        assert shard.slot_index is not None
         slots = model.map_features(shard.slot_index[:shard.n_slots])  # (may grow model.V)
         model.V[:, :, slots] = shard.V[:, :, :shard.n_slots]
         model.name_features(shard.feature_names)

@@ -21,7 +21,8 @@ def _home(i, shift):
 
 
 @njit(cache=True)
-def assign(table, shift, slot_index, n_slots, indices, out):
+def assign(table: np.ndarray, shift: int, slot_index: np.ndarray, n_slots: int,
+           indices: np.ndarray, out: np.ndarray) -> tuple[int, int]:
     """out[j] = the slot of feature indices[j], giving each feature not yet in the table the next
     free slot. Stops at the first new feature when every slot is taken (the caller grows the
     arrays and goes on from there): returns (how many of ``indices`` were mapped, n_slots)."""
@@ -48,7 +49,7 @@ def assign(table, shift, slot_index, n_slots, indices, out):
 
 
 @njit(cache=True)
-def find(table, shift, indices, out):
+def find(table: np.ndarray, shift: int, indices: np.ndarray, out: np.ndarray) -> None:
     """out[j] = the slot of feature indices[j], or -1 when it has none."""
     mask = table.shape[0] - 1
     for j in range(indices.shape[0]):
@@ -63,7 +64,7 @@ def find(table, shift, indices, out):
 
 
 @njit(cache=True)
-def rebuild(table, shift, slot_index, n_slots):
+def rebuild(table: np.ndarray, shift: int, slot_index: np.ndarray, n_slots: int) -> None:
     """Fill the (empty) table with slots 0..n_slots-1."""
     mask = table.shape[0] - 1
     for s in range(n_slots):
@@ -74,7 +75,7 @@ def rebuild(table, shift, slot_index, n_slots):
         table[h] = (i << 32) | s
 
 
-def new_table(capacity):
+def new_table(capacity: int) -> tuple[np.ndarray, int]:
     """An empty table for ``capacity`` slots (a power of two): (table, shift)."""
     size = 2 * capacity
     return np.full(size, EMPTY, dtype=np.int64), 64 - (size.bit_length() - 1)
@@ -90,7 +91,9 @@ def new_table(capacity):
 
 
 @njit(cache=True)
-def assign_rows(table, used, dead, base, shift, count, rows, indices, out, n_slots, capacity):
+def assign_rows(table: np.ndarray, used: int, dead: int, base: np.ndarray, shift: np.ndarray,
+                count: np.ndarray, rows: np.ndarray, indices: np.ndarray, out: np.ndarray,
+                n_slots: int, capacity: int) -> tuple[int, int, int, int]:
     """out[j] = the slot of feature indices[j] of model row rows[j], giving each feature a row
     does not have yet the next free slot. Stops at the first new feature when every slot is
     taken, or when its row's table must move and the array has no room left at its end (the
@@ -147,7 +150,8 @@ def assign_rows(table, used, dead, base, shift, count, rows, indices, out, n_slo
 
 
 @njit(cache=True)
-def move_tables(table, base, shift, n_rows, size):
+def move_tables(table: np.ndarray, base: np.ndarray, shift: np.ndarray, n_rows: int,
+                size: int) -> tuple[np.ndarray, int]:
     """The rows' tables packed one after the other from the start of a new array of ``size``
     entries (their entries need no rehashing: positions are relative to a table's base):
     (new table, entries used); ``base`` is updated."""
@@ -164,7 +168,8 @@ def move_tables(table, base, shift, n_rows, size):
 
 
 @njit(cache=True)
-def row_entries(table, base, shift, rows):
+def row_entries(table: np.ndarray, base: np.ndarray, shift: np.ndarray,
+                rows: np.ndarray) -> np.ndarray:
     """The entries (feature index << 32 | slot) of each of ``rows``' tables, by feature index,
     the rows' one after the other."""
     total = 0

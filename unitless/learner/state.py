@@ -6,14 +6,15 @@ matrix holding that feature's row), and the schema metadata key ``unitless`` hol
 the algorithm, loss, hyperparameters, dimension, scalars, examples seen and cumulative loss.
 """
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from . import slots
 from .names import FeatureNames
 from .losses import LOSS_CODES, LIPSCHITZ
-from .registry import MAX_MATRIX_DIM, check_hyperparameter, get_algorithm
+from .registry import MAX_MATRIX_DIM, Algorithm, check_hyperparameter, get_algorithm
 
 SCHEMA_VERSION = 2
 METADATA_KEY = b"unitless"
@@ -58,28 +59,30 @@ class LearnerState:
             self.table, self.shift = slots.new_table(capacity)
 
     @property
-    def spec(self):
+    def spec(self) -> Algorithm:
         return get_algorithm(self.algorithm)
 
     @property
-    def capacity(self):
+    def capacity(self) -> int:
+        assert self.slot_index is not None
         return self.slot_index.shape[0]
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of the state's arrays."""
+        assert self.slot_index is not None and self.table is not None
         return sum(a.nbytes for a in (self.V, self.M, self.S, self.slot_index, self.table))
 
-    def initial(self):
+    def initial(self) -> np.ndarray:
         """The value every coordinate of each vector starts at: [len(vectors)]."""
         return np.array([v for _, v in initial_values(self.spec, self.hyperparameters)])
 
-    def name_features(self, names):
+    def name_features(self, names: Mapping[int, str]) -> None:
         """Take the names (index -> name) of features not named yet: a feature keeps the first
         name it was given."""
         self.feature_names = self.feature_names.merged(names)
 
-    def map_features(self, indices):
+    def map_features(self, indices: npt.ArrayLike) -> np.ndarray:
         """The slots of these feature indices (int64, same shape), giving new features slots.
 
         Learners whose step reads every feature's state (``Algorithm.scans_all``) keep their
@@ -91,6 +94,7 @@ class LearnerState:
         before = self.n_slots
         done = 0
         while True:
+            assert self.slot_index is not None and self.table is not None
             mapped, self.n_slots = slots.assign(self.table, self.shift, self.slot_index,
                                                 self.n_slots, indices[done:], out[done:])
             done += mapped
@@ -134,10 +138,11 @@ class LearnerState:
         view.V[...] = self.initial()[:, None, None]
         return view
 
-    def find_features(self, indices):
+    def find_features(self, indices: np.ndarray) -> np.ndarray:
         """The slots of these feature indices, -1 for a feature without one; nothing changes."""
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         out = np.empty(indices.shape[0], dtype=np.int64)
+        assert self.table is not None
         slots.find(self.table, self.shift, indices, out)
         return out
 
@@ -171,41 +176,46 @@ class LearnerState:
         self.table, self.shift = slots.new_table(self.capacity)
         slots.rebuild(self.table, self.shift, self.slot_index, self.n_slots)
 
-    def hp_array(self):
+    def hp_array(self) -> np.ndarray:
         return np.array([self.hyperparameters[h] for h in self.spec.hyperparameters],
                         dtype=np.float64)
 
-    def dense_vectors(self):
+    def dense_vectors(self) -> np.ndarray:
         """The vectors over all ``dim`` features: [len(vectors), K, dim] (small models: tests)."""
+        assert self.slot_index is not None
         out = np.empty(self.V.shape[:2] + (self.dim,))
         out[...] = self.initial()[:, None, None]
         out[:, :, self.slot_index[:self.n_slots]] = self.V[:, :, :self.n_slots]
         return out
 
-    def dense_matrices(self):
+    def dense_matrices(self) -> np.ndarray:
         """The matrices over all ``dim`` features: [len(matrices), K, dim, dim]."""
+        assert self.slot_index is not None
         n, on = self.n_slots, self.slot_index[:self.n_slots]
-        out = np.zeros(self.M.shape[:2] + (self.dim, self.dim))
-        out[np.ix_(range(out.shape[0]), range(out.shape[1]), on, on)] = self.M[:, :, :n, :n]
+        out: np.ndarray = np.zeros(self.M.shape[:2] + (self.dim, self.dim))
+        out[np.ix_(np.arange(out.shape[0]), np.arange(out.shape[1]), on, on)] = \
+            self.M[:, :, :n, :n]
         return out
 
     @property
-    def weights(self):
+    def weights(self) -> np.ndarray:
         """The weight vector w over all ``dim`` features, shape [K, dim]."""
         return self.dense_vectors()[0]
 
-    def copy(self):
+    def copy(self) -> "LearnerState":
+        assert self.slot_index is not None and self.table is not None
         return LearnerState(self.algorithm, self.loss, self.dim, self.n_classes,
                             dict(self.hyperparameters), self.V.copy(), self.M.copy(),
                             self.S.copy(), self.bias_index, self.examples_seen,
                             self.cumulative_loss, self.feature_names,  # (never changed in place)
                             self.slot_index.copy(), self.n_slots, self.table.copy(), self.shift)
 
-    def metadata(self):
+    def metadata(self) -> dict[str, Any]:
         return model_metadata(self, self.S, self.examples_seen, self.cumulative_loss)
 
 
-def model_metadata(settings, S, examples_seen, cumulative_loss):
+def model_metadata(settings: LearnerState, S: np.ndarray, examples_seen: int,
+                   cumulative_loss: float) -> dict[str, Any]:
     """The Arrow form's metadata of a model of ``settings`` (a LearnerState: its algorithm,
     loss, ...) with scalars S [K, scalars] and these counters."""
     return {
@@ -261,7 +271,7 @@ def new_state(algorithm: str, dim: int, loss: str = "logistic", n_classes: int =
     return state
 
 
-def initial_values(spec, hp):
+def initial_values(spec: Algorithm, hp: Mapping[str, float]) -> Iterator[tuple[str, float]]:
     """(vector name, the value every coordinate of it starts at) for each state vector."""
     for name in spec.vectors:
         init = spec.initial.get(name, 0.0)

@@ -7,15 +7,17 @@ writes: predictions.py.
 """
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
+import pyarrow as pa
 
 from ..learner import from_arrow, read_metadata, to_arrow
+from ..parse.records import DeadLetter, ExampleBlock
 from .model_group import ModelGroup
 
 
-def in_span_order(block):
+def in_span_order(block: ExampleBlock) -> bool:
     """True when the block holds examples read whole over a span (``ExampleBlock.span``), in
     strictly increasing positions (so each model's are in its order)."""
     return (block.span is not None and len(block) > 0
@@ -25,7 +27,7 @@ def in_span_order(block):
 @dataclass
 class KeyedModel:
     key: str
-    state: object                                  # LearnerState
+    state: Any                                     # LearnerState
     positions: dict = field(default_factory=dict)  # source -> last position learned (or refused)
     checkpoint_examples: int = -1                  # examples_seen at the last checkpoint
     checkpoint_time: float = field(default_factory=time.time)
@@ -62,15 +64,15 @@ class KeyedModel:
     published_examples: int = -1
     published_time: float = 0.0
 
-    def learned_range(self):
+    def learned_range(self) -> tuple[str, int, int]:
         """(key, examples_seen when this run made or read it, examples_seen now)."""
         return self.key, self.run_start, self.state.examples_seen
 
-    def to_table(self, label_join=None):
+    def to_table(self, label_join: Optional[dict[str, Any]] = None) -> pa.Table:
         """The model as a checkpoint's Arrow table (``to_arrow`` with its bookkeeping)."""
         return to_arrow(self.state, self.checkpoint_metadata(label_join))
 
-    def checkpoint_metadata(self, label_join=None):
+    def checkpoint_metadata(self, label_join: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """Its bookkeeping, which its checkpoint's table holds beside the learner's
         (``ModelGroup.tables``; with --labels, ``label_join``: what it keeps of its group's
         join). Copies, not the model's own dicts: a checkpoint is written after it is taken
@@ -92,7 +94,7 @@ class KeyedModel:
         return {s: min(p, rejoin.get(s, p)) for s, p in self.restart.items()}
 
     @classmethod
-    def from_table(cls, table, state=None):
+    def from_table(cls, table: pa.Table, state: Any = None) -> "KeyedModel":
         """The model of a checkpoint's table (``state``: its learner, if decoded already)."""
         meta = read_metadata(table)
         positions = {k: int(v) for k, v in (meta.get("input_positions") or {}).items()}
@@ -109,7 +111,7 @@ class KeyedModel:
                    checkpoint_served=int(meta.get("examples_served", 0)),
                    saved_join=meta.get("label_join"))
 
-    def enter_source(self, block, first=None):
+    def enter_source(self, block: ExampleBlock, first: Optional[int] = None) -> bool:
         """True when the block tells where this model starts in a source, which the caller
         then checkpoints before anything is learned (so a restarted source never starts after
         an example this model still needs): a source the model has no position for, or one it
@@ -129,14 +131,14 @@ class KeyedModel:
         self.restart[block.source] = start
         return True
 
-    def learned_positions(self):
+    def learned_positions(self) -> dict[str, int]:
         """{source: the position through which it learned or served its examples there}: its
         positions but where it has learned nothing yet (``unlearned``), whose position is where
         it starts, which a later block that came first may have put past examples of its own
         still to come (``enter_source`` moves it back when they do)."""
         return {s: p for s, p in self.positions.items() if s not in self.unlearned}
 
-    def passed(self, source, last):
+    def passed(self, source: str, last: int) -> None:
         """The watermark passed a block of ``source`` up to position ``last`` that this model
         learned (or its group did, see ``ModelGroup``): every key's start there up to it is
         recorded (see ``restart``). The restart position moves no further than the model has
@@ -148,14 +150,14 @@ class KeyedModel:
                                        min(last, self.positions.get(source, last)))
             self.passed_partitions.add(source)
 
-    def continues(self, block):
+    def continues(self, block: ExampleBlock) -> bool:
         """True when the block (of this model's examples) holds its next examples of its
         source, all of them from right after those it has learned there, in order
         (``in_span_order``, ``learned_before``): nothing it must learn before them can be
         elsewhere."""
         return in_span_order(block) and self.learned_before(block)
 
-    def learned_before(self, block):
+    def learned_before(self, block: ExampleBlock) -> bool:
         """True when this model has learned all of its examples of the block's source before
         the block's span (``through``; nothing yet, for a file read from its start, and for a
         Kafka partition it has learned nothing from, where only a block whose span starts at
@@ -165,15 +167,18 @@ class KeyedModel:
             done = -2  # (not known: only a span from -1 goes on from it)
         elif done is None:
             done = -1
+        assert block.span is not None
         return block.span[0] <= done + 1
 
-    def learn_block(self, block, served=None, served_scores=None, tracked=True):
+    def learn_block(self, block: ExampleBlock, served: Optional[list] = None,
+                    served_scores: Optional[np.ndarray] = None, tracked: bool = True
+                    ) -> tuple[Optional[pa.Table], list[DeadLetter], int]:
         """This model's block learned as ``ModelGroup.learn`` learns a group's:
         (predictions, dead letters, skipped)."""
         group = ModelGroup({self.key: self})
         return group.learn(block, lambda _: self, served, served_scores, tracked)[:3]
 
-    def learns_to(self, source, last, span):
+    def learns_to(self, source: str, last: int, span: Optional[tuple]) -> None:
         """It learns its examples of ``source`` (a block's, of span ``span``) through position
         ``last``, those after the position it had learned there (``ModelGroup.learn``): in
         position order, so nothing of its own before ``last`` is still to come (``through``)."""
@@ -181,10 +186,10 @@ class KeyedModel:
         self.unlearned.pop(source, None)
         self.through[source] = max(last, span[1] if span else last, self.through.get(source, -1))
 
-    def progressive_loss(self):
+    def progressive_loss(self) -> float:
         return self.state.cumulative_loss / max(self.state.examples_seen, 1)
 
-    def checkpoint_due(self, every_examples, every_seconds):
+    def checkpoint_due(self, every_examples: int, every_seconds: float) -> bool:
         """Due every N examples, or T seconds when the last checkpoint is behind (so also when
         only restart positions moved: a model learning only replays records that too); and at
         the end of input, by the caller."""
@@ -195,7 +200,7 @@ class KeyedModel:
             return True
         return bool(every_seconds) and time.time() - self.checkpoint_time >= every_seconds
 
-    def checkpoint_behind(self):
+    def checkpoint_behind(self) -> bool:
         """True when the last checkpoint misses examples learned or served since, or (as far as
         this process knows) restart positions or partitions the watermark has passed since."""
         return (self.checkpoint_examples != self.state.examples_seen
@@ -203,12 +208,12 @@ class KeyedModel:
                 or self.checkpoint_restart not in (None, self.restart)
                 or self.passed_partitions != (self.checkpoint_passed or set()))
 
-    def publish_due(self, every_seconds, now):
+    def publish_due(self, every_seconds: float, now: float) -> bool:
         """It learned since it was last published, ``every_seconds`` ago or more."""
         return (self.state.examples_seen != self.published_examples
                 and now - self.published_time >= every_seconds)
 
-    def published_metadata(self, now):
+    def published_metadata(self, now: float) -> dict[str, Any]:
         """What a published state says beside the learner's (figures of
         ``checkpoint_metadata``, but no join's share: a serving step needs none of it), named
         by its version; marks it published."""
@@ -217,7 +222,7 @@ class KeyedModel:
                 "errors": self.errors,
                 "checkpoint_id": f"{self.key}@{self.state.examples_seen}"}
 
-    def mark_checkpoint(self):
+    def mark_checkpoint(self) -> None:
         self.checkpoint_restart = dict(self.restart)
         self.checkpoint_passed = set(self.passed_partitions)
         self.checkpoint_examples = self.state.examples_seen

@@ -1,6 +1,7 @@
 """The models of one key of the learning step (``ModelGroup``): a group of model keys whose
 learners are rows of one ``ManyStates``, learned a block at a time and stored together."""
 import pickle
+from typing import TYPE_CHECKING, Any, Callable, Collection, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -8,16 +9,24 @@ import pyarrow as pa
 from .. import pickles
 from ..connectors.storage import unique_token
 from ..learner import example_losses, new_state
+from ..learner.arrow_form import TableRows
 from ..learner.many import ManyStates, RowState, learner_state
+from ..parse.records import DeadLetter, ExampleBlock
 from .predictions import prediction_table
+
+if TYPE_CHECKING:
+    from ..labels.join import LabelJoin
 
 
 class ModelGroup:
     """The models of the model keys that share one key of the keyed step (``KeyByModel``'s
     groups), as Beam state holds them together; and the model keys that left it, idle
     (``evict``), each with the examples learned and served its newest checkpoint holds."""
+    many: Optional[ManyStates]
 
-    def __init__(self, models=None, evicted=None, join=None):
+    def __init__(self, models: Optional[dict[str, Any]] = None,
+                 evicted: Optional[dict[str, tuple[int, int]]] = None,
+                 join: Optional["LabelJoin"] = None) -> None:
         self.models = {}  # model key -> KeyedModel, whose learner is a row of ``many``
         self.many = None  # ManyStates: the learners of them all, once there is one
         for model in (models or {}).values():
@@ -27,7 +36,7 @@ class ModelGroup:
         # the served examples waiting for labels (``--labels``: ``LabelJoin``), kept in its own
         # log beside the group's state (``LabelJoin.log_entries``), not in ``to_bytes``
         self.join = join
-        self.token = None
+        self.token: Optional[str] = None
 
     def _adopt(self, model):
         """The model's learner becomes a row of the group's ``many`` (a LearnerState is moved
@@ -46,7 +55,7 @@ class ModelGroup:
                              "group's")
         model.state = self.many.adopt(model.key, state)
 
-    def model(self, key, new):
+    def model(self, key: str, new: Callable[[str, Optional[tuple[int, int]]], Any]) -> Any:
         """The model of ``key``: the group's, or ``new(key, evicted)`` if it holds none
         (``evicted``: what ``evict`` recorded of it, or None)."""
         model = self.models.get(key)
@@ -57,17 +66,20 @@ class ModelGroup:
             self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
         return model
 
-    def evict(self, model):
+    def evict(self, model: Any) -> tuple[str, int, int]:
         """The model leaves the group (its newest checkpoint, durable now, holds it). Returns
         its ``learned_range`` as it left: its learner is a row of the group's, cleared here, so
         the model reads as a fresh one afterwards."""
         left = model.learned_range()
         del self.models[model.key]
         self.evicted[model.key] = (model.state.examples_seen, model.served)
+        assert self.many is not None
         self.many.clear_row(model.state.row)
         return left
 
-    def learn(self, block, model_of, served=None, served_scores=None, tracked=True):
+    def learn(self, block: ExampleBlock, model_of: Callable[[str], Any],
+              served: Optional[list] = None, served_scores: Optional[np.ndarray] = None,
+              tracked: bool = True) -> tuple[Optional[pa.Table], list[DeadLetter], int, list[Any]]:
         """Learn the block's new examples, each by its model key's model (``model_of(key)``),
         in the block's order, all in one call (``ManyStates.learn``): (predictions table,
         dead letters, skipped, the models of the block's keys). With a list ``served``, append
@@ -96,6 +108,7 @@ class ModelGroup:
                 block, codes = block.take(keep), codes[keep]
                 served_scores = None if served_scores is None else served_scores[keep]
         rows = np.array([m.state.row for m in models], dtype=np.int64)[codes]
+        assert self.many is not None
         kept, result, refused, seen = self.many.learn(rows, block.batch(), block.served)
         # refused: what a resumed model's settings refuse beyond the source's checks, and
         # examples whose prediction, loss or resulting state would not be finite
@@ -126,14 +139,16 @@ class ModelGroup:
             model.served += int(served_by[c])
         return table, dead, skipped, models
 
-    def checkpoints(self, models, metadata):
+    def checkpoints(self, models: list[Any], metadata: list[dict[str, Any]]
+                    ) -> list[tuple[TableRows, dict[str, Any]]]:
         """[(TableRows, metadata)]: the checkpoints of these models of the group, each with its
         ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its rows of one table made for
         them together (``ManyStates.checkpoints``)."""
+        assert self.many is not None
         return self.many.checkpoints([m.state.row for m in models],
                                      [m.state.feature_names for m in models], metadata)
 
-    def idle_since(self, before, now, held):
+    def idle_since(self, before: int, now: int, held: Collection[str]) -> list[Any]:
         """The models last seen at or before ``before`` (µs), but those of the model keys
         ``held`` (examples of theirs still wait), which count as seen ``now``."""
         idle = []
@@ -145,12 +160,12 @@ class ModelGroup:
                     idle.append(model)
         return idle
 
-    def least_recently_seen(self):
+    def least_recently_seen(self) -> Optional[int]:
         """When its least recently seen model was last seen (µs), None if none was."""
         return min((m.last_seen for m in self.models.values() if m.last_seen is not None),
                    default=None)
 
-    def learned(self, block):
+    def learned(self, block: ExampleBlock) -> None:
         """The group learned ``block``: where the block's source was read whole over its span
         (``ExampleBlock.span``), it held every example of every model key of the group there,
         so each model that had learned all of its own up to the span's start has learned all
@@ -163,17 +178,17 @@ class ModelGroup:
             if done is not None and done >= first - 1:
                 model.through[block.source] = max(done, last)
 
-    def every_model(self):
+    def every_model(self) -> list[Any]:
         """Every model the group holds, in model key order."""
         return [self.models[key] for key in sorted(self.models)]
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of its models' learner state, and of the examples waiting for labels."""
         return ((self.many.nbytes if self.many is not None else 0)
                 + (self.join.state_bytes if self.join is not None else 0))
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         """The form kept in Beam state: a new token (32 ASCII bytes), then the models (and the
         evicted keys) pickled, arrays as they are (Beam state is this pipeline's own, read back
         by the same code; a checkpoint, read by people and later versions, is the Arrow table).
@@ -183,12 +198,12 @@ class ModelGroup:
         return self.token.encode() + pickle.dumps((self.models, self.evicted, None),
                                                   protocol=pickle.HIGHEST_PROTOCOL)
 
-    def holds(self, data):
+    def holds(self, data: bytes) -> bool:
         """True when ``data`` is what this object last wrote (so decoding can be skipped)."""
         return self.token is not None and data[:32] == self.token.encode()
 
     @classmethod
-    def from_bytes(cls, data):
+    def from_bytes(cls, data: bytes) -> "ModelGroup":
         found = pickles.loads(memoryview(data)[32:])
         # (earlier versions kept the models alone: state a runner's savepoint or an updated
         # job carries over)

@@ -1,5 +1,7 @@
 """A prediction row, as every step writes it (the ``unitless.prediction`` schema): the outcome
 columns of scores, and a learned or served block's rows."""
+from typing import TYPE_CHECKING, Optional, Union
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -8,13 +10,18 @@ from ..learner import mistakes, predicted_class, probability
 from ..learner.losses import CLASSIFICATION_LOSSES
 from ..schemas import PREDICTION_SCHEMA
 
+if TYPE_CHECKING:
+    from ..learner import BatchResult, LearnerState
+    from ..learner.many import RowState
 
-def served_count(table):
+
+def served_count(table: pa.Table) -> int:
     """How many rows of a prediction table were served (predicted without a label)."""
     return pc.sum(table.column("served")).as_py() or 0
 
 
-def outcome_columns(state, scores, labels):
+def outcome_columns(state: Union["LearnerState", "RowState"], scores: np.ndarray,
+                    labels: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
     """(prediction, probability, error) columns for scores [n, K] made by ``state``: the score
     (binary, regression) or the predicted class (one-against-all); P(y = +1) for a logistic
     binary model, else null; 1/0 for a wrong/right predicted class (classification), null for
@@ -30,9 +37,14 @@ def outcome_columns(state, scores, labels):
     return prediction, prob, pa.array(error, mask=np.isnan(labels))
 
 
-def prediction_table(keys, state, ids, labels, result, examples_seen, sources, positions,
-                     checkpoint_ids=None, event_times=None, served_losses=None, ages=None,
-                     stale=None):
+def prediction_table(keys: Union[pa.Array, str], state: Union["LearnerState", "RowState"],
+                     ids: pa.Array, labels: np.ndarray, result: "BatchResult",
+                     examples_seen: np.ndarray, sources: Union[pa.Array, str],
+                     positions: np.ndarray, checkpoint_ids: Union[pa.Array, str, None] = None,
+                     event_times: Optional[np.ndarray] = None,
+                     served_losses: Optional[np.ndarray] = None,
+                     ages: Optional[np.ndarray] = None, stale: Optional[np.ndarray] = None
+                     ) -> pa.Table:
     """The predictions (PREDICTION_SCHEMA) of examples predicted by models of learner settings
     ``state``: ``keys`` their model keys (a string array, or one key for all), ``result`` their
     BatchResult, ``examples_seen`` each one's model's count after it (``seen_after``),
@@ -63,7 +75,7 @@ def prediction_table(keys, state, ids, labels, result, examples_seen, sources, p
     ], schema=PREDICTION_SCHEMA)
 
 
-def seen_after(start, labels):
+def seen_after(start: int, labels: np.ndarray) -> np.ndarray:
     """Each example's model's examples_seen after it, for examples of one model that had
     learned ``start`` before the first (one served, without a label, is not counted)."""
     return start + np.cumsum(~np.isnan(labels), dtype=np.int64)

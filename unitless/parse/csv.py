@@ -1,19 +1,21 @@
 """CSV: a chunk of lines parsed whole by Arrow's CSV reader where its rows are surely its lines,
 else line by line."""
 import csv
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from .records import arrow_buffer
+from .records import DeadLetter, ExampleBlock, arrow_buffer
 from .rows import BOM, Builder, count_byte, joined_lines, mapping_record, or_none, parse_each
-from .spec import BadRecord
+from .spec import BadRecord, RecordSpec
 from .tables import block_from_table, labels_fit, times_fit
 
 
-def parse_csv(spec, source, items):
+def parse_csv(spec: RecordSpec, source: str, items: Sequence[tuple[int, bytes | str | None]]
+              ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """items: (position, raw record: bytes, or text) of data lines; spec.columns is the
     header."""
     if spec.columns is None:
@@ -50,7 +52,7 @@ def _csv_lines_table(spec, lines):
     return table if table is not None and table.num_rows == len(lines) else None
 
 
-def csv_fields(line, delimiter):
+def csv_fields(line: str, delimiter: str) -> list[str]:
     """The fields of one CSV line, of any size (the line is in memory already), as written
     (the caller strips them). A delimiter of several characters (e.g. ', ') splits the line
     wherever it occurs: quotes are then characters like any other."""
@@ -64,7 +66,7 @@ def csv_fields(line, delimiter):
         raise BadRecord(f"CSV: {err}") from None
 
 
-def csv_table(spec, data):
+def csv_table(spec: RecordSpec, data: bytes) -> Optional[pa.Table]:
     """Data lines (bytes, no header) parsed whole by Arrow's CSV reader into the numeric table
     ``block_from_table`` takes, one row per line; None when any record (a blank line too) needs
     the careful per-line path, or Arrow fails in any way."""

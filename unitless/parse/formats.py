@@ -61,7 +61,7 @@ def _write_jsonl(table):
                    + "\n" for row in table.to_pylist()).encode("utf-8")
 
 
-def refuse_non_finite(table):
+def refuse_non_finite(table: pa.Table) -> None:
     """Raise ValueError when a float column of the table holds NaN or an infinity: JSON has no
     such numbers (the one rule of every JSON output: files and Kafka messages)."""
     for name, column in zip(table.column_names, table.columns):

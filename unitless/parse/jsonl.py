@@ -3,15 +3,16 @@ parsed whole by Arrow's JSON reader where it is plainly one flat object a line, 
 line."""
 import json
 import re
+from typing import Any, Iterable, Sequence
 
 import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from .records import arrow_buffer
+from .records import DeadLetter, ExampleBlock, arrow_buffer
 from .rows import Builder, joined_lines, mapping_record, or_none, parse_each
-from .spec import BadRecord, HashCollision
+from .spec import BadRecord, HashCollision, RecordSpec
 from .tables import block_from_table, numeric_table
 
 
@@ -27,7 +28,8 @@ MAX_JSON_COLUMNS = 256
 JSON_BLOCK_BYTES = 1 << 20  # what one of Arrow's threads parses at a time
 
 
-def parse_jsonl(spec, source, items):
+def parse_jsonl(spec: RecordSpec, source: str, items: Sequence[tuple[int, bytes | str | None]]
+                ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """items: (position, raw record: bytes, or text) pairs."""
     block = _json_block(spec, source, items)
     if block is not None:
@@ -54,14 +56,15 @@ def _json_object(line):
     return merged_features(row)
 
 
-def merged_features(row):
+def merged_features(row: dict[str, Any]) -> dict[str, Any]:
     """A record's fields with a nested "features" mapping merged in."""
     if isinstance(row.get("features"), dict):
         row = {**{k: v for k, v in row.items() if k != "features"}, **row["features"]}
     return row
 
 
-def parse_records(spec, source, items):
+def parse_records(spec: RecordSpec, source: str, items: Iterable[tuple[int, Any]]
+                  ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """items: (position, record) pairs of the user's own records: dicts (or any mapping, or a
     ``beam.Row`` / named tuple) whose fields are read as a JSON line's are: label, id, model key
     and weight from the fields the spec names, a nested "features" mapping merged in, numbers

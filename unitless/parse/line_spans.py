@@ -1,6 +1,8 @@
 """A chunk of line records read whole: the records laid end to end (``joined``), each line a span
 of the bytes (``LineSpans``), and text columns gathered from spans in one compiled pass
 (``text_of_spans``)."""
+from typing import Any, Optional, Sequence
+
 import numba
 import numpy as np
 import pyarrow as pa
@@ -39,7 +41,7 @@ def _gather(data, spans):
     return offsets, out, valid
 
 
-def text_of_spans(array, spans):
+def text_of_spans(array: np.ndarray, spans: np.ndarray) -> pa.StringArray:
     """An Arrow string array of the spans' texts (see _gather)."""
     offsets, data, valid = _gather(array, np.ascontiguousarray(spans))
     return pa.StringArray.from_buffers(len(valid), pa.py_buffer(offsets), pa.py_buffer(data),
@@ -49,7 +51,7 @@ def text_of_spans(array, spans):
 class LineSpans:
     """The raw records of a chunk read whole: line r is ``data[starts[r]:stops[r]]``."""
 
-    def __init__(self, data, starts, stops):
+    def __init__(self, data: bytes, starts: np.ndarray, stops: np.ndarray) -> None:
         self.data, self.starts, self.stops = data, starts, stops
 
     def __len__(self):
@@ -59,7 +61,7 @@ class LineSpans:
         return bytes(self.data[self.starts[r]:self.stops[r]])
 
 
-def joined(records):
+def joined(records: Sequence[Any]) -> Optional[tuple[bytes, np.ndarray, np.ndarray]]:
     """(bytes, starts, stops) of records (bytes) laid end to end, or None when one is not bytes
     (text, a null: the per-line parser says what is wrong with it)."""
     try:

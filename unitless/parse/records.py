@@ -2,7 +2,7 @@
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Callable, Iterable, Optional, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +13,7 @@ from ..learner.names import FeatureNames, merged_names
 from ..schemas import DEAD_LETTER_SCHEMA
 
 
-def own_rows(array):
+def own_rows(array: pa.Array) -> pa.Array:
     """A copy of an Arrow array (a slice) holding its own rows only: pickled, a slice carries
     every buffer of the array it was cut from (a block's whole file, a release's every round)."""
     return pa.concat_arrays([array])
@@ -27,11 +27,11 @@ class ExampleBlock:
     keys: pa.Array          # string: model keys
     labels: np.ndarray      # float64
     weights: np.ndarray     # float64
-    indptr: np.ndarray      # int64, CSR over hashed feature indices
+    indptr: Optional[np.ndarray]  # int64, CSR over hashed feature indices
     indices: np.ndarray
     values: np.ndarray
     names: FeatureNames = field(default_factory=FeatureNames)  # index -> name, where known
-    raw: object = None      # raw record per example (indexable), kept at the source only
+    raw: Any = None         # raw record per example (indexable), kept at the source only
     # float seconds since the epoch, where the source has them
     event_times: Optional[np.ndarray] = None
     blank_lines: int = 0    # blank lines the reader skipped in this block's chunk of a file
@@ -62,7 +62,7 @@ class ExampleBlock:
             full = self.full()
             self.indptr, self.indices = full.indptr, full.indices
 
-    def compact(self):
+    def compact(self) -> "ExampleBlock":
         """The block with the features every example carries once, where every example
         carries the same ones in the same order (a CSV's numeric columns, none missing):
         ``indptr`` None and ``indices`` that one row, 45% fewer bytes; else the block itself.
@@ -80,7 +80,7 @@ class ExampleBlock:
             return self
         return replace(self, indptr=None, indices=rows[0].copy())
 
-    def full(self):
+    def full(self) -> "ExampleBlock":
         """The block with its features' indices once per example (itself unless compact)."""
         if self.indptr is not None:
             return self
@@ -89,7 +89,7 @@ class ExampleBlock:
                        indices=np.tile(row, n))
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of the block's columns (not of its raw records or names)."""
         arrays = (self.positions, self.labels, self.weights, self.indptr, self.indices,
                   self.values, self.event_times, self.served_scores)
@@ -97,21 +97,23 @@ class ExampleBlock:
                 + self.keys.nbytes)
 
     @property
-    def served(self):
+    def served(self) -> np.ndarray:
         """Which examples have no label (NaN: the readers give it only for an absent or null
         one, and refuse a written NaN): to serve, or score, not to learn."""
         return np.isnan(self.labels)
 
-    def batch(self):
+    def batch(self) -> Batch:
         full = self.full()
+        assert full.indptr is not None
         return make_batch(full.indptr, full.indices, full.values, full.labels, full.weights)
 
-    def take(self, rows):
+    def take(self, rows: np.ndarray | Sequence[int]) -> "ExampleBlock":
         """The examples at positions ``rows`` (in that order) as a new block (without the raw
         records, which stay at the source); every row in order gives a block whose features
         are the block's own arrays (blocks are not changed in place)."""
         rows = np.asarray(rows, dtype=np.int64)
         full = self.full()  # (rows first, then ``make_batch``: in time of the rows, not the block)
+        assert full.indptr is not None
         b = Batch(full.indptr, full.indices, full.values, full.labels, full.weights)
         if len(rows) != len(self) or (rows != np.arange(len(rows))).any():
             b = b.take(rows)
@@ -123,7 +125,7 @@ class ExampleBlock:
                             restarts_midway=self.restarts_midway,
                             served_scores=_rows(self.served_scores, rows))
 
-    def first_positions(self):
+    def first_positions(self) -> tuple[list[str], np.ndarray]:
         """(model keys, int64 array): each model key the block holds and the position of its
         first example (the least)."""
         encoded = self.keys.dictionary_encode()
@@ -131,13 +133,16 @@ class ExampleBlock:
         np.minimum.at(first, encoded.indices.to_numpy(zero_copy_only=False), self.positions)
         return encoded.dictionary.to_pylist(), first
 
-    def split_by_key(self, group=None):
+    def split_by_key(self, group: Optional[Callable[[pa.Array], list]] = None
+                     ) -> list[tuple[str, "ExampleBlock"]]:
         """(key, block) for each model key present, examples in their original order (with
         ``group``, for each group of them: see ``by_key``)."""
         return ExampleBlock.by_key([self], group)
 
     @staticmethod
-    def by_key(blocks, group=None):
+    def by_key(blocks: list["ExampleBlock"],
+               group: Optional[Callable[[pa.Array], list]] = None
+               ) -> list[tuple[str, "ExampleBlock"]]:
         """(key, block) for each model key in ``blocks`` (all of one source), each key's
         examples in position order (where positions do not order them, as the blocks hold
         them), without raw records; each keeps the blocks' span where their spans tile (all
@@ -194,7 +199,7 @@ class ExampleBlock:
             piece.span = span
         return pieces
 
-    def parts(self, size):
+    def parts(self, size: int) -> list["ExampleBlock"]:
         """The block in consecutive parts of up to ``size`` examples (itself if it is no
         larger); a span is cut between them, each part's ending at its last example (the last
         part's where the block's does)."""
@@ -206,10 +211,10 @@ class ExampleBlock:
             for part in parts:
                 part.span = (first, int(part.positions[-1]))
                 first = part.span[1] + 1
-            parts[-1].span = (parts[-1].span[0], self.span[1])
+            parts[-1].span = (cast(tuple, parts[-1].span)[0], self.span[1])
         return parts
 
-    def slice(self, start, stop):
+    def slice(self, start: int, stop: int) -> "ExampleBlock":
         """Examples start..stop-1 as a new block (without the raw records): numpy views, and
         Arrow arrays of their own (a pickled Arrow slice would carry its parent's buffers);
         compact if the block is."""
@@ -229,7 +234,7 @@ class ExampleBlock:
                             served_scores=_rows(self.served_scores, slice(start, stop)))
 
     @staticmethod
-    def concat(blocks):
+    def concat(blocks: Sequence["ExampleBlock"]) -> "ExampleBlock":
         """One block of the examples of ``blocks`` (all of one source), in position order,
         without raw records."""
         if len(blocks) == 1:
@@ -241,11 +246,11 @@ class ExampleBlock:
         return block
 
     @staticmethod
-    def stacked(blocks):
+    def stacked(blocks: Sequence["ExampleBlock"]) -> "ExampleBlock":
         """One block of the examples of ``blocks`` one after the other, in the order given,
         without raw records; its source the first's."""
         blocks = [b.full() for b in blocks]
-        lengths = np.concatenate([np.diff(b.indptr) for b in blocks])
+        lengths = np.concatenate([np.diff(cast(np.ndarray, b.indptr)) for b in blocks])
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         return ExampleBlock(
@@ -259,7 +264,8 @@ class ExampleBlock:
             restarts_midway=blocks[0].restarts_midway,
             served_scores=_concatenated([b.served_scores for b in blocks]))
 
-    def screen(self, problems):
+    def screen(self, problems: Sequence[tuple[int, str]]
+               ) -> tuple["ExampleBlock", list["DeadLetter"]]:
         """Drop the rows named in ``problems`` [(row, reason)]: (remaining block, dead letters
         carrying each dropped row's raw record)."""
         if not problems:
@@ -270,7 +276,7 @@ class ExampleBlock:
         kept.blank_lines, kept.span = self.blank_lines, self.span
         return kept, dead
 
-    def raw_record(self, r):
+    def raw_record(self, r: int) -> str | bytes:
         """Row r's record as read (text or bytes), or (once the source has dropped it) its
         parsed values."""
         raw = self.raw[r] if self.raw is not None else None
@@ -353,7 +359,7 @@ class TextLines:
     """The lines of a text buffer as bytes, split only when one is asked for (raw records of a
     chunk parsed as a whole; most chunks never need them)."""
 
-    def __init__(self, data, first=0):
+    def __init__(self, data: bytes, first: int = 0) -> None:
         self.data, self.first, self._lines = data, first, None  # item i is line first + i
 
     def __getitem__(self, i):
@@ -362,11 +368,11 @@ class TextLines:
         return self._lines[self.first + i].rstrip(b"\r")
 
 
-def string_array(values):
+def string_array(values: Iterable[Optional[str]]) -> pa.Array:
     return pa.array(values, pa.string())
 
 
-def empty_as_null(ids):
+def empty_as_null(ids: pa.Array) -> pa.Array:
     """Ids (a string array) with the empty ones null: an empty id is no id, whichever path
     read it (Arrow's CSV reader makes an empty field null, the per-record parsers
     ``rows.Builder.add`` do the same, and a CSV value of spaces is empty once stripped)."""
@@ -376,7 +382,7 @@ def empty_as_null(ids):
     return pc.if_else(empty, pa.scalar(None, pa.string()), ids)
 
 
-def arrow_buffer(data):
+def arrow_buffer(data: bytes) -> pa.Buffer:
     """A copy of ``data`` (bytes) in Arrow's own memory, for Arrow to read: Arrow here reads
     only its own memory and files, never Python's bytes or file objects.
 
@@ -396,12 +402,12 @@ MAX_QUOTED = 60    # characters of a record's value quoted in a reason
 MAX_REASON = 500   # characters of a reason
 
 
-def clip(text, limit):
+def clip(text: str, limit: int) -> str:
     """text cut to ``limit`` characters, with '…' where it was cut."""
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def quoted(value):
+def quoted(value: object) -> str:
     """A value from a record as a reason quotes it: its repr, cut to MAX_QUOTED characters
     (records are untrusted: a value may be megabytes long)."""
     if isinstance(value, (str, bytes)):
@@ -422,7 +428,7 @@ class DeadLetter:
     def __post_init__(self):
         self.reason = clip(str(self.reason), MAX_REASON)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, object]:
         raw = self.raw.encode("utf-8") if isinstance(self.raw, str) else self.raw
         return {"source": self.source, "position": self.position, "raw": raw,
                 "reason": self.reason}
@@ -430,5 +436,5 @@ class DeadLetter:
 
 
 
-def dead_letter_table(dead):
+def dead_letter_table(dead: Iterable[DeadLetter]) -> pa.Table:
     return pa.Table.from_pylist([d.to_dict() for d in dead], schema=DEAD_LETTER_SCHEMA)

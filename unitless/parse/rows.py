@@ -4,6 +4,7 @@ record a dead letter that cannot stop the reader."""
 import datetime
 import json
 import math
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -12,13 +13,14 @@ from ..learner.names import FeatureNames
 from .line_spans import joined
 from .records import DeadLetter, ExampleBlock, quoted, string_array
 from .sparse_text import read_block
-from .spec import DEFAULT_KEY, BadRecord, as_float
+from .spec import DEFAULT_KEY, BadRecord, RecordSpec, as_float
 
 
 BOM = b"\xef\xbb\xbf"
+_T = TypeVar("_T")
 
 
-def record_text(raw):
+def record_text(raw: bytes | str | None) -> str:
     """A record's text: bytes must be valid UTF-8, text passes through, and a null (a Kafka
     message without a value) has none."""
     if raw is None:
@@ -31,12 +33,12 @@ def record_text(raw):
         raise BadRecord(f"not valid UTF-8 at byte {err.start}") from None
 
 
-def count_byte(data, byte):
+def count_byte(data: bytes, byte: int) -> int:
     """How many times ``byte`` (an int) occurs in ``data`` (numpy: ~5x bytes.count)."""
     return int(np.count_nonzero(np.frombuffer(data, np.uint8) == byte))
 
 
-def or_none(make, *args):
+def or_none(make: Callable[..., _T], *args: Any) -> Optional[_T]:
     """make(*args), or None when it raises anything: a chunk's fast path that fails leaves the
     chunk to the per-record parser, which finds and explains the records at fault."""
     try:
@@ -45,7 +47,7 @@ def or_none(make, *args):
         return None
 
 
-def joined_lines(lines):
+def joined_lines(lines: Sequence[Any]) -> Optional[tuple[bytes, Sequence[bytes]]]:
     """(the lines joined by newlines, the lines as bytes) or, when one is a null, None. Text
     lines are encoded."""
     try:
@@ -61,8 +63,21 @@ def joined_lines(lines):
 
 class Builder:
     """Accumulates parsed records of one source into an ExampleBlock."""
+    positions: list[int]
+    ids: list[Optional[str]]
+    keys: list[str]
+    labels: list[float]
+    weights: list[float]
+    times: list[Optional[float]]
+    indptr: list[int]
+    indices: list[int]
+    values: list[float]
+    raw: list[object]
+    names: dict[int, str]
+    _index: dict[str, int]
+    dead: list[DeadLetter]
 
-    def __init__(self, spec, source):
+    def __init__(self, spec: RecordSpec, source: str) -> None:
         self.spec, self.source = spec, source
         self.positions, self.ids, self.keys, self.labels, self.weights = [], [], [], [], []
         self.times = []
@@ -71,7 +86,7 @@ class Builder:
         self.dead = []
         self.bias = bias_index(spec.bits) if spec.bias else None
 
-    def index(self, name):
+    def index(self, name: str) -> int:
         i = self._index.get(name)
         if i is None:
             try:
@@ -81,13 +96,15 @@ class Builder:
             self._index[name] = i
         return i
 
-    def add(self, position, raw, label, features, weight=1.0, id=None, key=DEFAULT_KEY,
-            time=None):
+    def add(self, position: int, raw: object, label: float,
+            features: Iterable[tuple[str, float]], weight: float = 1.0, id: object = None,
+            key: object = DEFAULT_KEY, time: Optional[float] = None) -> None:
         """Add one parsed record, whole or (raising BadRecord) not at all."""
         if self.spec.time and time is None:
             raise BadRecord(f"missing time field {quoted(self.spec.time)}")
         key = DEFAULT_KEY if key is None else as_text(key, "model key")
         id = None if id is None or id == "" else as_text(id, "id")  # (empty: no id, as in Arrow's)
+        merged: dict[int, float]
         merged, named = {}, []
         for name, value in features:
             i = self.index(name)
@@ -115,10 +132,10 @@ class Builder:
         self.times.append(time)
         self.raw.append(raw)
 
-    def reject(self, position, raw, reason):
+    def reject(self, position: int, raw: object, reason: str) -> None:
         self.dead.append(DeadLetter(self.source, int(position), raw, reason))
 
-    def block(self):
+    def block(self) -> ExampleBlock:
         if self.bias is not None:
             self.names.setdefault(self.bias, "constant")
         return ExampleBlock(
@@ -130,11 +147,11 @@ class Builder:
             np.asarray(self.times, dtype=np.float64) if self.spec.time else None)
 
 
-def empty_block(spec, source):
+def empty_block(spec: RecordSpec, source: str) -> ExampleBlock:
     return Builder(spec, source).block()
 
 
-def as_text(value, what):
+def as_text(value: object, what: str) -> str:
     """An id or model key as the text its record wrote, which Arrow can hold (no lone
     surrogates): text as it is, a number or boolean as JSON writes it (true, 3, 3.0: 3.0 is
     not 3), anything else (a Parquet date) as Python does. Ids and model keys are compared as
@@ -155,7 +172,7 @@ def as_text(value, what):
     return text
 
 
-def record_time(value, spec):
+def record_time(value: object, spec: RecordSpec) -> float:
     """A --time-column value -> seconds since the epoch: a number of ``spec.time_unit``s (or
     its text), or ISO 8601 text (a date and time; UTC when it has no offset)."""
     if isinstance(value, datetime.datetime):  # (a Parquet timestamp)
@@ -181,7 +198,9 @@ def record_time(value, spec):
     return seconds
 
 
-def mapping_record(b, spec, row, strings_are_numbers):
+def mapping_record(b: Builder, spec: RecordSpec, row: Mapping[str, Any],
+                   strings_are_numbers: bool
+                   ) -> tuple[float, list[tuple[str, float]], float, Any, Any, Optional[float]]:
     """Fields of one mapping (a JSON object, a CSV row, a Parquet row) -> builder.add args."""
     if spec.label not in row or row[spec.label] in (None, ""):
         if spec.require_label:
@@ -220,7 +239,7 @@ def mapping_record(b, spec, row, strings_are_numbers):
     return label, features, weight, id_, key, time
 
 
-def one_line(text):
+def one_line(text: str) -> str:
     """The text of a line-based record (VW, libsvm), which holds no line break but at its end
     (a Kafka message may hold several lines)."""
     if "\n" not in text and "\r" not in text:
@@ -232,7 +251,8 @@ def one_line(text):
     return line
 
 
-def parse_each(b, items, parse_one, text=True):
+def parse_each(b: Builder, items: Iterable[tuple[int, Any]], parse_one: Callable[[Any], tuple],
+               text: bool = True) -> None:
     """Each (position, raw record): parse_one(its text, or with text=False the raw record
     itself) gives the builder's add() arguments. Any failure makes that record a dead letter:
     one record cannot stop the reader."""
@@ -245,7 +265,10 @@ def parse_each(b, items, parse_one, text=True):
             b.reject(position, raw, f"cannot parse: {type(err).__name__}: {err}")
 
 
-def compiled_first(fmt, spec, source, items, line_by_line):
+def compiled_first(fmt: str, spec: RecordSpec, source: str,
+                   items: Sequence[tuple[int, bytes | str | None]],
+                   line_by_line: Callable[..., tuple[ExampleBlock, list[DeadLetter]]]
+                   ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """(block, dead letters) of (position, record) items: read by the compiled reader when
     all are bytes and it reads them all, else by ``line_by_line``."""
     lines = joined([raw for _, raw in items])

@@ -14,6 +14,8 @@ of two exact operands (Clinger's fast path), which IEEE rounds correctly; any ot
 to Arrow's cast (fast_float), correctly rounded too. Text that is no plain decimal ('1_0',
 'inf', 'nan') is left to the per-line parser.
 """
+from typing import Optional
+
 import numba
 import numpy as np
 import pyarrow as pa
@@ -22,6 +24,7 @@ from ..learner import bias_index
 from ..learner.names import FeatureNames
 from .line_spans import LineSpans, text_of_spans
 from .records import ExampleBlock, empty_as_null
+from .spec import RecordSpec
 
 # per line, why the compiled pass leaves a chunk to the per-line parser (0: it read the line)
 OK, CAREFUL = 0, 1
@@ -359,7 +362,8 @@ def _first_seen(indices):
     return first[:n]
 
 
-def read_block(fmt, spec, source, data, starts, stops, positions):
+def read_block(fmt: str, spec: RecordSpec, source: str, data: bytes, starts: np.ndarray,
+               stops: np.ndarray, positions: np.ndarray) -> Optional[ExampleBlock]:
     """The ExampleBlock of the lines ``data[starts[r]:stops[r]]`` (at ``positions``) in format
     ``fmt`` ('vw' or 'libsvm'), or None when the per-line parser must read the chunk."""
     array = np.frombuffer(data, np.uint8)

@@ -2,7 +2,7 @@
 weight and time, how features are hashed) and the one label mapping (``LabelMap``), with the
 errors a record or a configuration can raise."""
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +17,7 @@ DEFAULT_KEY = ""
 TRUTH = {"true": 1.0, "false": -1.0}
 
 
-def as_number(text):
+def as_number(text: str) -> Optional[float]:
     """float(text), or None when it is not a finite number."""
     try:
         number = float(text)
@@ -26,7 +26,7 @@ def as_number(text):
     return number if np.isfinite(number) else None
 
 
-def label_text(value):
+def label_text(value: str | bool | int | float) -> str:
     """A label value as text, stripped of surrounding spaces (booleans as true/false)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -54,10 +54,10 @@ class LabelMap:
             raise ValueError(f"--classes names a class twice: {','.join(self.classes)}")
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return self.positive is not None or bool(self.classes)
 
-    def value(self, raw):
+    def value(self, raw: object) -> float:
         """The learner's label for one record's label value; BadRecord when it has none."""
         if not self.active:
             if isinstance(raw, str) and raw.strip().lower() in TRUTH:
@@ -90,7 +90,7 @@ class LabelMap:
                     return float(i + 1)
         raise BadRecord(f"label {quoted(text)} is not one of the classes {', '.join(names)}")
 
-    def arrow(self, column):
+    def arrow(self, column: pa.Array | pa.ChunkedArray) -> Optional[pa.Array]:
         """A label column mapped to float64 as ``value`` maps each value (nulls stay null),
         vectorised over the column's distinct values; None when some value needs the
         per-record path (which refuses it, with its reason)."""
@@ -111,12 +111,13 @@ class LabelMap:
 NO_MAP = LabelMap()
 
 
-def check_column_names(columns, where, fix="name every column with --columns (and leave out "
-                                           "those that are no feature with --ignore-columns)"):
+def check_column_names(columns: Iterable[str], where: str,
+                       fix: str = "name every column with --columns (and leave out "
+                                  "those that are no feature with --ignore-columns)") -> None:
     """Refuse a list of column names (a CSV header, --columns, a Parquet schema; ``where``
     names it, ``fix`` says what to do) that gives a name twice or a column none: a column is
     found by its name, and a feature's index is its name's hash."""
-    seen = {}
+    seen: dict[str, int] = {}
     for number, name in enumerate(columns, 1):
         if not name.strip():
             raise ValueError(f"{where} gives column {number} no name; {fix}")
@@ -151,11 +152,11 @@ class RecordSpec:
     ignore: tuple = ()  # columns dropped: neither features nor anything else
     labels: LabelMap = NO_MAP  # how label values become labels (--positive-label, --classes)
 
-    def label_value(self, raw):
+    def label_value(self, raw: object) -> float:
         """The learner's label for a record's label value (BadRecord when there is none)."""
         return (self.labels or NO_MAP).value(raw)
 
-    def mapped_label_column(self, table):
+    def mapped_label_column(self, table: pa.Table) -> Optional[pa.Table]:
         """The table with its label column mapped to float64 by ``labels`` (as is without a
         mapping or a label column); None when a label needs the per-record path."""
         if not (self.labels and self.labels.active) or self.label not in table.column_names:
@@ -166,7 +167,7 @@ class RecordSpec:
         return table.set_column(table.column_names.index(self.label), self.label, mapped)
 
     @property
-    def special(self):
+    def special(self) -> set[str]:
         """Fields that are not features."""
         return {c for c in (self.label, self.id, self.model_key, self.weight, self.time,
                             *self.ignore) if c}
@@ -180,7 +181,7 @@ class HashCollision(ValueError):
     """Two columns hash to one feature index: a configuration error (raise --bits)."""
 
 
-def as_float(value, what, name=None):
+def as_float(value: Any, what: str, name: Optional[str] = None) -> float:
     """float(value); a BadRecord naming ``what`` (and the feature ``name``) when it is none."""
     try:
         return float(value)

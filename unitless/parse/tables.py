@@ -1,6 +1,7 @@
 """Arrow tables to blocks, vectorised: the fast path of CSV and JSON chunks, and Parquet's
 record batches (rows that are not plainly numbers go one at a time)."""
 import json
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -8,12 +9,12 @@ import pyarrow.compute as pc
 
 from ..learner import bias_index, hash_feature
 from ..learner.names import FeatureNames
-from .records import ExampleBlock, empty_as_null
+from .records import DeadLetter, ExampleBlock, empty_as_null
 from .rows import Builder, mapping_record, or_none, parse_each
-from .spec import DEFAULT_KEY, HashCollision
+from .spec import DEFAULT_KEY, HashCollision, RecordSpec
 
 
-def labels_fit(spec, column):
+def labels_fit(spec: RecordSpec, column: pa.ChunkedArray) -> bool:
     """True when a fast path may take the label column as it is: no nulls unless records may
     lack labels, and no NaN value (NaN marks an absent label; a written one is refused by the
     per-record path)."""
@@ -22,7 +23,7 @@ def labels_fit(spec, column):
     return not (pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py())
 
 
-def times_fit(spec, table):
+def times_fit(spec: RecordSpec, table: pa.Table) -> bool:
     """True when a fast path may take the --time-column as it is: a finite number in each row
     (text times, nulls and the rest go record by record, which explains the bad ones)."""
     if spec.time not in table.column_names:
@@ -34,12 +35,13 @@ def times_fit(spec, table):
     return pc.all(pc.is_finite(pc.cast(column, pa.float64()))).as_py() is not False
 
 
-def block_from_table(spec, source, table, positions, raw):
+def block_from_table(spec: RecordSpec, source: str, table: pa.Table, positions: np.ndarray,
+                     raw: object) -> ExampleBlock:
     """Numeric columns of an Arrow table -> ExampleBlock, vectorised (no per-row Python).
     Raises HashCollision when two columns hash to one feature index."""
     n = table.num_rows
     names = [c for c in table.column_names if c not in spec.special]
-    bits_index = {}
+    bits_index: dict[int, str] = {}
     for c in names:
         i = hash_feature(c, spec.bits)
         if i in bits_index:
@@ -92,7 +94,7 @@ def _strings(column):
     return column.cast(pa.string()).combine_chunks()
 
 
-def numeric_table(spec, table):
+def numeric_table(spec: RecordSpec, table: pa.Table) -> Optional[pa.Table]:
     """The table with every field but id and model key as float64, when each is a number (or
     null, an absent feature) and labels and weights are present; else None. With a label
     mapping (RecordSpec.labels) the label column may hold text: it is mapped to numbers."""
@@ -120,7 +122,8 @@ def numeric_table(spec, table):
     return table.cast(_float_schema(spec, table.schema))
 
 
-def parse_table(spec, source, table, first_row):
+def parse_table(spec: RecordSpec, source: str, table: pa.Table, first_row: int
+                ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """A Parquet record batch -> (block, dead letters); rows that are not numeric go one by one."""
     positions = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
     numeric = or_none(numeric_table, spec, table)

@@ -1,15 +1,20 @@
 """Vowpal Wabbit's text format: read by the compiled reader (sparse_text.py), line by line where
 it leaves a chunk."""
+from typing import Sequence
+
+from .records import DeadLetter, ExampleBlock
 from .rows import Builder, compiled_first, one_line, parse_each
-from .spec import BadRecord, as_float
+from .spec import BadRecord, RecordSpec, as_float
 
 
-def parse_vw(spec, source, items):
+def parse_vw(spec: RecordSpec, source: str, items: Sequence[tuple[int, bytes | str | None]]
+             ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """VW text: label [importance] ['tag]|namespace feature[:value] ... |namespace ..."""
     return compiled_first("vw", spec, source, items, vw_lines)
 
 
-def vw_lines(spec, source, items):
+def vw_lines(spec: RecordSpec, source: str, items: Sequence[tuple[int, bytes | str | None]]
+             ) -> tuple[ExampleBlock, list[DeadLetter]]:
     """parse_vw, a line at a time."""
     b = Builder(spec, source)
 

@@ -8,6 +8,7 @@ docs/design.md, "Accounting"; what it promises: docs/guarantees.md.
 """
 import hashlib
 import typing
+from typing import Iterable, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.transforms import trigger, window
@@ -44,7 +45,7 @@ class Tally(typing.NamedTuple):
     def __add__(self, other):
         return Tally(*(a + b for a, b in zip(self, other)))
 
-    def problem(self, resumed, models_counted=True):
+    def problem(self, resumed: bool, models_counted: bool = True) -> Optional[str]:
         """None when every example read is accounted for exactly once, else the one line
         saying what is not. ``models_counted``: the models reported ``in_models``."""
         missing = (self.read + self.expired_learned
@@ -86,7 +87,7 @@ class AccountingError(RuntimeError):
     """A run whose examples do not add up (``Tally.problem``)."""
 
 
-def count_as(*fields):
+def count_as(*fields: str) -> beam.PTransform:
     """A step counting the rows of each ExampleBlock or Arrow table as ``fields`` of a Tally,
     item by item (the combine sums them within a bundle before the shuffle)."""
     def tally(item):
@@ -94,7 +95,7 @@ def count_as(*fields):
     return beam.Map(tally).with_output_types(Tally)
 
 
-def count_predictions():
+def count_predictions() -> beam.PTransform:
     """A step counting each prediction table's rows (``predictions_tally``)."""
     return beam.Map(predictions_tally).with_output_types(Tally)
 
@@ -110,13 +111,13 @@ def predictions_tally(table):
         learned.column("examples_seen").to_numpy()))
 
 
-def key_hashes(keys):
+def key_hashes(keys: Iterable[str]) -> np.ndarray:
     """Model keys -> their 64-bit hashes (uint64; the same in every process)."""
     return np.array([int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(),
                                     "little") for k in keys], dtype=np.uint64)
 
 
-def fingerprint(key_hashes, seen):
+def fingerprint(key_hashes: np.ndarray, seen: np.ndarray) -> int:
     """The sum (mod 2**64) of a mixing hash (splitmix64's) of each (model key's hash,
     examples_seen) pair: equal for two collections of pairs when they hold the same pairs, as
     a multiset, and unequal otherwise but with a chance of 2**-64."""
@@ -126,7 +127,8 @@ def fingerprint(key_hashes, seen):
     return int((z ^ (z >> np.uint64(31))).sum(dtype=np.uint64))
 
 
-def models_left(step_key, ranges):
+def models_left(step_key: str, ranges: Iterable[Tuple[str, int, int]]
+                ) -> List[beam.pvalue.TaggedOutput]:
     """The outputs of a stateful step whose models leave state (the end of its input, or idle):
     ``ranges`` [(model key, examples_seen when this run made or read it back, as it leaves)]
     counted as learned by the models themselves (``Tally.in_models`` and its print) and
@@ -143,9 +145,10 @@ def models_left(step_key, ranges):
             beam.pvalue.TaggedOutput(RANGES, (step_key, ranges))]
 
 
-def covered_twice(ranges):
+def covered_twice(ranges: Iterable[Tuple[str, int, int]]) -> int:
     """How many examples_seen of the ranges [(model key, start, end)] (each covering start + 1
     to end) were covered by an earlier range of the same model key."""
+    reach: dict[str, int]
     twice, reach = 0, {}
     for key, start, end in sorted(ranges):
         covered = reach.get(key, start)
@@ -168,7 +171,7 @@ class CountOverlaps(beam.PTransform):
                 | "As the other tallies" >> beam.WindowInto(window.GlobalWindows()))
 
 
-def whole_run():
+def whole_run() -> beam.WindowInto:
     """Into one pane, fired once the input has ended (the watermark past the end of the global
     window: a run whose input has an end but whose steps are streaming is summed too)."""
     return beam.WindowInto(window.GlobalWindows(), trigger=trigger.AfterWatermark(),

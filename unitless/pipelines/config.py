@@ -6,11 +6,11 @@ Options have one name and one default each, in one table (options.py): the comma
 once, and returns a ``TrainConfig``; a bad option is a ValueError with a one-line reason.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
-from ..learner import ALGORITHMS, bias_index, check_examples, new_state
+from ..learner import ALGORITHMS, LearnerState, bias_index, check_examples, new_state
 from ..parse.spec import RecordSpec
 from .inputs import classes, record_spec, resolve_inputs
 from .label_options import joined_labels, label_expiry, time_skew
@@ -27,7 +27,7 @@ HYPERPARAMETERS = tuple(defaults("hyperparameter"))
 class TrainConfig:
     """A run's options, checked and converted: ``configure`` makes it, and options.py says
     what each means and its default."""
-    inputs: list
+    inputs: Optional[list]
     format: str
     spec: RecordSpec                # how records are read: the read options
     algorithm: str
@@ -65,14 +65,14 @@ class TrainConfig:
     max_time_skew: Optional[float] = None
 
     @property
-    def idle_seconds(self):
+    def idle_seconds(self) -> float:
         """A quiet stream's models are checkpointed, and published when serving apart, after
         this long without an element (``LearnBlocks.idle``); 0: never."""
         times = [t for t in (self.checkpoint_seconds,
                              self.publish_seconds if self.serve_apart else 0) if t]
         return min(times, default=0.0)
 
-    def is_labels(self, source):
+    def is_labels(self, source: Optional[str]) -> bool:
         """Whether a block's source is one of ``labels``: a file, or a partition of the
         topic."""
         return source in self.label_sources or (
@@ -83,7 +83,8 @@ class TrainConfig:
 REFRESH_SECONDS = default("refresh_seconds")
 
 
-def kafka_settings(value, client="auto"):
+def kafka_settings(value: Union[Mapping[str, Any], Sequence[str], None],
+                   client: Optional[str] = "auto") -> Dict[str, Any]:
     """Kafka client settings from a dict, or NAME=VALUE strings (numbers become numbers), with
     the client chosen (``--kafka-client``; "auto": see ``kafka_clients.choose``)."""
     if isinstance(value, dict):
@@ -100,7 +101,8 @@ def kafka_settings(value, client="auto"):
     return settings
 
 
-def configure(inputs=None, scoring=False, **options):
+def configure(inputs: Union[str, Sequence[str], None] = None, scoring: bool = False,
+              **options: Any) -> TrainConfig:
     """A checked TrainConfig from options named as READ_OPTIONS, OUTPUT_OPTIONS, LEARN_OPTIONS
     and HYPERPARAMETERS (missing ones take their defaults; None hyperparameters are the
     algorithm's defaults). ``inputs`` (paths, globs or one kafka:// URL) may be None for a
@@ -161,7 +163,7 @@ def configure(inputs=None, scoring=False, **options):
     return cfg
 
 
-def hyperparameters(o, spec):
+def hyperparameters(o: Mapping[str, Any], spec: RecordSpec) -> dict:
     """{name: value} of the hyperparameters given (those None take the learner's defaults),
     each checked to apply to the algorithm."""
     learner, hp = ALGORITHMS[o["algorithm"]], {}
@@ -178,7 +180,7 @@ def hyperparameters(o, spec):
     return hp
 
 
-def serving_apart(o):
+def serving_apart(o: Mapping[str, Any]) -> Tuple[bool, float, float]:
     """(whether examples are served apart from learning, ``--publish-seconds``,
     ``--max-staleness``), checked: apart with ``--labels`` always (docs/usage.md, "Serving
     apart from learning"), else with ``--serve-apart``."""
@@ -192,10 +194,10 @@ def serving_apart(o):
             raise ValueError(f"--{name.replace('_', '-')} wants a duration above 0, got "
                              f"{o[name]!r}")
         seconds.append(value)
-    return (apart, *seconds)
+    return cast(Tuple[bool, float, float], (apart, *seconds))
 
 
-def sharding_feedback(o, inputs):
+def sharding_feedback(o: Mapping[str, Any], inputs: Optional[Sequence[str]]) -> Optional[str]:
     """The feedback topic of a sharded run (None unsharded), its options checked: given, or
     beside a Kafka input's topic (<topic>.unitless-feedback on the same brokers)."""
     if not int(o["shards"]):
@@ -230,17 +232,17 @@ class LearnerCheck:
         return check_examples(block.batch(), self.dim, self.n_classes, self.loss, block.served)
 
 
-def learner_check(cfg):
+def learner_check(cfg: TrainConfig) -> LearnerCheck:
     return LearnerCheck(1 << cfg.spec.bits, cfg.n_classes, cfg.loss)
 
 
-def new_learner(cfg):
+def new_learner(cfg: TrainConfig) -> LearnerState:
     """A fresh learner state for this configuration."""
     return new_state(cfg.algorithm, 1 << cfg.spec.bits, cfg.loss, cfg.n_classes,
                      bias_index(cfg.spec.bits) if cfg.spec.bias else -1, **cfg.hyperparameters)
 
 
-def check_resume(cfg, meta, path):
+def check_resume(cfg: TrainConfig, meta: Mapping[str, Any], path: str) -> None:
     """Raise ValueError when the checkpointed learner whose metadata is ``meta`` (``to_arrow``'s;
     read from ``path``) is not the learner this configuration would train: --resume continues a
     model, it does not change it. Hyperparameters may change with

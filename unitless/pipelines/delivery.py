@@ -4,13 +4,18 @@ models' published states (docs/design.md, "Delivery and checkpoints")."""
 import logging
 import math
 import time
+from typing import Dict, Iterable, List, Optional
 
 from apache_beam.metrics import Metrics
+import pyarrow as pa
 
 from ..connectors.sinks import open_sink
+from ..models.keyed_model import KeyedModel
+from ..models.model_group import ModelGroup
 from ..store.group_writer import GroupWriter
 from ..store.groups import group_key, published_dir
 from ..store.starts import prune_starts, starts_dir
+from .config import TrainConfig
 from .taken import TakenCheckpoints
 
 log = logging.getLogger("unitless")
@@ -21,7 +26,7 @@ class Sinks:
     worker. What a bundle wrote and did not flush is discarded when the next begins: the
     runner retries that bundle."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: TrainConfig) -> None:
         self.predictions = open_sink(cfg.predictions, cfg.output_format, "predictions",
                                      cfg.kafka_settings)
         self.dead_letters = open_sink(cfg.dead_letter, "jsonl", "dead letters",
@@ -30,15 +35,15 @@ class Sinks:
     def __iter__(self):
         return iter((self.predictions, self.dead_letters))
 
-    def discard(self):
+    def discard(self) -> None:
         for sink in self:
             sink.discard()  # what a failed bundle left behind
 
-    def flush(self):
+    def flush(self) -> None:
         for sink in self:
             sink.flush()
 
-    def close(self):
+    def close(self) -> None:
         for sink in self:
             sink.close()
 
@@ -51,13 +56,13 @@ class Delivery:
     whose prediction could still be lost."""
     FLUSH_ROWS = 1 << 18  # predictions buffered before a part file is written anyway
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self.checkpoints = Metrics.counter("unitless", "checkpoints")
         self.publications = Metrics.counter("unitless", "publications")
         self.loss = Metrics.distribution("unitless", "loss_micros")
 
-    def open(self):
+    def open(self) -> None:
         cfg = self.cfg
         # checkpoints taken, not yet written; about what they hold (``take``)
         self.pending = TakenCheckpoints()
@@ -67,30 +72,31 @@ class Delivery:
                           if cfg.serve_apart else None)
         self.sinks = Sinks(cfg)
 
-    def close(self):
+    def close(self) -> None:
         self.sinks.close()
 
-    def discard(self):
+    def discard(self) -> None:
         self.sinks.discard()
 
-    def flush(self):
+    def flush(self) -> None:
         self.sinks.flush()
 
-    def finish_bundle(self):
+    def finish_bundle(self) -> None:
         self.write_checkpoints()
         self.flush()
 
-    def write_predictions(self, table):
+    def write_predictions(self, table: pa.Table) -> None:
         self.sinks.predictions.write(table)
 
-    def write_dead_letters(self, table):
+    def write_dead_letters(self, table: pa.Table) -> None:
         self.sinks.dead_letters.write(table)
 
-    def flush_if_full(self):
+    def flush_if_full(self) -> None:
         if self.sinks.predictions.rows >= self.FLUSH_ROWS:
             self.flush()
 
-    def take(self, group, models, metadata, news):
+    def take(self, group: ModelGroup, models: List[KeyedModel], metadata: List[dict],
+             news: List[List[str]]) -> None:
         """Take the checkpoints of ``models`` of ``group`` with their ``metadata``, their
         tables made together (``ModelGroup.checkpoints``; ``news``: the partitions each newly
         passed); they are written with the others of the bundle before the bundle ends, or
@@ -100,7 +106,8 @@ class Delivery:
                              for model, (rows, meta), passed in zip(models, taken, news)]):
             self.write_checkpoints()
 
-    def publish(self, group, keys=None, at_once=False):
+    def publish(self, group: ModelGroup, keys: Optional[Iterable[str]] = None,
+                at_once: bool = False) -> None:
         """Serving apart: publish the state of each of the group's models (of model ``keys``,
         None: all) that learned since it was last published, ``publish_seconds`` ago or more
         (``at_once``: however recently), for the serving step to read (``published_dir``; not
@@ -119,7 +126,7 @@ class Delivery:
                                             for model, (rows, meta) in zip(due, taken)))
         self.publications.inc(len(due))
 
-    def write_checkpoints(self):
+    def write_checkpoints(self) -> Dict[str, str]:
         """Flush every sink, then write the checkpoints taken, all made durable together.
         Returns {model key: locator} of those written (a model whose group holds a newer
         checkpoint is not: ``GroupWriter.write``)."""

@@ -2,6 +2,7 @@
 reads of each record (``record_spec``: the reading options as a ``RecordSpec``)."""
 import os
 import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..connectors.kafka import is_kafka
 from ..connectors.storage import resolve
@@ -13,7 +14,7 @@ from .options import TIME_UNITS, defaults
 DELIMITER_NAMES = {"\\t": "\t", "tab": "\t", "\\s": " ", "space": " "}
 
 
-def names(value):
+def names(value: Union[str, Iterable[Any], None]) -> Tuple[str, ...]:
     """Column names given as 'a,b,c' or as a list: a tuple without blanks."""
     if value is None:
         return ()
@@ -21,7 +22,7 @@ def names(value):
     return tuple(str(c).strip() for c in items if str(c).strip())
 
 
-def classes(value):
+def classes(value: Union[int, str, Iterable[Any]]) -> Tuple[int, Tuple[str, ...]]:
     """classes: (number of classes, their names or ()): a count K (int or text), or names
     ('setosa,versicolor,virginica' or a list of them)."""
     if isinstance(value, bool):
@@ -42,7 +43,7 @@ def classes(value):
     return count, ()
 
 
-def record_spec(options, scoring=False):
+def record_spec(options: Mapping[str, Any], scoring: bool = False) -> RecordSpec:
     """The RecordSpec of the reading options (READ_OPTIONS names), checked. A record without a
     label is an example to serve (or, ``scoring``, to score); a sharded model refuses it (it
     serves nothing yet)."""
@@ -84,7 +85,8 @@ def record_spec(options, scoring=False):
                                       classes(o["classes"])[1]))
 
 
-def resolve_inputs(inputs, fmt=None):
+def resolve_inputs(inputs: Union[str, Sequence[str]], fmt: Optional[str] = None
+                   ) -> Tuple[List[str], str]:
     """(inputs, format): a kafka:// URL as is (format default jsonl), or the files that paths
     and globs name, each by its canonical name once (the same file spelled differently, or
     named twice, is one source, read once), with the format taken from their extensions when
@@ -104,7 +106,7 @@ def resolve_inputs(inputs, fmt=None):
         return list(inputs), fmt or "jsonl"
     files = list(dict.fromkeys(resolve(f) for f in expand_inputs(inputs)))  # (each once)
     if fmt is None:
-        formats = {}
+        formats: Dict[str, str] = {}
         for path in files:
             name = path[:-3] if path.endswith(".gz") else path
             found = EXTENSIONS.get(os.path.splitext(name)[1].lower())

@@ -95,7 +95,7 @@ class KeyByModel(beam.DoFn):
                 yield WindowedValue((key, part), timestamp, [window])
 
 
-def key_by_model(size, **options):
+def key_by_model(size: int, **options: typing.Any) -> beam.PTransform:
     """ExampleBlock -> (model key or group, block), see ``KeyByModel`` (``starts``: the directory of
     the start records it writes, None for none; ``covered``: the (model key, partition) pairs
     that need none, ``store.resume.covered_partitions``; ``model_groups``: (group, block)

@@ -1,18 +1,24 @@
 """What ``--labels``, ``--label-wait``, ``--expired-label`` and ``--max-time-skew`` take, checked
 against the rest of the run before it starts (``configure`` calls these; the join itself:
 labels/)."""
+from typing import TYPE_CHECKING, Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
 import numpy as np
 import pyarrow as pa
 
 from ..connectors.files import record_columns
 from ..connectors.kafka import KafkaTopic, is_kafka
 from ..learner import check_examples, make_batch
-from ..parse.spec import BadRecord
+from ..parse.spec import BadRecord, RecordSpec
 from .inputs import resolve_inputs
 from .options import duration
 
+if TYPE_CHECKING:
+    from .config import TrainConfig
 
-def joined_labels(labels, cfg, given_format):
+
+def joined_labels(labels: Union[str, Sequence[str]], cfg: "TrainConfig",
+                  given_format: Optional[str]) -> List[str]:
     """The label files or topic of ``--labels``, checked against the rest of the run (what the
     join of delayed outcomes does not do yet is refused in one line: docs/delayed-outcomes.md);
     sets ``cfg.label_sources``."""
@@ -51,7 +57,8 @@ def joined_labels(labels, cfg, given_format):
     return files
 
 
-def check_join_columns(spec, labels, inputs, fmt):
+def check_join_columns(spec: RecordSpec, labels: Iterable[str], inputs: Iterable[str],
+                       fmt: str) -> None:
     """Refuse, before the run, labels files and inputs whose records lack a column the join
     needs (each of their records would be a dead letter, or a label would go to the model of
     no key), or whose id or model key column holds floats (the join compares them as text, and
@@ -72,7 +79,7 @@ def check_join_columns(spec, labels, inputs, fmt):
                     "needs the --id-column (and the --model-key-column and --time-column when "
                     "given), and each labels file those and the --label-column")
         for flag, column in (("--id-column", spec.id), ("--model-key-column", spec.model_key)):
-            kind = columns.get(column)
+            kind = columns.get(column)  # type: ignore[arg-type]  # (None: a column not given)
             if kind is not None and pa.types.is_floating(kind):
                 raise ValueError(
                     f"{path}: column {column!r} ({flag}) holds floating-point numbers "
@@ -84,7 +91,8 @@ def check_join_columns(spec, labels, inputs, fmt):
 MAX_LABEL_WAIT = 7 * 86400
 
 
-def label_expiry(o, cfg):
+def label_expiry(o: Mapping[str, Any], cfg: "TrainConfig"
+                 ) -> Tuple[Optional[float], Optional[float]]:
     """(``--label-wait`` in seconds or None, ``--expired-label`` as the learner's label or
     None), checked."""
     wait = None
@@ -116,7 +124,7 @@ def label_expiry(o, cfg):
 MAX_TIME_SKEW = 300.0
 
 
-def time_skew(value, wait):
+def time_skew(value: Union[str, float, None], wait: Optional[float]) -> Optional[float]:
     """``--max-time-skew`` in seconds (``MAX_TIME_SKEW`` when not given) for a join with
     ``wait``, checked."""
     if wait is None:

@@ -16,7 +16,7 @@ from .accounting import ACCOUNTS, Tally
 from .saved_models import saved_keyed_model
 
 
-def in_position_order(block):
+def in_position_order(block: ExampleBlock) -> ExampleBlock:
     """The block with its records in position order (a source's blocks handed on together keep
     the order of their parts)."""
     if bool(np.all(np.diff(block.positions) > 0)):

@@ -4,7 +4,7 @@ count what happened (``accounting``); the checks a run makes before it starts; a
 `unitless train` graph (``build_training``)."""
 import logging
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import apache_beam as beam
 import pyarrow as pa
@@ -33,7 +33,7 @@ from .train import LearnBlocks
 log = logging.getLogger("unitless")
 
 
-def check_before_start(cfg):
+def check_before_start(cfg: TrainConfig) -> None:
     """Fail fast, with one line, on what would otherwise fail inside the pipeline: outputs that
     cannot be written, and --resume of models trained with other settings. Then remove the
     temporary files that a killed run left in the output directories. The model directory is
@@ -160,12 +160,12 @@ class Learn(beam.PTransform):
         return predictions
 
 
-def build_training(pipeline, cfg, streaming=False):
+def build_training(pipeline: beam.Pipeline, cfg: TrainConfig, streaming: bool = False) -> None:
     """The `unitless train` graph: read ``cfg.inputs``, learn, each prediction and dead letter
     written where ``cfg`` says (no PCollection of all of them: ``Learn``'s ``outputs``)."""
     # (labels files are read as inputs: the learning step tells them by their source)
-    read = ReadExamples.from_config(replace(cfg, inputs=[*cfg.inputs, *cfg.labels]) if cfg.labels
-                                    else cfg, streaming, learner_check(cfg),
+    read = ReadExamples.from_config(replace(cfg, inputs=[*cast(list, cfg.inputs), *cfg.labels])
+                                    if cfg.labels else cfg, streaming, learner_check(cfg),
                                     cfg.model_dir if cfg.resume else None)
     with read_once():  # (the reader's resume positions too)
         _ = pipeline | "Read" >> read | Learn(cfg, outputs=False)

@@ -8,9 +8,10 @@ Kinds: ``read`` (how examples are read), ``output`` (where outputs go), ``learn`
 learn and are checkpointed) and ``hyperparameter`` are ``configure``'s; ``command`` options
 are the command's own (its inputs, what it does after a run, and inspect's and curve's).
 """
+import argparse
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..learner import ALGORITHMS, LOSS_CODES
 from ..parse.formats import FORMATS, OUTPUT_FORMATS
@@ -37,7 +38,7 @@ class Option:
     positional: bool = False
     at_least: Optional[float] = None  # the smallest value ``configure`` accepts
 
-    def add_to(self, parser):
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
         """This option's argument in an argparse (sub)parser."""
         text = self.help() if callable(self.help) else self.help
         if "{default}" in text:  # (the default said where it is set)
@@ -62,7 +63,7 @@ class Option:
             parser.add_argument(self.flag_name, **settings)
 
     @property
-    def flag_name(self):
+    def flag_name(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
@@ -241,7 +242,7 @@ OPTIONS = (
 )
 
 
-def check_values(options):
+def check_values(options: Mapping[str, Any]) -> None:
     """Refuse, in one line, a value of ``configure``'s ``options`` (a dict of every option by
     name) that is not one of its option's choices or is below its ``at_least``: the command's
     parser checks the first for its flags, the transforms' keywords come here only."""
@@ -257,21 +258,21 @@ def check_values(options):
                              f"{value}")
 
 
-def of(command):
+def of(command: str) -> List[Option]:
     """The options of one subcommand, in the order its --help lists them."""
     return [o for o in OPTIONS if command in o.commands]
 
 
-def defaults(kind):
+def defaults(kind: str) -> Dict[str, Any]:
     """{name: default} of the options of one kind, each name once (its first entry's)."""
-    found = {}
+    found: Dict[str, Any] = {}
     for option in OPTIONS:
         if option.kind == kind:
             found.setdefault(option.name, option.default)
     return found
 
 
-def default(name):
+def default(name: str) -> Any:
     """The default of the option ``name`` (its first entry's)."""
     return next(o.default for o in OPTIONS if o.name == name)
 
@@ -279,7 +280,7 @@ def default(name):
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def duration(value, option):
+def duration(value: Union[str, float, None], option: str) -> float:
     """Seconds of a duration given as a number of seconds or text with a unit: '90', '90s',
     '15m', '2h', '1.5d'; None: 0 (off)."""
     if value is None:

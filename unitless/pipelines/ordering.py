@@ -3,6 +3,7 @@
 and the shard sequencer (``rounds.CutRounds``), which it is given."""
 import itertools
 import pickle
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, PickleCoder
@@ -23,7 +24,7 @@ from .order_handler import OrderHandler
 LEARNED = "learned"  # ends the header of a mark: a block learned on arrival, not waiting
 
 
-def waiting_entry(header, block):
+def waiting_entry(header: tuple, block: Optional[ExampleBlock]) -> bytes:
     """A block as it waits in Beam state: bytes holding its header (timestamp µs, source,
     first and last position) apart from the block, so that ordering reads no block."""
     head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
@@ -31,7 +32,7 @@ def waiting_entry(header, block):
                                                                  protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def waiting_entries(header, block):
+def waiting_entries(header: tuple, block: Optional[ExampleBlock]) -> List[bytes]:
     """A block as it waits in Beam state: ``waiting_entry``s of its consecutive parts, whose
     columns hold about ``WAITING_COLUMNS_BYTES`` at most (cut by rows, whose sizes vary), each
     with the names of the features its rows use, so that no state value grows with a reader's
@@ -48,21 +49,21 @@ def waiting_entries(header, block):
     return entries
 
 
-def due(header):
+def due(header: tuple) -> int:
     """When a waiting entry is released (µs): a block when the watermark reaches its stamp; a
     mark once the watermark is past it: the next millisecond (timers fire at whole ones)."""
     return (header[0] // 1000 + 1) * 1000 if header[4:] == (LEARNED,) else header[0]
 
 
-def waiting_header(data):
+def waiting_header(data: bytes) -> tuple:
     return pickles.loads(data[4:4 + int.from_bytes(data[:4], "little")])
 
 
-def waiting_block(data):
+def waiting_block(data: bytes) -> Optional[ExampleBlock]:
     return pickles.loads(data[4 + int.from_bytes(data[:4], "little"):])
 
 
-def learning_order(ready):
+def learning_order(ready: Iterable[Tuple[tuple, bytes]]) -> List[List[bytes]]:
     """Waiting entries [(header, data)] sorted by (timestamp, source, first position) -> lists
     of entries' data, learned list after list: a source's blocks whose position ranges
     interleave (gathered blocks, see KeyByModel, may) form one list, to be merged in position
@@ -94,21 +95,21 @@ class Stored:
     and ``log``, a bag of bytes beside it that the handler may append to (``append``) instead
     of rewriting (cleared with it); ``weigh`` is given the size of each value written."""
 
-    def __init__(self, state, log, weigh):
+    def __init__(self, state: Any, log: Any, weigh: Callable[[int], Any]) -> None:
         self.state, self.log, self.weigh = state, log, weigh
 
-    def read(self):
+    def read(self) -> Optional[bytes]:
         return self.state.read()
 
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         self.weigh(len(data))
         self.state.write(data)
 
-    def append(self, data):
+    def append(self, data: bytes) -> None:
         self.weigh(len(data))
         self.log.add(data)
 
-    def clear(self):
+    def clear(self) -> None:
         self.state.clear()
         self.log.clear()
 

@@ -5,7 +5,8 @@ The shards themselves: sharded.py."""
 import pickle
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import (TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence)
 
 import apache_beam as beam
 import numpy as np
@@ -15,12 +16,15 @@ from ..learner import read_metadata
 from ..learner.examples import Batch
 from ..learner.names import FeatureNames, merged_names
 from ..learner.sharded import shard_of, split_batch
-from ..parse.records import own_rows
+from ..parse.records import ExampleBlock, own_rows
 from ..store.resume import Cut, sharded_cuts
 from ..store.shards import shard_counts
 from ..store.starts import starts_dir, write_starts
 from .accounting import ACCOUNTS, Tally
-from .config import check_resume
+from .config import TrainConfig, check_resume
+
+if TYPE_CHECKING:
+    from .ordering import Stored
 
 MODELS = "models"  # output tag: the model keys the sequencer saw
 
@@ -46,7 +50,7 @@ class End(NamedTuple):
     rounds: int  # the model's rounds, all of them (its bounded input has ended)
 
 
-def resume_cuts(cfg):
+def resume_cuts(cfg: TrainConfig) -> Dict[str, Cut]:
     """{model key: Cut} of the sharded models in cfg.model_dir, every shard file of a cut
     checked (valid, of the learner this configuration trains); ValueError when the directory
     holds models over another number of shards."""
@@ -92,10 +96,10 @@ class CutRounds:
 
     learns_on_arrival = False  # rounds are cut in the waiting order only
 
-    def __init__(self, cfg, cuts=None):
+    def __init__(self, cfg: TrainConfig, cuts: Optional[Dict[str, Cut]] = None) -> None:
         self.cfg, self.cuts = cfg, cuts or {}
 
-    def enter_source(self, key, block, stored):
+    def enter_source(self, key: str, block: ExampleBlock, stored: "Stored") -> None:
         if not (block.restarts_midway and len(block)):
             return
         rounds = self.state(key, stored)
@@ -106,7 +110,7 @@ class CutRounds:
         rounds.starts[block.source] = start
         self.store(key, rounds, stored)
 
-    def state(self, key, stored):
+    def state(self, key: str, stored: "Stored") -> _Rounds:
         data = stored.read()
         if data is not None:
             return _Rounds.from_bytes(data)
@@ -114,20 +118,23 @@ class CutRounds:
         return _Rounds(cut.rounds, cut.examples, cut.examples, positions=dict(cut.positions),
                        starts=dict(cut.starts))
 
-    def store(self, key, rounds, stored):
+    def store(self, key: str, rounds: _Rounds, stored: "Stored") -> None:
         stored.write(rounds.to_bytes())
 
-    def learn(self, rounds, block, at=None):
+    def learn(self, rounds: _Rounds, block: ExampleBlock, at: Optional[int] = None
+              ) -> Iterable[Any]:
         rounds.pending.append(block)
         return ()
 
-    def watermark_passed(self, rounds, past, at):
+    def watermark_passed(self, rounds: _Rounds, past: List[tuple], at: List[tuple]
+                         ) -> List[tuple]:
         return []  # (rounds are cut in the waiting order only: a restart follows the cuts)
 
-    def released(self, key, rounds):
+    def released(self, key: str, rounds: _Rounds) -> Iterator[Any]:
         return self._cut(key, rounds)
 
-    def input_ended(self, key, rounds, stored):
+    def input_ended(self, key: str, rounds: Optional[_Rounds], stored: "Stored"
+                    ) -> Iterator[Any]:
         rounds = rounds or self.state(key, stored)
         yield from self._cut(key, rounds)
         self.store(key, rounds, stored)
@@ -194,7 +201,7 @@ class CutRounds:
         return bool(due)
 
 
-def concat_batches(batches):
+def concat_batches(batches: Sequence[Batch]) -> Batch:
     """One Batch of the examples of ``batches``, in order."""
     if len(batches) == 1:
         return batches[0]

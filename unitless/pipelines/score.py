@@ -3,19 +3,19 @@ a newer checkpoint, and a key's first, are taken up while it runs."""
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from ..learner import check_examples
+from ..learner import LearnerState, check_examples
 from ..models.predictions import outcome_columns
-from ..parse.records import dead_letter_table
+from ..parse.records import DeadLetter, ExampleBlock, dead_letter_table
 from ..schemas import SCORE_SCHEMA
 from ..store.models import has_checkpoint, lists_models, load_latest, model_keys
 from ..store.shards import sharded_models
-from .config import REFRESH_SECONDS, configure
+from .config import REFRESH_SECONDS, TrainConfig, configure
 from .io.dead_letters import DEAD
 from .io.sinks import WriteDeadLetters, WritePredictions
 from .io.sources import ReadExamples, as_blocks
@@ -27,7 +27,7 @@ from .scoring_models import (MODEL_REFRESHES, Scoring, ScoringModels,  # noqa: F
 log = logging.getLogger("unitless")
 
 
-def load_models(model_dir):
+def load_models(model_dir: str) -> Dict[str, Tuple[LearnerState, str]]:
     """{model key: (learner state, checkpoint id)} from each key's newest valid checkpoint
     under model_dir (a model over feature shards: its consistent cut, merged into one state). A
     key none of whose checkpoints is valid gets no model (with a warning: its examples then go
@@ -55,7 +55,8 @@ def check_model_dir(model_dir: str) -> None:
         raise FileNotFoundError(f"no valid checkpoints under {model_dir}")
 
 
-def score_block(models, key, block):
+def score_block(models: ScoringModels, key: str, block: ExampleBlock
+                ) -> Tuple[Optional[pa.Table], List[DeadLetter]]:
     """(scores table or None, dead letters) for one model key's block: each example's
     prediction, as the model would make it were the example the next it learns
     (``predict_next``: the model is left as it was), and where it has a label, its loss and
@@ -66,13 +67,15 @@ def score_block(models, key, block):
     return score_with(models.get(key), key, block)
 
 
-def score_with(found, key, block):
+def score_with(found: Optional[Scoring], key: str, block: ExampleBlock
+               ) -> Tuple[Optional[pa.Table], List[DeadLetter]]:
     """``score_block`` with the key's model ``found`` (a ``Scoring``, or None: it has none)."""
     if found is None:
         return None, block.screen([(r, f"no model for key {key!r}") for r in range(len(block))])[1]
     block, scores, loss, refused = scored(found.state, block)
     if not len(block):
         return None, refused
+    assert scores is not None
     n = len(block)
     prediction, prob, error = outcome_columns(found.state, scores, block.labels)
     missing = block.served  # no label: the label and loss are null (not NaN)
@@ -160,8 +163,9 @@ class MissingModel:
     costs less. A key without a checkpoint is looked for again after ``refresh_seconds``, as
     ``ScoringModels`` does."""
     LIST_ALL_PAST = 1_000
+    looked: Dict[str, float]
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS):
+    def __init__(self, model_dir: str, refresh_seconds: float = REFRESH_SECONDS) -> None:
         self.model_dir, self.refresh_seconds = model_dir, refresh_seconds
         self.known, self.looked, self.listed = None, {}, False
 
@@ -186,7 +190,8 @@ class MissingModel:
                 if k not in self.known]
 
 
-def build_scoring(pipeline, cfg, model_dir, streaming=False, refresh_seconds=REFRESH_SECONDS):
+def build_scoring(pipeline: beam.Pipeline, cfg: TrainConfig, model_dir: str,
+                  streaming: bool = False, refresh_seconds: float = REFRESH_SECONDS) -> None:
     """The `unitless score` graph: read ``cfg.inputs`` (files or Kafka), score each example
     with its key's model, write the scores to ``cfg.predictions`` and every dead letter to
     ``cfg.dead_letter``."""

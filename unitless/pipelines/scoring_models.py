@@ -6,13 +6,14 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
 
-from ..learner import check_examples, example_losses, predict_next, read_metadata
+from ..learner import LearnerState, check_examples, example_losses, predict_next, read_metadata
 from ..models.keyed_model import KeyedModel
+from ..parse.records import DeadLetter, ExampleBlock
 from ..store.models import load_latest, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS
@@ -54,9 +55,13 @@ class ScoringModels:
     One instance may serve many threads (Beam's RunInference shares it): its bookkeeping is
     under a lock; the models it hands out are shared as they are (``predict_next`` reads a
     model and writes nothing to it)."""
+    models: OrderedDict[str, Scoring]
+    looked: Dict[str, float]
+    newest: Dict[str, tuple]
+    sharded: Optional[Dict[str, Scoring]]
 
-    def __init__(self, model_dir, refresh_seconds=REFRESH_SECONDS,
-                 capacity=default("models_in_memory")):
+    def __init__(self, model_dir: str, refresh_seconds: float = REFRESH_SECONDS,
+                 capacity: int = default("models_in_memory")) -> None:
         if capacity < 1:
             raise ValueError(f"a scoring cache holds 1 model or more, not {capacity}")
         self.model_dir, self.refresh_seconds, self.capacity = model_dir, refresh_seconds, capacity
@@ -73,7 +78,7 @@ class ScoringModels:
     def __setstate__(self, state):
         self.__init__(**state)
 
-    def get(self, key):
+    def get(self, key: str) -> Optional[Scoring]:
         """The key's model (a ``Scoring``), or None when it has none yet."""
         with self._lock:
             if self.sharded is None:
@@ -116,7 +121,7 @@ class ScoringModels:
         self.models[key] = Scoring(state, checkpoint_id, found[0], written)
         self._keep_capacity()
 
-    def drop(self, key):
+    def drop(self, key: str) -> None:
         """Forget the key's model (read again when it is next asked for)."""
         with self._lock:
             self._drop(key)
@@ -136,7 +141,8 @@ def _learner(state):
             f"class(es), bias index {state.bias_index}")
 
 
-def scored(state, block):
+def scored(state: LearnerState, block: ExampleBlock
+           ) -> Tuple[ExampleBlock, Optional[np.ndarray], Optional[np.ndarray], List[DeadLetter]]:
     """(the block's examples kept, their predictions [n, K] and losses (NaN without a label),
     dead letters) by the learner ``state``, which is left as it was (``predict_next``): what
     it refuses, with training's reasons (``check_examples``: a feature value not finite or past

@@ -7,7 +7,7 @@ behalf: ``served_loss`` is the loss of the prediction actually served. Why publi
 are read from the model directory: docs/design.md, "Serving apart from learning"."""
 import time
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Set, Tuple, cast
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..connectors.kafka import is_kafka
 from ..labels.reasons import AHEAD_OF_CLOCK, dated_ahead
-from ..learner import BatchResult
+from ..learner import BatchResult, LearnerState
 from ..models.predictions import prediction_table
 from ..parse.records import ExampleBlock, dead_letter_table
 from ..store.groups import published_dir
@@ -23,12 +23,12 @@ from .config import TrainConfig, configure, learner_check, new_learner
 from .delivery import Sinks
 from .io.dead_letters import DEAD
 from .io.sources import as_blocks
-from .scoring_models import ScoringModels, scored
+from .scoring_models import Scoring, ScoringModels, scored
 
 SERVED = "served"  # the tag of the serving step's predictions
 
 
-def poll_seconds(publish_seconds):
+def poll_seconds(publish_seconds: float) -> float:
     """How often a serving worker looks for a newer published state of a model whose examples
     come: a quarter of the publication interval (at least 50 ms), so that the state it serves
     with was the newest about a quarter interval ago."""
@@ -46,17 +46,19 @@ class PublishedModels:
     a checkpoint with ``--labels`` holds the join's share (the ids it closed over two waits),
     costly to read again at each checkpoint (docs/delayed-outcomes.md, "CPU on a stream").
     The states are shared as they are: serving writes nothing to them."""
+    overtaken: Set[str]
 
-    def __init__(self, model_dir, fresh, poll, capacity):
+    def __init__(self, model_dir: str, fresh: LearnerState, poll: float, capacity: int) -> None:
         self.published = ScoringModels(published_dir(model_dir), poll, capacity)
         self.checkpoints = ScoringModels(model_dir, poll, capacity)
         self.fresh, self.capacity = fresh, capacity
         self.overtaken = set()  # keys whose published state has caught up with their checkpoints
 
-    def get(self, key):
+    def get(self, key: str) -> Tuple[LearnerState, Optional[str], Optional[float]]:
         """(learner state, its checkpoint id or None, when it was published (epoch s) or
         None): a fresh model's ids and time are None."""
         published = self.published.get(key)
+        found: Optional[Scoring]
         if key in self.overtaken and published is not None:
             found = published
         else:
@@ -100,7 +102,7 @@ class ServeBlocks(beam.DoFn):
         self.age = Metrics.distribution("unitless", "model_age_ms")
         self.latency = Metrics.distribution("unitless", "served_latency_ms")
         # a record's time is its Kafka timestamp unless --time-column names a field of its own
-        self.timed_by_broker = bool(cfg.inputs) and is_kafka(str(cfg.inputs[0])) and (
+        self.timed_by_broker = bool(cfg.inputs) and is_kafka(str(cast(list, cfg.inputs)[0])) and (
             cfg.spec.time is None)
 
     def setup(self):
@@ -232,7 +234,8 @@ class Serve(beam.PTransform):
         return served[SERVED]
 
 
-def serve_step(cfg, through=None, write=True):
+def serve_step(cfg: TrainConfig, through: Optional[Dict[Tuple[str, str], int]] = None,
+               write: bool = True) -> beam.PTransform:
     """The serving step (``ServeBlocks``) as a ParDo: outputs ``blocks`` (for learning),
     ``SERVED`` and ``DEAD``."""
     return beam.ParDo(ServeBlocks(cfg, through, write)).with_output_types(

@@ -16,7 +16,7 @@ import threading
 import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -33,7 +33,8 @@ from ..connectors.kafka import UNBOUNDED, KafkaTopic
 from ..connectors.kafka_clients import open_producer, partition_offsets
 from ..connectors.sinks import open_sink
 from ..connectors.storage import unique_token
-from ..learner import from_arrow, read_metadata, to_arrow
+from ..learner import Batch, LearnerState, from_arrow, read_metadata, to_arrow
+from ..learner.names import FeatureNames
 from ..learner.online import count_learned
 from ..learner.sharded import Part, combine, predict_part, update_part
 from ..models.predictions import prediction_table, seen_after
@@ -43,7 +44,7 @@ from ..store.per_key import write_checkpoints
 from ..store.shards import load_shard, shard_dir
 from ..store.starts import starts_dir
 from .accounting import ACCOUNTS
-from .config import new_learner
+from .config import TrainConfig, new_learner
 from .decoded import DecodedModels
 from .io.partitions import ReadFeedback
 from .keying import key_by_model
@@ -94,11 +95,12 @@ class _Shard:
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def state_delta(shard, batch, names):
+def state_delta(shard: _Shard, batch: Batch, names: FeatureNames) -> bytes:
     """What applying a round changed in the shard's learner state: the features given slots
     since the last delta (in slot order), the round's features' vectors, the scalars and
     counters, and its feature names."""
-    state = shard.state
+    state = typing.cast(LearnerState, shard.state)
+    assert state.slot_index is not None
     touched = np.unique(state.find_features(batch.indices))
     new = state.slot_index[shard.logged_slots:state.n_slots].copy()
     shard.logged_slots = state.n_slots
@@ -107,7 +109,7 @@ def state_delta(shard, batch, names):
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def apply_delta(state, data):
+def apply_delta(state: LearnerState, data: bytes) -> None:
     """``state_delta``'s change made to the state it was taken after (the same slots: new
     features are given theirs in the same order)."""
     new, touched, values, S, examples_seen, cumulative_loss, names = pickles.loads(data)
@@ -398,7 +400,8 @@ class FinishDoFn(beam.DoFn):
             log.info("every model learned its last round: the feedback loop ends")
 
 
-def learn_over_shards(blocks, cfg):
+def learn_over_shards(blocks: beam.PCollection, cfg: TrainConfig
+                      ) -> Tuple[beam.PCollection, beam.PCollection]:
     """ExampleBlocks -> (predictions, the Tallies of examples replayed), every model learned
     over ``cfg.shards`` feature shards (see the module; ``Learn`` with ``shards``). The
     pipeline must be streaming."""
@@ -409,7 +412,7 @@ def learn_over_shards(blocks, cfg):
                          "--streaming)")
     send_elements_within(blocks.pipeline)  # (a round waits for its parts)
     run = uuid.uuid4().hex
-    topic = KafkaTopic.parse(cfg.feedback_topic, cfg.kafka_settings)
+    topic = KafkaTopic.parse(typing.cast(str, cfg.feedback_topic), cfg.kafka_settings)
     # read from the end as it is now: nothing of this run is there yet
     ranges = [(p, end, UNBOUNDED) for p, (_, end) in sorted(partition_offsets(topic).items())]
     covered = [(key, source) for key, cut in cuts.items() for source in cut.positions]

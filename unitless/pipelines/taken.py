@@ -1,6 +1,7 @@
 """The checkpoints the learning step has taken and not yet written, with what they hold in
 memory until they are: the step writes them together before its bundle ends, or sooner once
 they grow large (docs/design.md, "Delivery and checkpoints")."""
+from typing import Any, List, Mapping
 
 
 class TakenCheckpoints:
@@ -17,17 +18,18 @@ class TakenCheckpoints:
     # shares reach ``MAX_JOIN_BYTES``, not with the bundle
     JOIN_ENTRY_BYTES = 200
     MAX_JOIN_BYTES = 64 << 20
+    entries: List[tuple]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.clear()
 
     def __len__(self):
         return len(self.entries)
 
-    def clear(self):
+    def clear(self) -> None:
         self.entries, self.nbytes, self.join_bytes = [], 0, 0
 
-    def add(self, taken):
+    def add(self, taken: List[tuple]) -> bool:
         """Add ``taken``, entries of checkpoints taken together; returns whether what is taken
         has grown large enough to be written now."""
         self.entries += taken
@@ -39,7 +41,7 @@ class TakenCheckpoints:
         return self.nbytes >= self.MAX_BYTES or self.join_bytes >= self.MAX_JOIN_BYTES
 
 
-def join_entries(saved):
+def join_entries(saved: Mapping[str, Any]) -> int:
     """How many ids and positions a checkpoint's share of its join names
     (``LabelJoin.resume_state``)."""
     closed = saved["closed"]

@@ -5,6 +5,8 @@ group's models in Beam state, predict-then-update on each block, with --labels t
 import logging
 import time
 from functools import partial
+from typing import (TYPE_CHECKING, Any, Dict, Generator, Iterable, Iterator, List, Optional, Set,
+                    Tuple)
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -16,16 +18,19 @@ from ..labels.reasons import LATE_LABEL
 from ..models.keyed_model import KeyedModel, in_span_order
 from ..models.model_group import ModelGroup
 from ..models.predictions import served_count
-from ..parse.records import dead_letter_table
+from ..parse.records import ExampleBlock, dead_letter_table
 from ..store.by_group import examples_of
 from ..store.groups import group_key
 from .accounting import ACCOUNTS, Tally, models_left
-from .config import new_learner
+from .config import TrainConfig, new_learner
 from .decoded import DecodedModels
 from .delivery import Delivery
 from .io.dead_letters import DEAD
 from .labels_steps import LabelsSteps
 from .saved_models import new_keyed_model
+
+if TYPE_CHECKING:
+    from .ordering import Stored
 
 log = logging.getLogger("unitless")
 
@@ -45,8 +50,9 @@ class LearnBlocks(LabelsSteps):
     prediction: docs/design.md, "Delivery and checkpoints".
     """
     learns_on_arrival = True  # a block that continues its models (see ``InOrder``)
+    unsaved: Set[str]
 
-    def __init__(self, cfg, streaming=False):
+    def __init__(self, cfg: TrainConfig, streaming: bool = False) -> None:
         self.cfg = cfg
         # (--labels, resumed: the records read again move the join's clocks, so every block
         # waits to be handed on in order; one that continues where the models had learned
@@ -76,7 +82,7 @@ class LearnBlocks(LabelsSteps):
         self.label_delay = Metrics.distribution("unitless", "label_delay_ms")
         self.late = Metrics.counter("unitless", "late_labels")
 
-    def setup(self):
+    def setup(self) -> None:
         # key -> ModelGroup last written to state (skips decoding)
         self.models = DecodedModels(self.cfg.models_in_memory, self.cfg.model_memory_mib)
         self.fresh = new_learner(self.cfg)  # (each new model's, copied in: never changed)
@@ -87,16 +93,16 @@ class LearnBlocks(LabelsSteps):
         self.delivery.open()
         self.group_files = self.delivery.group_files  # (where models are read back from)
 
-    def teardown(self):
+    def teardown(self) -> None:
         self.delivery.close()
 
-    def start_bundle(self):
+    def start_bundle(self) -> None:
         self.delivery.discard()
 
-    def finish_bundle(self):
+    def finish_bundle(self) -> None:
         self.delivery.finish_bundle()
 
-    def state(self, key, stored):
+    def state(self, key: str, stored: "Stored") -> ModelGroup:
         """The ``ModelGroup`` of the keyed step's ``key``, as last stored."""
         data = stored.read()
         cached = self.models.get(key)
@@ -149,7 +155,7 @@ class LearnBlocks(LabelsSteps):
             f"and {served} served, but its group's checkpoints in {self.cfg.model_dir} hold "
             f"{'no state of it' if found is None else 'another state'}: it cannot return")
 
-    def store(self, key, group, stored):
+    def store(self, key: str, group: ModelGroup, stored: "Stored") -> None:
         stored.write(group.to_bytes())
         if group.join is not None:
             clear, entries = group.join.log_entries()
@@ -159,13 +165,13 @@ class LearnBlocks(LabelsSteps):
                 stored.append(entry)
         self.models.keep(key, group, group.nbytes, len(group.models))
 
-    def continues(self, group, block):
+    def continues(self, group: ModelGroup, block: ExampleBlock) -> bool:
         """Each model the block holds examples of has learned all of its own before them
         (``KeyedModel.continues``: the block in position order, each model past its start)."""
         return in_span_order(block) and all(self._of(group, k).learned_before(block)
                                             for k in block.keys.unique().to_pylist())
 
-    def enter_source(self, key, block, stored):
+    def enter_source(self, key: str, block: ExampleBlock, stored: "Stored") -> None:
         """A Kafka partition's block: record where each of its models starts there, before
         learning."""
         if block.restarts_midway and len(block):
@@ -178,7 +184,7 @@ class LearnBlocks(LabelsSteps):
                 self._checkpoint(entered, group)
                 self.store(key, group, stored)
 
-    def idle(self, key, group):
+    def idle(self, key: str, group: ModelGroup) -> Tuple[bool, Optional[float]]:
         """No element of the key for ``idle_seconds`` (of the watermark, which a quiet Kafka
         partition moves with the reader's clock): serving apart, the publication of each of
         its models that learned since its last; and the checkpoint of each that is behind and
@@ -197,7 +203,8 @@ class LearnBlocks(LabelsSteps):
                  if m.checkpoint_behind() and m not in due]
         return bool(due), (max(min(later), 0.001) if later else None)
 
-    def expire(self, key, group, now, held):
+    def expire(self, key: str, group: ModelGroup, now: int, held: Set[str]
+               ) -> Generator[Any, None, Optional[int]]:
         """--model-ttl: the group's models not seen for ``ttl_seconds`` by ``now`` (µs on the
         watermark's clock) leave Beam state and this worker's memory, but those of model keys
         ``held`` (with examples still waiting), which count as seen now. Each is checkpointed
@@ -206,6 +213,7 @@ class LearnBlocks(LabelsSteps):
         (``Tally``), and a key that returns starts counting again (``_returning``). Yields those
         counts; returns when the next of the models left will have been idle that long (None:
         none has been seen)."""
+        assert self.ttl_seconds is not None
         ttl = int(self.ttl_seconds * 1e6)
         idle = group.idle_since(now - ttl, now, held)
         if idle:
@@ -237,11 +245,12 @@ class LearnBlocks(LabelsSteps):
         self._checkpoint(behind, group)
         return bool(behind)
 
-    def released(self, key, group):
+    def released(self, key: str, group: ModelGroup) -> Iterable[Any]:
         """What follows a release's learning, before the model is stored (outputs)."""
         return ()
 
-    def input_ended(self, key, learned, stored):
+    def input_ended(self, key: str, learned: Optional[ModelGroup], stored: "Stored"
+                    ) -> Iterator[Any]:
         """The end of the input, once everything waiting is learned (``learned``: the group,
         when it learned): each of its models' last checkpoint, then they leave Beam state and
         this worker's memory (nothing of this key comes after the end; a run drained and
@@ -257,7 +266,8 @@ class LearnBlocks(LabelsSteps):
         self.models.pop(key)
         yield from models_left(key, [model.learned_range() for model in group.every_model()])
 
-    def learn(self, group, block, at=None):
+    def learn(self, group: ModelGroup, block: ExampleBlock, at: Optional[int] = None
+              ) -> Iterator[Any]:
         """Learn a block of the group's model keys, handed on at ``at`` (µs; see ``InOrder``):
         each key's examples by its own model, in parts of up to ``chunk_size``."""
         if block.source is not None:
@@ -317,13 +327,15 @@ class LearnBlocks(LabelsSteps):
         if not self.cfg.labels:  # (with labels, once the join's call is learned whole: _join)
             self._checkpoint_due([model for model, _ in marks], group)
 
-    def learn_released(self, group, blocks, at=None):
+    def learn_released(self, group: ModelGroup, blocks: Iterable[ExampleBlock],
+                       at: Optional[int] = None) -> Iterator[Any]:
         """The blocks the watermark released, in order (``InOrder``), each learned (``learn``);
         with ``in_time_order`` all of them joined at once (``_join_in_time_order``)."""
         if not self.in_time_order:
             for block in blocks:
                 yield from self.learn(group, block, at)
             return
+        by_source: Dict[str, List[ExampleBlock]]
         by_source, spanned = {}, []
         for block in blocks:  # (no list of them all: each file's blocks are concatenated next)
             self._seen_at(group, block, at)
@@ -342,7 +354,8 @@ class LearnBlocks(LabelsSteps):
                 model = self._of(group, k)
                 model.last_seen = max(at, model.last_seen or at)
 
-    def watermark_passed(self, group, past, at):
+    def watermark_passed(self, group: ModelGroup, past: List[tuple], at: List[tuple]
+                         ) -> List[tuple]:
         """The watermark is past the waiting entries ``past`` (blocks just learned, and marks
         of blocks learned on arrival): the group's models may restart their sources after
         them (``KeyedModel.restart``): every example of theirs up to there is in the blocks

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ COLUMNS = {"model_key": pa.string(), "examples_seen": pa.int64(), "loss": pa.flo
 SUFFIXES = tuple(ending for name in OUTPUT_FORMATS for ending in FORMATS[name].extensions)
 
 
-def prediction_files(paths):
+def prediction_files(paths: Iterable[str]) -> list[str]:
     """The part files named by ``paths``: a directory gives its ``part-*`` files, a file itself.
     A path that does not exist is an error."""
     files = []
@@ -99,7 +100,8 @@ def _read_json_lines(path):
             "loss": np.array(loss), "error": np.array(error)}, bad
 
 
-def read_predictions(paths):
+def read_predictions(paths: Iterable[str]) -> tuple[
+        dict[str, tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]], int]:
     """{model key: (examples_seen, loss, error or None)}: numpy arrays per key, sorted by
     examples_seen, one row per (model_key, examples_seen) (the first read of duplicates); and
     the number of malformed rows skipped. ``error`` is None unless every row has one."""
@@ -135,13 +137,14 @@ def read_predictions(paths):
     return out, skipped
 
 
-def running_mean(values):
+def running_mean(values: np.ndarray) -> np.ndarray:
     """The mean of the first i values, for each i (the cumulative sum taken in order, as the
     learner sums its progressive loss)."""
     return np.cumsum(values) / np.arange(1, len(values) + 1)
 
 
-def curves(predictions):
+def curves(predictions: dict[str, tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]]
+           ) -> dict[str, dict[str, Any]]:
     """{model key: dict(seen, loss, error)}: progressive loss and error rate (None for
     regression) after each prediction, against examples seen."""
     return {key: {"seen": seen, "loss": running_mean(loss),
@@ -149,12 +152,12 @@ def curves(predictions):
             for key, (seen, loss, error) in predictions.items()}
 
 
-def by_examples(found):
+def by_examples(found: dict[str, dict[str, Any]]) -> list[str]:
     """The model keys, most predictions first (then by key)."""
     return sorted(found, key=lambda k: (-len(found[k]["seen"]), k))
 
 
-def render(found, top=20):
+def render(found: dict[str, dict[str, Any]], top: int = 20) -> str:
     """A line per model key (the ``top`` with most predictions): predictions, the last examples
     seen, final progressive loss and error rate."""
     out = [f"{'model key':<24} {'predictions':>11} {'last seen':>10} {'prog. loss':>11} "
@@ -178,7 +181,7 @@ def _thin(n, points=4000):
     return np.unique(np.r_[np.geomspace(1, n, points).astype(np.int64) - 1, n - 1])
 
 
-def plot(found, output, top=10):
+def plot(found: dict[str, dict[str, Any]], output: str, top: int = 10) -> None:
     """Draw the curves of the ``top`` model keys with most predictions into the PNG ``output``:
     progressive loss, and error rate when any key is a classifier."""
     try:

@@ -1,11 +1,13 @@
 """`unitless inspect`: what a checkpoint holds, and its most influential features."""
+from typing import Any
+
 import numpy as np
 
 from ..learner import from_arrow, read_metadata
 from ..store.models import load_checkpoint
 
 
-def summary(path, top=20):
+def summary(path: str, top: int = 20) -> dict[str, Any]:
     """What the checkpoint at ``path`` holds: a checkpoint file, which must be valid, or a model
     key's directory, whose newest valid checkpoint is summarised (``file`` names it)."""
     file, table = load_checkpoint(path)
@@ -40,7 +42,7 @@ def summary(path, top=20):
     }
 
 
-def render(info):
+def render(info: dict[str, Any]) -> str:
     lines = [f"{info['path']}",
              f"  algorithm   {info['algorithm']} ({info['reference']}), loss {info['loss']}",
              f"  hyperparams {info['hyperparameters']}",

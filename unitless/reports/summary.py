@@ -5,6 +5,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
@@ -28,28 +29,28 @@ class RunCounts:
     expired_learned: int = 0
 
     @property
-    def read(self):
+    def read(self) -> int:
         """Records read: each example learned from its record, served, or skipped, and each
         record refused (an example learned with --expired-label has no record of its own)."""
         return (self.examples - self.expired_learned + self.served + self.skipped
                 + self.refused)
 
     @property
-    def learned_from_labels(self):
+    def learned_from_labels(self) -> int:
         """Examples learned with a label their input gave them."""
         return self.examples - self.expired_learned
 
 
 @dataclass
 class ModelLine:
-    key: str
+    key: Optional[str]
     examples: int            # examples the model has learned (over every run, with --resume)
     progressive_loss: float
-    error_rate: float        # None for regression losses
+    error_rate: Optional[float]  # None for regression losses
     checkpoint: str
 
 
-def model_lines(model_dir, verify=True):
+def model_lines(model_dir: str, verify: bool = True) -> list[ModelLine]:
     """A ModelLine for each model key with a checkpoint, most examples first: its newest valid
     one (a sharded model: its consistent cut); or, not ``verify``ing, the newest listed, from
     what its manifest holds of its metadata (``checkpoint_summaries``: a run's own summary of
@@ -66,7 +67,7 @@ def model_lines(model_dir, verify=True):
     return sorted(lines, key=lambda m: (-m.examples, m.key))
 
 
-def model_line(key, checkpoint, meta):
+def model_line(key: Optional[str], checkpoint: str, meta: dict) -> ModelLine:
     """The ModelLine of a model's checkpoint from its metadata."""
     seen = int(meta["examples_seen"])
     classification = meta["loss"] in ("logistic", "hinge")
@@ -75,7 +76,7 @@ def model_line(key, checkpoint, meta):
                      checkpoint)
 
 
-def part_lines(part_path):
+def part_lines(part_path: str) -> list[ModelLine]:
     """A ModelLine for each model of a group's part file, in the part's order, each checkpoint
     named by its locator (``<part>#<n>``); every one verified (ValueError naming the first that
     is not valid)."""
@@ -90,7 +91,7 @@ def part_lines(part_path):
     return lines
 
 
-def render(lines, counts, top=20):
+def render(lines: list[ModelLine], counts: RunCounts, top: int = 20) -> str:
     """The run's table: the ``top`` models with most examples, the totals, and the run."""
     predicted = counts.examples + counts.served
     rate = predicted / counts.seconds if counts.seconds > 0 else 0.0
@@ -103,7 +104,7 @@ def render(lines, counts, top=20):
             f"{expired_text(counts)}")
 
 
-def expired_text(counts):
+def expired_text(counts: RunCounts) -> str:
     """What the summary says of the examples whose label did not come (--labels)."""
     if not counts.expired:
         return ""
@@ -113,7 +114,7 @@ def expired_text(counts):
     return f", {counts.expired:,} expired without their label{learned}"
 
 
-def render_models(lines, top=20):
+def render_models(lines: list[ModelLine], top: int = 20) -> str:
     """A line per model (the ``top`` with most examples), then the totals."""
     out = [f"{'model key':<24} {'examples':>10} {'prog. loss':>11} {'error':>7}  checkpoint"]
     for m in lines[:top]:
@@ -129,7 +130,8 @@ def render_models(lines, top=20):
     return "\n".join(out)
 
 
-def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resumed=False):
+def refusal_problem(counts: RunCounts, max_fraction: float, dead_letter_dir: Optional[str] = None,
+                    since: Optional[float] = None, resumed: bool = False) -> Optional[str]:
     """None when the run learned something from its records' labels (or, resumed, found
     examples it had learned before) and refused at most ``max_fraction`` of what it read; else
     the one-line reason it failed, naming the commonest refusal reason and an example record
@@ -151,7 +153,7 @@ def refusal_problem(counts, max_fraction, dead_letter_dir=None, since=None, resu
     return what + (f"; commonest reason: {example}" if example else "")
 
 
-def nothing_learned(counts, read):
+def nothing_learned(counts: RunCounts, read: int) -> str:
     """Why a run whose records taught no example is not a success, in one line."""
     if counts.refused == read:
         return f"no example was learned: all {read:,} records were refused"
@@ -168,10 +170,10 @@ def nothing_learned(counts, read):
 _VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d[\d.e+-]*")
 
 
-def commonest_refusal(directory, since=None):
+def commonest_refusal(directory: str, since: Optional[float] = None) -> Optional[str]:
     """The commonest reason among the dead letters written to ``directory`` since ``since``
     (reasons alike but for the values they quote count as one), with one record that had it."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_dir(directory)[0]:
         path = join(directory, name)
         if (name.startswith("part-") and name.endswith(".jsonl")

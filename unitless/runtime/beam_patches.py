@@ -5,6 +5,7 @@ Beam nothing is changed, and a warning says so. They change how the worker does 
 never what a pipeline computes."""
 import logging
 import sys
+from typing import Any
 
 log = logging.getLogger("unitless")
 
@@ -21,7 +22,7 @@ def _on_the_beam_written_for(patch):
     return False
 
 
-def flush_whole_elements_only():
+def flush_whole_elements_only() -> None:
     """Make the Python SDK worker's time-limited output streams (``data_buffer_time_limit_ms``)
     send only whole elements. Beam's flushes its buffer from a timer thread at any moment, also
     in the middle of an element being written, and the runner then cannot decode the part it
@@ -31,7 +32,7 @@ def flush_whole_elements_only():
     bundle. Applied when this module is imported: in every worker that runs ``Learn``'s steps,
     before any of their bundles."""
     from apache_beam.runners.worker import data_plane
-    stream = data_plane.TimeBasedBufferingClosableOutputStream
+    stream: Any = data_plane.TimeBasedBufferingClosableOutputStream
     if getattr(stream, "whole_elements_only", False) or not _on_the_beam_written_for(
             "flush_whole_elements_only"):
         return
@@ -55,7 +56,7 @@ def flush_whole_elements_only():
     stream.whole_elements_only = True
 
 
-def weigh_state_without_scanning_modules():
+def weigh_state_without_scanning_modules() -> None:
     """Make the worker's Beam state cache weigh values without listing every module's globals.
 
     The Python SDK weighs each value it caches (every state read that misses, every write)
@@ -83,5 +84,5 @@ def weigh_state_without_scanning_modules():
                                      get_referents_func=statecache._get_referents_func,
                                      filter_func=statecache._filter_func,
                                      exclude_modules_globals=False)
-    get_deep_size.unitless = True
+    get_deep_size.unitless = True  # type: ignore[attr-defined]  # (marks it patched)
     statecache.get_deep_size = get_deep_size

@@ -11,11 +11,16 @@ accounting (``accounting``), which fails the run at the end of its input.
 """
 import threading
 import uuid
+from typing import TYPE_CHECKING, Hashable
 
 from .beam_patches import flush_whole_elements_only
 
+if TYPE_CHECKING:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-def hold_each_key_in_one_bundle(options):
+
+def hold_each_key_in_one_bundle(options: "PipelineOptions") -> None:
     """Set on a pipeline's options what runners need to keep each key in one bundle at a time
     (runners read the options at ``run()``, so ``Learn`` sets them when it is applied).
 
@@ -34,7 +39,7 @@ DATA_BUFFER_TIME = "data_buffer_time_limit_ms="
 SEND_WITHIN_MS = 5
 
 
-def send_elements_within(pipeline, ms=SEND_WITHIN_MS):
+def send_elements_within(pipeline: "beam.Pipeline", ms: int = SEND_WITHIN_MS) -> None:
     """On a job server's runner (Flink), have the runner hand each element on to the SDK
     worker within ``ms`` milliseconds, and the worker its outputs back, instead of at the end
     of the bundle, unless the options say otherwise (``--experiments
@@ -71,7 +76,7 @@ class TwoBundlesAtOnce(RuntimeError):
     """A runner gave one key of a stateful step to two bundles at once."""
 
 
-def new_step():
+def new_step() -> str:
     """A token naming one stateful step of one pipeline, the same in every copy of its DoFn."""
     return uuid.uuid4().hex
 
@@ -85,11 +90,12 @@ class KeyGuard:
     ``release`` them all once the bundle ends (or fails: the SDK tears a failed bundle's DoFn
     down). The SDK runs concurrent bundles of a step on separate DoFn instances, so another
     guard of the same step holding a key means a second bundle of that key at once."""
+    held: set[tuple[str, Hashable]]
 
-    def __init__(self, step):
+    def __init__(self, step: str) -> None:
         self.step, self.held = step, set()
 
-    def hold(self, key):
+    def hold(self, key: Hashable) -> None:
         entry = (self.step, key)
         if entry in self.held:
             return
@@ -103,7 +109,7 @@ class KeyGuard:
                 "prism_disable_sdf_split, which Learn sets)")
         self.held.add(entry)
 
-    def release(self):
+    def release(self) -> None:
         with _lock:
             for entry in self.held:
                 if _holders.get(entry) is self:

@@ -26,7 +26,7 @@ BUILD_SCRIPT = REPO / "deploy" / "flink" / "build_job_server.sh"
 CACHED = ("flink", "beam-2.70.0-flink-1.19", "beam-flink-job-server.jar")  # the script's place
 
 
-def job_server_jar(build=True, timeout=1800.0):
+def job_server_jar(build: bool = True, timeout: float = 1800.0) -> Path:
     """The job server jar: ``$UNITLESS_FLINK_JOB_SERVER_JAR``; else the one
     ``build_job_server.sh`` prints (building it first when it is not cached and ``build``);
     installed without the repository, where that script caches it. FileNotFoundError (what
@@ -55,7 +55,7 @@ def job_server_jar(build=True, timeout=1800.0):
     return jar
 
 
-def embedded_buffer_timeout(ms):
+def embedded_buffer_timeout(ms: float) -> None:
     """Have the Flink job server that Beam's FlinkRunner starts from this process (an embedded
     cluster for this process's jobs) send network buffers within ``ms`` milliseconds: a job
     server started without a configuration directory reads ``$FLINK_CONF_DIR``'s, so it names

@@ -1,11 +1,12 @@
 """Which of unitless's compiled functions this process compiled on first use instead of
 loading them from numba's on-disk cache (``python -m unitless.compile`` fills it)."""
 import sys
+from typing import Any, Optional, cast
 
 from numba.core.dispatcher import Dispatcher
 
 
-def compiled_here():
+def compiled_here() -> list[str]:
     """(functions compiled in this process instead of loaded from the cache, what they are)."""
     compiled = []
     for name, module in list(sys.modules.items()):
@@ -13,11 +14,11 @@ def compiled_here():
             continue
         for attr in vars(module).values():
             if isinstance(attr, Dispatcher) and attr.stats.cache_misses:
-                compiled.append(f"{name}.{attr.__name__}")
+                compiled.append(f"{name}.{cast(Any, attr).__name__}")
     return sorted(set(compiled))
 
 
-def compiled_notice():
+def compiled_notice() -> Optional[str]:
     """One line when this process compiled functions (a first run), else None."""
     compiled = compiled_here()
     if not compiled:

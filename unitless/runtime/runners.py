@@ -12,6 +12,11 @@ warning). Options are refused by name (REFUSED) where the run's guarantees are n
 hold with them.
 """
 import argparse
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 JOB_SERVER_RUNNERS = ("flink", "portable")  # runners' names, lower case, without "runner"
 
@@ -25,7 +30,7 @@ REFUSED = {
 }
 
 
-def undeclared(args, declared=()):
+def undeclared(args: list[str], declared: Iterable[Any] = ()) -> list[str]:
     """The arguments among ``args`` (positional ones too) that no Beam pipeline option takes,
     nor one of ``declared`` (the job server's ``PipelineOptionDescriptor``s), parsed as Beam
     parses them. A bad value of a Beam option raises ValueError (one line, not Beam's usage of
@@ -54,7 +59,7 @@ def undeclared(args, declared=()):
     return parsers[0].parse_known_args(args)[1]
 
 
-def refused(args):
+def refused(args: Iterable[str]) -> Optional[tuple[str, str]]:
     """(option, reason) of the first option ``args`` gives that REFUSED names, or None."""
     for arg in args:
         name = arg.split("=", 1)[0].lstrip("-")
@@ -63,20 +68,20 @@ def refused(args):
     return None
 
 
-def runner_name(beam_args):
+def runner_name(beam_args: list[str]) -> str:
     """The runner ``beam_args`` name (lower case, without "runner"; "" when none)."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     name = (PipelineOptions(beam_args).view_as(StandardOptions).runner or "").lower()
     return name.rsplit(".", 1)[-1].removesuffix("runner")
 
 
-def asks_job_server(beam_args):
+def asks_job_server(beam_args: list[str]) -> bool:
     """True when the runner ``beam_args`` name submits to a job server that declares options
     of its own (see the module docstring)."""
     return runner_name(beam_args) in JOB_SERVER_RUNNERS
 
 
-def beam_options(beam_args):
+def beam_options(beam_args: list[str]) -> "PipelineOptions":
     from apache_beam.options.pipeline_options import PipelineOptions
     options = PipelineOptions(beam_args)  # (what Learn needs of a runner, it sets itself)
     if runner_name(beam_args) == "flink":
@@ -111,7 +116,7 @@ def _flink_defaults(options, beam_args):
         options.view_as(PortableOptions).environment_type = "LOOPBACK"
 
 
-def pipeline(beam_args):
+def pipeline(beam_args: list[str]) -> "beam.Pipeline":
     """The command's pipeline: on the runner ``beam_args`` name (a job server's runner checks
     the options it is given, ``_checked``), else on the FnApiRunner."""
     import apache_beam as beam

@@ -10,11 +10,12 @@ import posixpath
 import re
 import threading
 from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from ..connectors.storage import join, list_dir, read_bytes
-from ..learner.state import METADATA_KEY
+from ..learner.state import METADATA_KEY, LearnerState
 from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema,
                               table_from_bytes)
 from .groups import group_counts, groups_dir
@@ -26,9 +27,10 @@ MODEL_KEY = "model_key"
 PART = re.compile(r"part-([0-9]{12})-([0-9a-f]{1,64})\.arrow")
 MANIFEST = re.compile(r"manifest-([0-9]{12})-([0-9a-f]{1,64})\.json")
 MANIFEST_FORMAT = "unitless group manifest 1"
+Entry = Tuple[str, int, Dict[str, Any]]
 
 
-def locator(part_path, index):
+def locator(part_path: str, index: int) -> str:
     """How the ``index``-th model of a part is named to people and to ``load_located``."""
     return f"{part_path}#{index}"
 
@@ -36,7 +38,7 @@ def locator(part_path, index):
 LOCATOR = re.compile(r"(.*\.arrow)#([0-9]+)")
 
 
-def is_part(path):
+def is_part(path: str) -> bool:
     """Whether ``path`` names a group's part file (several models' checkpoints), not one
     model's checkpoint in it (``locator``)."""
     return PART.fullmatch(posixpath.basename(path)) is not None
@@ -108,7 +110,9 @@ _parts = _Kept(_read_part, 256 << 20, lambda found: found[0].nbytes)
 _indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)), 4096)
 
 
-def load_located(part_path, index, key=None, checksum=None, decode=True):
+def load_located(part_path: str, index: int, key: Optional[str] = None,
+                 checksum: Optional[str] = None,
+                 decode: bool = True) -> Tuple[pa.Table, Optional[LearnerState]]:
     """(table, LearnerState) of the ``index``-th model of a part: its table as its own
     checkpoint file held it, checked (``check_table``; not ``decode``d: its checksum only, and
     no state); ValueError unless it is valid, of model ``key`` when given, and, given the
@@ -131,7 +135,7 @@ def load_located(part_path, index, key=None, checksum=None, decode=True):
         raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
 
 
-def part_metadata(part_path, index):
+def part_metadata(part_path: str, index: int) -> Dict[str, Any]:
     """The metadata of a part's ``index``-th model as its schema holds it (unverified);
     ValueError unless it reads as a part holding one."""
     kept = _parts.get(part_path, read=False)
@@ -141,14 +145,14 @@ def part_metadata(part_path, index):
     return models[index][2]
 
 
-def part_models(part_path):
+def part_models(part_path: str) -> List[Tuple[int, Optional[str], int]]:
     """[(n, model key, examples seen)] of the models a part holds, from its schema (unverified);
     ValueError unless it reads as a part."""
     return [(n, meta.get(MODEL_KEY), int(meta.get("examples_seen", 0)))
             for n, (_, _, meta) in enumerate(_indices.get(part_path))]
 
 
-def part_rows(part_path, indices):
+def part_rows(part_path: str, indices: Sequence[int]) -> pa.Table:
     """The rows of the part's ``indices``-th models, ``model_key`` column first (unverified)."""
     part, models = _parts.get(part_path)
     return pa.concat_tables([part.slice(models[i][0], models[i][1]) for i in indices]
@@ -159,22 +163,23 @@ class GroupCheckpoints:
     """One group's checkpoints, as its directory was listed once: each model's newest entry
     and its older ones (the fallbacks), from the kept manifests."""
 
-    def __init__(self, directory):
+    def __init__(self, directory: str) -> None:
         self.directory = directory
         files = list_dir(directory)[0]
         # newest first (by seq, then token)
         self.names = sorted((n for n in files if MANIFEST.fullmatch(n)), reverse=True)
         self.parts = {n for n in files if PART.fullmatch(n)}
         self.seq = max((sequence_of(n) for n in self.names + list(self.parts)), default=0)
-        self._manifests = {}  # name -> parsed manifest, or None if unreadable
-        self._newest = None
+        # name -> parsed manifest, or None if unreadable
+        self._manifests: Dict[str, Optional[Dict[str, Entry]]] = {}
+        self._newest: Optional[Dict[str, Entry]] = None
 
-    def manifest(self, name):
+    def manifest(self, name: str) -> Optional[Dict[str, Entry]]:
         if name not in self._manifests:
             self._manifests[name] = _read_manifest(join(self.directory, name))
         return self._manifests[name]
 
-    def newest(self):
+    def newest(self) -> Dict[str, Entry]:
         """{model key: entry} of the newest readable manifests (those of its newest seq,
         merged: per model, the entry of most examples); an entry is (part name, the model's
         index in it, {examples_seen, checksum})."""
@@ -223,7 +228,7 @@ class GroupCheckpoints:
                         self.directory, len(found))
         return found
 
-    def entries(self, key):
+    def entries(self, key: str) -> List[Entry]:
         """The model's entries, the newest first, then those of older manifests (each state
         once)."""
         newest = self.newest().get(key)
@@ -234,13 +239,14 @@ class GroupCheckpoints:
                 found.append(entry)
         return found
 
-    def load(self, key):
+    def load(self, key: str) -> Optional[Tuple[str, pa.Table, Optional[LearnerState]]]:
         """(locator, table, LearnerState) of the model's newest valid state here, or None (see
         ``load_entries``)."""
         return load_entries([(self.directory, entry) for entry in self.entries(key)], key)
 
 
-def load_entries(entries, key, decode=True):
+def load_entries(entries: Iterable[Tuple[str, Entry]], key: str, decode: bool = True
+                 ) -> Optional[Tuple[str, pa.Table, Optional[LearnerState]]]:
     """(locator, table, LearnerState) of the first valid of the model's entries, [(group
     directory, entry)], or None; each invalid one is skipped with a warning naming it and
     why (not ``decode``d: checked by its checksum only, no state)."""
@@ -258,11 +264,11 @@ def load_entries(entries, key, decode=True):
     return None
 
 
-def sequence_of(name):
+def sequence_of(name: str) -> int:
     return int(name.split("-", 2)[1])
 
 
-def examples_of(entry):
+def examples_of(entry: Entry) -> int:
     return int(entry[2]["examples_seen"])
 
 
@@ -271,7 +277,8 @@ def examples_of(entry):
 FIGURES = ("progressive_loss", "errors", "loss")
 
 
-def entry_summary(examples, checksum, figures=()):
+def entry_summary(examples: int, checksum: str,
+                  figures: Sequence[float] = ()) -> Dict[str, Any]:
     """What a manifest holds of a model's metadata: its examples and checksum, and its
     ``figures`` (the values of FIGURES: all of them, or none)."""
     summary = {"examples_seen": int(examples), CHECKSUM_FIELD: str(checksum)}
@@ -304,7 +311,7 @@ def _read_manifest(path):
         return None
 
 
-def group_checkpoints(model_dir):
+def group_checkpoints(model_dir: str) -> List[Tuple[int, GroupCheckpoints]]:
     """[(G, GroupCheckpoints)] of every group directory under model_dir."""
     found = []
     for groups in group_counts(model_dir):

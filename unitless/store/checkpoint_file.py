@@ -8,33 +8,36 @@ import contextvars
 import hashlib
 import json
 from contextlib import contextmanager
+from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Tuple,
+                    TypeVar, cast)
 
 import numpy as np
 import pyarrow as pa
 
 from ..connectors.storage import read_bytes, read_start
-from ..learner import from_arrow, read_metadata
+from ..learner import LearnerState, from_arrow, read_metadata
 from ..learner.arrow_form import TableRows
 from ..learner.state import METADATA_KEY
 from ..parse.records import arrow_buffer
 
 CHECKSUM_FIELD = "checksum"
+T = TypeVar("T")
 
 
-def table_to_bytes(table):
+def table_to_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-def table_from_bytes(data):
+def table_from_bytes(data: bytes) -> pa.Table:
     return pa.ipc.open_file(arrow_buffer(data)).read_all()
 
 
 # --- checksums ---------------------------------------------------------------------------------
 
-def checksum(table):
+def checksum(table: pa.Table) -> str:
     """"sha256:<hex>" over the table's row count, each column's name, type and values, and the
     canonical JSON (sorted keys) of its metadata without the checksum field. Values are hashed
     in a form independent of chunking and buffer layout: numbers as little-endian bytes, strings
@@ -94,7 +97,7 @@ def _framed(data):
     return [len(data).to_bytes(8, "little"), data]
 
 
-def seal(table, key):
+def seal(table: pa.Table, key: str) -> pa.Table:
     """The table with its model key and checksum in its metadata, as write_checkpoint writes
     it. A table already naming another model key is refused (ValueError)."""
     (_, _, _, stored), = seal_many([(key, TableRows.whole(table), read_metadata(table))])
@@ -102,14 +105,16 @@ def seal(table, key):
                                           METADATA_KEY: stored})
 
 
-def seal_many(models):
+def seal_many(models: Iterable[Tuple[str, TableRows, Dict[str, Any]]]
+              ) -> List[Tuple[str, TableRows, Dict[str, Any], bytes]]:
     """[(model key, TableRows, metadata)] -> [(model key, TableRows, sealed metadata, as
     stored)]: each model's metadata (a dict, whatever the table's schema holds) given its
     model key and the checksum ``seal`` gives its rows, and the JSON a sealed table's schema
     holds of it (bytes). Each table's columns are converted once for all the models whose
     rows it holds (converting a model at a time, pyarrow's per-column calls cost more than
     the hashing)."""
-    columns, sealed = {}, []  # id(table) -> its ``_columns`` (its models' tables are held)
+    columns: Dict[int, list] = {}  # id(table) -> its ``_columns`` (its models' tables are held)
+    sealed = []
     for key, rows, meta in models:
         if meta.get("model_key", key) != key:
             raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
@@ -128,7 +133,7 @@ def seal_many(models):
     return sealed
 
 
-def bare_table(table):
+def bare_table(table: pa.Table) -> pa.Table:
     """The table without schema metadata (itself, when it has none)."""
     return table if table.schema.metadata is None else table.replace_schema_metadata(None)
 
@@ -192,7 +197,7 @@ class _Slices:
         return out + flat.parts(0, len(flat.array))
 
 
-def check_table(table, decode=True):
+def check_table(table: pa.Table, decode: bool = True) -> Optional[LearnerState]:
     """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
     checksum present and matching, and, when ``decode``, its model accepted by ``from_arrow``;
     returns that model (a LearnerState), or None when not ``decode``."""
@@ -224,11 +229,12 @@ class _ReadOnce:
 # the _ReadOnce of the ``read_once`` active in this thread (a context variable: a runner's
 # threads, which start with contexts of their own, never see it; and Beam's type inference,
 # which walks the dicts and lists that a DoFn's code reaches through globals, sees one object)
-_once = contextvars.ContextVar("unitless_read_once", default=None)
+_once: contextvars.ContextVar[Optional[_ReadOnce]] = contextvars.ContextVar(
+    "unitless_read_once", default=None)
 
 
 @contextmanager
-def read_once(limit=256 << 20):
+def read_once(limit: int = 256 << 20) -> Iterator[None]:
     """Within it, each checkpoint file is read and verified once: the valid ones are kept for
     the next reader, up to ``limit`` bytes of tables (past that, read again), each with the
     learner state its check decoded until one reader takes that; so is the list of a model
@@ -247,7 +253,8 @@ def read_once(limit=256 << 20):
         _once.reset(token)
 
 
-def read_valid(path, take_state=True, keep_state=False):
+def read_valid(path: str, take_state: bool = True,
+               keep_state: bool = False) -> Tuple[pa.Table, Optional[LearnerState]]:
     """(table, its LearnerState) of the checkpoint file at path: the state as checking the
     file built it, None when not ``take_state`` or when another reader took it already;
     ValueError (the reason) unless it is valid; FileNotFoundError if there is no such file.
@@ -289,11 +296,11 @@ def _read_and_verify(path):
                          else f"{type(err).__name__}: {one_line(err)}") from None
 
 
-def one_line(err):
+def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def read_schema(path):
+def read_schema(path: str) -> pa.Schema:
     """The Arrow schema at the start of an Arrow IPC file (magic, padding, then the schema
     message), read from the bytes it takes, in Arrow's own memory: not the whole file, and not
     through a Python file object (Arrow reads those on its I/O threads, and a process exiting
@@ -303,12 +310,12 @@ def read_schema(path):
         raise ValueError("not an Arrow IPC file")
     end = 16 + int.from_bytes(head[12:16], "little")  # the schema message's flatbuffer length
     if end > len(head):
-        head = read_start(path, end)
+        head = cast(bytes, read_start(path, end))
     message = pa.ipc.read_message(pa.BufferReader(arrow_buffer(head[8:end])))
     return pa.ipc.read_schema(message)
 
 
-def once_per_run(kind, key, read):
+def once_per_run(kind: str, key: Hashable, read: Callable[[], T]) -> T:
     """``read()``, called once per ``key`` of a ``kind`` within ``read_once`` (its result kept
     and handed to every later caller), every time outside it."""
     once = _once.get()
@@ -320,6 +327,6 @@ def once_per_run(kind, key, read):
     return memo[key]
 
 
-def kept_reads():
+def kept_reads() -> Optional[_ReadOnce]:
     """The ``read_once`` in force in this thread (what it keeps), or None."""
     return _once.get()

@@ -5,6 +5,7 @@ them, sealed together, compacted once a group has many parts, the oldest pruned
 import json
 import logging
 from collections import OrderedDict
+from typing import Any, Dict, Mapping, Sequence, Set, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +31,13 @@ class GroupWriter:
 
     KNOWN = 1024  # groups whose manifests it keeps (the least recently used are read again)
 
-    def __init__(self, model_dir, groups, keep=3):
+    def __init__(self, model_dir: str, groups: int, keep: int = 3) -> None:
         self.model_dir, self.groups, self.keep = model_dir, groups, keep
-        self.known = OrderedDict()  # group key -> GroupCheckpoints as of its last write or listing
-        self.made = set()  # group directories it made (or found there)
+        # group key -> GroupCheckpoints as of its last write or listing
+        self.known: OrderedDict[str, GroupCheckpoints] = OrderedDict()
+        self.made: Set[str] = set()  # group directories it made (or found there)
 
-    def group(self, key):
+    def group(self, key: str) -> GroupCheckpoints:
         """The checkpoints of the group of keyed-step key ``key``, as last listed or written."""
         found = self.known.get(key)
         if found is None:
@@ -43,18 +45,18 @@ class GroupWriter:
         self._keep(key, found)
         return found
 
-    def listed(self, key):
+    def listed(self, key: str) -> GroupCheckpoints:
         """The checkpoints of the group of ``key`` as its directory holds them now."""
         found = GroupCheckpoints(group_dir(self.model_dir, self.groups, key))
         self._keep(key, found)
         return found
 
-    def passed(self, key):
+    def passed(self, key: str) -> Set[Tuple[str, str]]:
         """{(model key, partition)} where the newest checkpoint of a model of the group of
         ``key`` records that its restart position moved with the watermark (unverified:
         metadata from the parts' schemas)."""
         group = self.group(key)
-        found = set()
+        found: Set[Tuple[str, str]] = set()
         for model_key, (part, index, _) in group.newest().items():
             try:
                 meta = part_metadata(join(group.directory, part), index)
@@ -69,7 +71,7 @@ class GroupWriter:
         while len(self.known) > self.KNOWN:
             self.known.popitem(last=False)
 
-    def write(self, checkpoints):
+    def write(self, checkpoints: Mapping[str, Sequence[tuple]]) -> Dict[str, str]:
         """Write {group key: [(model key, TableRows, metadata)]} (a model's checkpoint rows and
         its metadata beside them, ``ModelGroup.checkpoints``; or ``taken`` of a table holding
         it): per group one part of those models, then one manifest naming them and the
@@ -194,7 +196,7 @@ def _taken(run):
                                         + np.arange(counts.sum())))
 
 
-def taken(key, table):
+def taken(key: str, table: pa.Table) -> Tuple[str, TableRows, Dict[str, Any]]:
     """(model key, TableRows, metadata) of a checkpoint table holding its metadata
     (``to_arrow``, ``KeyedModel.to_table``), as ``GroupWriter.write`` takes it."""
     return key, TableRows.whole(table), read_metadata(table)

@@ -1,6 +1,7 @@
 """Which group a model key belongs to (``group_key``: the models that share one key of the
 keyed step, checkpointed together) and where each group's files live in a model directory."""
 import zlib
+from typing import List
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ GROUPS = "groups"
 PUBLISHED = "published"
 
 
-def group_key(model_key, groups):
+def group_key(model_key: str, groups: int) -> str:
     """The keyed step's key of a model key's group, of ``groups`` groups ("<group>/<groups>",
     the same in every process and run: CRC-32 of its UTF-8); 0 groups: the model key itself."""
     if not groups:
@@ -23,14 +24,14 @@ def group_key(model_key, groups):
     return f"{zlib.crc32(model_key.encode('utf-8', 'surrogatepass')) % groups}/{groups}"
 
 
-def group_keys(model_keys, groups):
+def group_keys(model_keys: pa.Array, groups: int) -> List[str]:
     """``group_key`` of each model key of a string array (a list), computed together."""
     if not groups:
         return model_keys.to_pylist()
     return [f"{g}/{groups}" for g in group_numbers(model_keys, groups).tolist()]
 
 
-def group_numbers(model_keys, groups):
+def group_numbers(model_keys: pa.Array, groups: int) -> np.ndarray:
     """The number (0 to ``groups`` - 1) of each model key's group of a string array (int64):
     ``group_key``'s CRC-32 over each key's UTF-8, in one compiled pass over the array's
     buffers (a null key counts as the empty one)."""
@@ -66,21 +67,21 @@ def _crc32(offsets, data):
     return out
 
 
-def groups_dir(model_dir, groups):
+def groups_dir(model_dir: str, groups: int) -> str:
     return join(model_dir, GROUPS, str(int(groups)))
 
 
-def group_dir(model_dir, groups, key):
+def group_dir(model_dir: str, groups: int, key: str) -> str:
     """The directory of the group of the keyed step's ``key`` (a ``group_key``)."""
     return join(groups_dir(model_dir, groups), key_dir_name(key))
 
 
-def published_dir(model_dir):
+def published_dir(model_dir: str) -> str:
     """Where a run serving apart from learning publishes its models' states: checkpoints in
     the group layout (``GroupWriter``), without the bookkeeping a resumed run needs."""
     return join(model_dir, PUBLISHED)
 
 
-def group_counts(model_dir):
+def group_counts(model_dir: str) -> List[int]:
     """The numbers of model groups G that model_dir holds checkpoints in (sorted)."""
     return sorted(int(n) for n in list_dir(join(model_dir, GROUPS))[1] if n.isdigit())

@@ -3,11 +3,12 @@ write), then the per-key layout earlier versions wrote (``per_key``, read only).
 in both is taken from the group layout, newest first (a resumed run writes what it read from
 the per-key layout there)."""
 import logging
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from ..connectors.storage import join, list_dir
-from ..learner import read_metadata
+from ..learner import LearnerState, read_metadata
 from . import per_key
 from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
                        is_part, load_entries, load_located, locator, part_metadata, part_models,
@@ -38,7 +39,8 @@ def _entries(model_dir, key, fresh=False):
     return sorted(found, key=lambda f: -examples_of(f[1]))
 
 
-def load_latest_learner(model_dir, key):
+def load_latest_learner(model_dir: str, key: str
+                        ) -> Optional[Tuple[str, pa.Table, Optional[LearnerState]]]:
     """(locator or path, table, LearnerState or None) of the model's newest valid checkpoint,
     or None; each invalid one is skipped with a warning naming it and why. Within
     ``read_once`` a model is read and verified once while its tables fit (its state handed to
@@ -50,13 +52,14 @@ def load_latest_learner(model_dir, key):
         return None if found is None else (*found, None)
     found = (load_entries(_entries(model_dir, key), key)
              or per_key.load_latest_learner(model_dir, key))
-    if kept is not None and (found is None or found[1].nbytes <= once.bytes_left):
+    if (kept is not None and once is not None
+            and (found is None or found[1].nbytes <= once.bytes_left)):
         kept[(model_dir, key)] = None if found is None else found[:2]
         once.bytes_left -= 0 if found is None else found[1].nbytes
     return found
 
 
-def latest_metadata(model_dir, key):
+def latest_metadata(model_dir: str, key: str) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(where, metadata) of the model's newest checkpoint whose checksum holds (a part's rows
     are checked, not decoded: what a resumed run's start reads of every model), or None.
     Within ``read_once`` read once."""
@@ -67,13 +70,13 @@ def latest_metadata(model_dir, key):
     return once_per_run("metadata", (model_dir, key), read)
 
 
-def load_latest(model_dir, key):
+def load_latest(model_dir: str, key: str) -> Optional[Tuple[str, pa.Table]]:
     """(locator or path, table) of the model's newest valid checkpoint, or None."""
     found = load_latest_learner(model_dir, key)
     return None if found is None else found[:2]
 
 
-def latest_checkpoint(model_dir, key):
+def latest_checkpoint(model_dir: str, key: str) -> Optional[str]:
     """Where the model's newest valid checkpoint is (``load_checkpoint`` reads it), or None."""
     found = load_latest_learner(model_dir, key)
     return None if found is None else found[0]
@@ -90,7 +93,7 @@ def _metadata(directory, part, index):
         return None
 
 
-def checkpoint_history(model_dir, key):
+def checkpoint_history(model_dir: str, key: str) -> List[Tuple[str, Dict[str, Any]]]:
     """[(where, metadata)] of the model's kept checkpoints in the group layout, oldest first
     (from the kept manifests, each state once; unverified)."""
     found = [_metadata(directory, part, index)
@@ -98,20 +101,21 @@ def checkpoint_history(model_dir, key):
     return [f for f in found if f is not None]
 
 
-def newest_version(model_dir, key):
+def newest_version(model_dir: str,
+                   key: str) -> Tuple[Tuple[List[str], ...], List[str]]:
     """What changes when the model may have a newer checkpoint: the newest manifest of each of
     its groups and its newest per-key file, listed now."""
     return (tuple(v.names[:1] for v in _views(model_dir, key, fresh=True)),
             per_key.checkpoint_files(per_key.key_dir(model_dir, key))[-1:])
 
 
-def has_checkpoint(model_dir, key):
+def has_checkpoint(model_dir: str, key: str) -> bool:
     """True when a checkpoint of the model is listed now (not verified)."""
     return (any(key in view.newest() for view in _views(model_dir, key, fresh=True))
             or bool(per_key.checkpoint_files(per_key.key_dir(model_dir, key))))
 
 
-def load_checkpoint(path):
+def load_checkpoint(path: str) -> Tuple[str, pa.Table]:
     """(where, table) of one model's checkpoint: a locator (``<part>.arrow#<n>``, the part's
     n-th model), a per-key checkpoint file, or a per-key model directory (its newest valid
     checkpoint); it must be valid (ValueError naming it and why; FileNotFoundError if absent)."""
@@ -126,7 +130,7 @@ def load_checkpoint(path):
         raise ValueError(f"invalid checkpoint {path}: {err}") from None
 
 
-def whole_part(path, shown=10):
+def whole_part(path: str, shown: int = 10) -> str:
     """What to say of a part named without ``#N``: it holds several models' checkpoints, each
     one of them named by its number (up to ``shown`` of them listed)."""
     try:
@@ -139,7 +143,7 @@ def whole_part(path, shown=10):
             f"its number, {path}#N ({listed}{more}), or inspect the model directory")
 
 
-def read_checkpoint(path):
+def read_checkpoint(path: str) -> pa.Table:
     """The Arrow table of a model's checkpoint (see ``load_checkpoint``)."""
     return load_checkpoint(path)[1]
 
@@ -155,19 +159,19 @@ def _newest_entries(model_dir):
     return found
 
 
-def newest_models(model_dir):
+def newest_models(model_dir: str) -> Optional[pa.Table]:
     """Every model's newest state in the group layout as one Arrow table, a ``model_key``
     column first, then its checkpoint's columns (unverified: the rows its manifest names); for
     pandas (``.to_pandas()``) or DuckDB, which query it in scope. Models of the per-key layout
     are not in it."""
-    parts = {}
+    parts: Dict[str, List[int]] = {}
     for view, (part, index, _) in _newest_entries(model_dir).values():
         parts.setdefault(join(view.directory, part), []).append(index)
     tables = [part_rows(path, sorted(indices)) for path, indices in sorted(parts.items())]
     return pa.concat_tables(tables) if tables else None
 
 
-def checkpoint_metadata(model_dir):
+def checkpoint_metadata(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     """[(model key, where its newest checkpoint is, its metadata)] of every model under
     model_dir, sorted by key: unverified, from the group layout's manifests and its parts'
     schemas, then the per-key layout's schemas for models the group layout does not hold."""
@@ -175,7 +179,7 @@ def checkpoint_metadata(model_dir):
                              lambda: _newest_metadata(model_dir, summary=False)))
 
 
-def checkpoint_summaries(model_dir):
+def checkpoint_summaries(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     """``checkpoint_metadata``, but where a manifest holds a model's examples seen and
     ``by_group.FIGURES`` (progressive loss, errors, loss), those alone, without reading its
     part (a run's own summary of a million models)."""
@@ -203,7 +207,7 @@ def _newest_metadata(model_dir, summary):
     return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
 
 
-def model_keys(model_dir):
+def model_keys(model_dir: str) -> List[str]:
     """The model keys with a checkpoint under model_dir, sorted (see ``checkpoint_metadata``)."""
     return [key for key, _, _ in checkpoint_metadata(model_dir)]
 

@@ -8,12 +8,13 @@ reader takes: docs/compatibility.md, "The per-key layout, file by file".
 import hashlib
 import logging
 import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from ..connectors.storage import (atomic_write_many, is_dir, join, list_dir, makedirs,
                                   read_start, remove)
-from ..learner import read_metadata
+from ..learner import LearnerState, read_metadata
 from .checkpoint_file import (kept_reads, one_line, read_schema, read_valid, seal,
                               table_to_bytes)
 
@@ -27,7 +28,7 @@ CLIPPED = 64        # escaped characters kept in the hashed form
 _UNESCAPED = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
-def key_dir_name(key):
+def key_dir_name(key: str) -> str:
     """The directory name of a model key (see the module docstring): a one-to-one map from
     keys to ASCII names of [a-z0-9_%A-F-] of at most 131 characters, never '.' or '..'."""
     if not isinstance(key, str):
@@ -42,12 +43,12 @@ def key_dir_name(key):
     return f"{HASHED_PREFIX}{clipped}-{hashlib.sha256(raw).hexdigest()}"
 
 
-def key_dir(model_dir, key):
+def key_dir(model_dir: str, key: str) -> str:
     """The directory under model_dir holding the key's checkpoints."""
     return join(model_dir, key_dir_name(key))
 
 
-def checkpoint_name(examples_seen):
+def checkpoint_name(examples_seen: int) -> str:
     """ckpt-<examples seen, 12 digits>.arrow; names sort as their example counts do."""
     if isinstance(examples_seen, bool) or not 0 <= examples_seen < 10 ** 12:
         raise ValueError(f"a checkpoint's example count must be in 0..10^12-1, "
@@ -55,7 +56,7 @@ def checkpoint_name(examples_seen):
     return f"ckpt-{int(examples_seen):012d}.arrow"
 
 
-def checkpoint_files(directory):
+def checkpoint_files(directory: str) -> List[str]:
     """Names of the checkpoint files in directory (ckpt-<12 digits>.arrow only), oldest first."""
     return [n for n in list_dir(directory)[0] if CHECKPOINT_NAME.fullmatch(n)]
 
@@ -105,7 +106,8 @@ def _candidates(directory, warn=True):
                                                              if n != pointed]
 
 
-def load_newest(directory, key=None):
+def load_newest(directory: str,
+                key: Optional[str] = None) -> Optional[Tuple[str, pa.Table]]:
     """(path, table) of the newest valid checkpoint in a key directory (`latest`'s file first,
     then the files newest first), or None. Each invalid file is skipped with a warning naming
     it and why; given ``key``, so is a checkpoint of another model key."""
@@ -132,25 +134,26 @@ def _load_newest(directory, key=None, take_state=True):
     return None
 
 
-def load_latest(model_dir, key):
+def load_latest(model_dir: str, key: str) -> Optional[Tuple[str, pa.Table]]:
     """(path, table) of the key's newest valid checkpoint, or None (see load_newest)."""
     return load_newest(key_dir(model_dir, key), key)
 
 
-def load_latest_learner(model_dir, key):
+def load_latest_learner(model_dir: str, key: str
+                        ) -> Optional[Tuple[str, pa.Table, Optional[LearnerState]]]:
     """(path, table, its LearnerState) of the key's newest valid checkpoint, or None: the
     learner as checking the file decoded it (None when another reader took it, ``read_once``),
     so that a model resumes without decoding it twice."""
     return _load_newest(key_dir(model_dir, key), key)
 
 
-def latest_checkpoint(model_dir, key):
+def latest_checkpoint(model_dir: str, key: str) -> Optional[str]:
     """Path of the key's newest valid checkpoint (see load_newest), or None."""
     found = load_latest(model_dir, key)
     return None if found is None else found[0]
 
 
-def load_checkpoint(path):
+def load_checkpoint(path: str) -> Tuple[str, pa.Table]:
     """(checkpoint file, table) of a checkpoint file, which must be valid (ValueError naming the
     file and why, FileNotFoundError if absent), or of a model key's directory, whose newest
     valid checkpoint is taken (FileNotFoundError if it has none). The directory is read as it
@@ -166,12 +169,12 @@ def load_checkpoint(path):
         raise ValueError(f"invalid checkpoint {path}: {err}") from None
 
 
-def read_checkpoint(path):
+def read_checkpoint(path: str) -> pa.Table:
     """The Arrow table of a checkpoint file or of a model key's directory (see load_checkpoint)."""
     return load_checkpoint(path)[1]
 
 
-def model_keys(model_dir):
+def model_keys(model_dir: str) -> List[str]:
     """The model keys with a checkpoint under model_dir, sorted, read from the checkpoints'
     metadata (only the Arrow schema is read). A directory counts only when its name is
     ``key_dir_name`` of the key its checkpoints hold; anything else is ignored. Whether the key
@@ -179,7 +182,7 @@ def model_keys(model_dir):
     return [key for key, _, _ in checkpoint_metadata(model_dir)]
 
 
-def checkpoint_metadata(model_dir):
+def checkpoint_metadata(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     """[(model key, checkpoint path, its metadata)] per key directory under model_dir (see
     ``model_keys``), sorted by key: the metadata of the checkpoint readers try first whose
     Arrow schema is readable. Only schemas are read: nothing is verified. Within
@@ -226,13 +229,15 @@ def _first_readable(directory):
 
 # --- writing -----------------------------------------------------------------------------------
 
-def write_checkpoint(model_dir, key, table, examples_seen, keep=3):
+def write_checkpoint(model_dir: str, key: str, table: pa.Table, examples_seen: int,
+                     keep: int = 3) -> str:
     """Write the table as one of this key's checkpoints (see ``write_checkpoints``); returns
     the checkpoint's path."""
     return write_checkpoints(model_dir, [(key, table, examples_seen)], keep)[0]
 
 
-def write_checkpoints(model_dir, checkpoints, keep=3):
+def write_checkpoints(model_dir: str, checkpoints: Sequence[Tuple[str, pa.Table, int]],
+                      keep: int = 3) -> List[str]:
     """Write each (key, table, examples seen), with its model key and checksum added
     (``seal``), as one of that key's checkpoints; returns their paths. The files are written
     first, all made durable together, then the keys' `latest` pointers.
@@ -242,7 +247,7 @@ def write_checkpoints(model_dir, checkpoints, keep=3):
     file `latest` names nor the key's last one written. Only checkpoint files inside the key's own
     directory are ever removed.
     """
-    written = {}  # key directory -> names written there
+    written: Dict[str, List[str]] = {}  # key directory -> names written there
     made = set()  # directories this call made: they hold only what it writes (not listed)
     paths = []
     for key, table, examples_seen in checkpoints:

@@ -1,6 +1,9 @@
 """Where a resumed run continues: the input positions the models' latest valid checkpoints
 record, their start records, and the consistent cuts of models over feature shards."""
 from dataclasses import dataclass, field
+from typing import Callable, Dict, Mapping, Optional, Set, Tuple
+
+import pyarrow as pa
 
 from ..learner import read_metadata
 from .checkpoint_file import once_per_run
@@ -9,7 +12,7 @@ from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 
 
-def resume_positions(model_dir):
+def resume_positions(model_dir: str) -> Tuple[Dict[str, int], Dict[str, int]]:
     """({source: earliest position}, {source: furthest position}) over the input positions
     that the models' latest valid checkpoints record (models over feature shards: their cuts'
     positions, and their starts in sources they have learned nothing from), and the start
@@ -19,7 +22,7 @@ def resume_positions(model_dir):
     return _resume_positions(model_dir)[:2]
 
 
-def covered_partitions(model_dir):
+def covered_partitions(model_dir: str) -> Set[Tuple[str, str]]:
     """{(model key, partition)} where the model's latest valid checkpoint's restart position
     moved with the watermark: no start record is needed there (``KeyByModel``)."""
     return _resume_positions(model_dir)[2]
@@ -59,14 +62,14 @@ def _read_positions(model_dir):
     return earliest, furthest, covered
 
 
-def resume_offsets(model_dir, topic):
+def resume_offsets(model_dir: str, topic: str) -> Dict[int, int]:
     """{partition: offset} where a restarted Kafka source must resume so that no model misses
     an example: one past the earliest position any model's latest valid checkpoint recorded
     (a model records where it starts in a source before it learns from it)."""
     return partition_starts(resume_positions(model_dir)[0], topic)
 
 
-def partition_starts(earliest, topic):
+def partition_starts(earliest: Mapping[str, int], topic: str) -> Dict[int, int]:
     """{partition: offset} of the topic's sources in ``earliest`` ({source: position}): one
     past the position."""
     starts = {}
@@ -89,15 +92,18 @@ class Cut:
     starts: dict = field(default_factory=dict)
 
 
-def sharded_cuts(model_dir, shards, check=None):
+def sharded_cuts(model_dir: str, shards: int,
+                 check: Optional[Callable[[pa.Table, str], None]] = None) -> Dict[str, Cut]:
     """{model key: Cut} of the models over ``shards`` shards under model_dir (and of those
     with start records only); ``check(table, path)`` is called on every shard file of a cut."""
     starts = read_starts(starts_dir(model_dir, sharded=True))
     cuts = {}
     for key in sorted(set(sharded_model_keys(model_dir, shards)) | set(starts)):
         examples = consistent_cut(model_dir, key, shards)
-        rounds, positions = 0, {}
+        rounds = 0
+        positions: Dict[str, int] = {}
         for s in range(shards if examples is not None else 0):
+            assert examples is not None
             path, table = load_shard(model_dir, key, s, shards, examples)
             if check is not None:
                 check(table, path)
@@ -111,7 +117,7 @@ def sharded_cuts(model_dir, shards, check=None):
     return cuts
 
 
-def served_positions(model_dir):
+def served_positions(model_dir: str) -> Dict[Tuple[str, str], int]:
     """{(model key, source): position} through which each model's latest valid checkpoint says
     it learned or served its examples of each source: a resumed run's serving step does not
     serve again what is at or before it (``pipelines/serve.py``). Not where it has learned

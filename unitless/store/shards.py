@@ -5,11 +5,12 @@ consistent cut. A model's start in a Kafka partition, before it learns anything 
 start record under SHARDS/STARTS (``starts``)."""
 import logging
 import re
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
 from ..connectors.storage import join, list_dir
-from ..learner import from_arrow, read_metadata
+from ..learner import LearnerState, from_arrow, read_metadata
 from .checkpoint_file import one_line, read_schema
 from .per_key import (checkpoint_files, checkpoint_name, key_dir, key_dir_name,
                       load_checkpoint, model_keys)
@@ -20,19 +21,19 @@ SHARDS = "shards"
 SHARD_DIR = re.compile(r"([0-9]+)-of-([0-9]+)")
 
 
-def shard_dir(model_dir, shard, shards):
+def shard_dir(model_dir: str, shard: int, shards: int) -> str:
     """The model directory of shard ``shard`` of ``shards``."""
     return join(model_dir, SHARDS, f"{shard}-of-{shards}")
 
 
-def shard_counts(model_dir):
+def shard_counts(model_dir: str) -> List[int]:
     """The shard counts S that model_dir holds shard checkpoints of (sorted)."""
     found = {int(m.group(2)) for m in map(SHARD_DIR.fullmatch, list_dir(join(model_dir, SHARDS))[1])
              if m}
     return sorted(found)
 
 
-def consistent_cut(model_dir, key, shards):
+def consistent_cut(model_dir: str, key: str, shards: int) -> Optional[int]:
     """The newest example count every shard of the model holds a checkpoint of, or None."""
     common = None
     for s in range(shards):
@@ -41,7 +42,8 @@ def consistent_cut(model_dir, key, shards):
     return int(max(common)[5:17]) if common else None
 
 
-def load_shard(model_dir, key, shard, shards, examples):
+def load_shard(model_dir: str, key: str, shard: int, shards: int,
+               examples: int) -> Tuple[str, pa.Table]:
     """(path, table) of shard ``shard``'s checkpoint of ``examples`` examples of the model;
     ValueError naming the file when it is not valid or not of that model, FileNotFoundError
     when it is not there."""
@@ -52,12 +54,13 @@ def load_shard(model_dir, key, shard, shards, examples):
     return path, table
 
 
-def sharded_model_keys(model_dir, shards):
+def sharded_model_keys(model_dir: str, shards: int) -> List[str]:
     """The model keys shard 0 of ``shards`` holds checkpoints of."""
     return model_keys(shard_dir(model_dir, 0, shards))
 
 
-def sharded_models(model_dir, verify=True):
+def sharded_models(model_dir: str, verify: bool = True
+                   ) -> List[Tuple[str, int, str, Dict[str, Any], Optional[LearnerState]]]:
     """[(model key, shards, checkpoint, shard 0's metadata, the model or None)], one per sharded
     model under model_dir, of its consistent cut; ``checkpoint`` names its files as a pattern
     (<model_dir>/shards/*-of-S/<key directory>/ckpt-N.arrow). ``verify``ing, every shard's

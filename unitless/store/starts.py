@@ -3,6 +3,7 @@ there (a file per model group per write, never replaced), so that a restarted pa
 no later than that even when other models have checkpointed far past it (``resume``)."""
 import json
 import logging
+from typing import Callable, Container, Dict, Iterable, List, Optional, Tuple
 
 from ..connectors.storage import (atomic_write_many, join, list_dir, makedirs, read_bytes, remove,
                                   unique_token)
@@ -15,7 +16,7 @@ log = logging.getLogger("unitless")
 STARTS = "starts"
 
 
-def starts_dir(model_dir, sharded=False):
+def starts_dir(model_dir: str, sharded: bool = False) -> str:
     """Where the start records of model_dir's models are (``write_starts``): STARTS, or for
     models over feature shards SHARDS/STARTS."""
     return join(model_dir, SHARDS, STARTS) if sharded else join(model_dir, STARTS)
@@ -24,13 +25,14 @@ def starts_dir(model_dir, sharded=False):
 FORMAT = "unitless start records 1"
 
 
-def write_starts(root, records, group_of=None):
+def write_starts(root: str, records: Iterable[Tuple[str, str, int]],
+                 group_of: Optional[Callable[[str], str]] = None) -> None:
     """Record, durably and together, that each model key starts in a source after a position,
     [(key, source, position)]: a file per model group (``group_of(key)``; None: a group per
     key), ROOT/<group directory>/starts-<token>.json, never replaced (a source's earliest
     record for a key is the one that counts); the group's owner removes it once every record
     in it is covered (``prune_starts``)."""
-    groups = {}
+    groups: Dict[str, List[list]] = {}
     for key, source, position in records:
         group = key if group_of is None else group_of(key)
         groups.setdefault(group, []).append([key, source, int(position)])
@@ -70,10 +72,10 @@ def _files(root, directory):
     return found
 
 
-def read_starts(root):
+def read_starts(root: str) -> Dict[str, Dict[str, int]]:
     """{model key: {source: its earliest start position}} of the start records under ``root``
     (``write_starts``; also those of earlier versions, one file per key and source)."""
-    starts = {}
+    starts: Dict[str, Dict[str, int]] = {}
     for directory in list_dir(root)[1]:
         for _, records in _files(root, directory):
             for key, source, position in records:
@@ -82,7 +84,7 @@ def read_starts(root):
     return starts
 
 
-def prune_starts(root, group, covered):
+def prune_starts(root: str, group: str, covered: Container[Tuple[str, str]]) -> None:
     """Remove the group's start record files whose every record is covered: ``covered`` holds
     (key, source) where a durable checkpoint of the key's model records where it may restart
     there (``KeyedModel.passed_partitions``)."""

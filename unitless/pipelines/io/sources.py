@@ -1,12 +1,13 @@
 """The graph's reading step: each input (files, a topic's partitions, the user's own records)
 by its source, and the ``ReadExamples`` transform over them."""
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
 from ...connectors.kafka import (KafkaSourceConfig, KafkaTopic, bundle_seconds, is_kafka,
                                  partition_ranges)
 from ...parse.records import ExampleBlock
+from ...parse.spec import RecordSpec
 from ...store.resume import partition_starts, resume_positions
 from ..config import configure, learner_check
 from .dead_letters import DEAD
@@ -14,8 +15,12 @@ from .files import ParseRecords, ReadFiles
 from .partitions import ReadPartition, ReadPartitionForever
 
 
-def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kafka_settings,
-                streaming=False, earliest=None, furthest=None, served=frozenset()):
+def read_source(pipeline: beam.Pipeline, inputs: Sequence[str], fmt: str, spec: RecordSpec,
+                chunk_size: int, check: Optional[Callable[[ExampleBlock], list]],
+                dead_letter: Optional[str], kafka_settings: Mapping[str, Any],
+                streaming: bool = False, earliest: Optional[Dict[str, int]] = None,
+                furthest: Optional[Dict[str, int]] = None, served: FrozenSet[str] = frozenset()
+                ) -> Tuple[beam.PCollection, beam.PCollection]:
     """Files or Kafka topics -> (ExampleBlocks, dead-letter tables). A Kafka source starts
     each partition at ``earliest`` (a resumed run's restart offsets, by source); dead letters
     at or before ``furthest`` are not written again. The topics ``served`` (their names) are
@@ -25,8 +30,9 @@ def read_source(pipeline, inputs, fmt, spec, chunk_size, check, dead_letter, kaf
         reads = []
         for n, url in enumerate(inputs):  # (a topic's partitions; the first's steps unnumbered)
             topic = KafkaTopic.parse(url, kafka_settings)
-            source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size,
-                                       max_bundle_s=bundle_seconds(
+            # (check is None without a learner, which KafkaSourceConfig does not allow for)
+            source = KafkaSourceConfig(topic, fmt, spec, check,  # type: ignore[arg-type]
+                                       chunk_size, max_bundle_s=bundle_seconds(
                                            1 if topic.topic in served else len(inputs)),
                                        dead_letter=dead_letter, logged_through=furthest)
             ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
@@ -106,7 +112,10 @@ class ReadExamples(beam.PTransform):
         return blocks
 
 
-def as_blocks(examples, spec, chunk_size, check, dead_letter, kafka_settings=None):
+def as_blocks(examples: beam.PCollection, spec: RecordSpec, chunk_size: int,
+              check: Optional[Callable[[ExampleBlock], list]], dead_letter: Optional[str],
+              kafka_settings: Optional[Mapping[str, Any]] = None
+              ) -> Tuple[beam.PCollection, Optional[beam.PCollection]]:
     """(ExampleBlocks, dead-letter tables or None): a PCollection of ExampleBlocks (typed so,
     as ``ReadExamples`` gives them) as it is; any other is the user's own records, batched
     (up to ``chunk_size`` a block, within a bundle, in order) and parsed (``ParseRecords``)."""
