@@ -271,3 +271,24 @@ def test_a_range_split_off_by_the_runner_starts_at_or_past_every_stamp_it_leaves
     assert out and tracker.split_at is not None
     assert all(v.timestamp <= tracker.split_at for v in out), (tracker.split_at, out)
     assert tracker.current_restriction().stop == out[-1].value.span[1] + 1 < 250
+
+
+def test_read_examples_from_a_topic_in_the_users_own_pipeline(broker, tmp_path):
+    """``ReadExamples`` over a topic without ``learner=`` (the user's own pipeline, which checks
+    nothing more than the format does): every record read is in a block, each unreadable one
+    in its dead letters. (It called the missing check on the first poll before.)"""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+    from unitless.beam import ReadExamples
+    from tests.helpers.runners import pipeline
+    bootstrap, topic = broker.bootstrap_servers, "own-pipeline"
+    create_topics(bootstrap, topic)
+    rows = keyed_examples(60, seed=4)
+    send(bootstrap, topic, keyed(rows, [b"{not json"]))
+    with pipeline("fnapi") as p:
+        read = ReadExamples(f"kafka://{bootstrap}/{topic}", format="jsonl", id_column="id",
+                            model_key_column="segment")
+        ids = p | read | beam.FlatMap(lambda block: block.ids.to_pylist())
+        assert_that(ids, equal_to([r["id"] for r in rows]))
+        dead = read.dead_letters | beam.FlatMap(lambda table: table.column("raw").to_pylist())
+        assert_that(dead, equal_to([b"{not json"]), label="dead letters")

@@ -87,8 +87,9 @@ class KafkaSourceConfig:
     topic: KafkaTopic
     value_format: str
     spec: RecordSpec  # model key from spec.model_key, else the message key
-    # block -> [(row, reason)] to refuse here, where the raw records are at hand
-    check: Callable[[ExampleBlock], Sequence[tuple[int, str]]]
+    # block -> [(row, reason)] to refuse here, where the raw records are at hand (None: only
+    # what the format refuses, as ``ReadExamples`` without a ``learner``)
+    check: Optional[Callable[[ExampleBlock], Sequence[tuple[int, str]]]]
     max_records: int = 8192
     poll_ms: int = 200
     idle_resume_s: float = 0.2
@@ -134,7 +135,7 @@ def parse_messages(cfg: KafkaSourceConfig, partition: int, records: Records
                                        for r in rows.tolist()])
         if not cfg.spec.time:  # (else the parser read them from the records)
             block.event_times = np.asarray(records.timestamps, dtype=np.float64)[rows] / 1000.0
-    block, refused = block.screen(cfg.check(block))
+    block, refused = block.screen(cfg.check(block) if cfg.check is not None else [])
     block.raw = None
     return block, dead + refused
 

@@ -30,9 +30,8 @@ def read_source(pipeline: beam.Pipeline, inputs: Sequence[str], fmt: str, spec: 
         reads = []
         for n, url in enumerate(inputs):  # (a topic's partitions; the first's steps unnumbered)
             topic = KafkaTopic.parse(url, kafka_settings)
-            # (check is None without a learner, which KafkaSourceConfig does not allow for)
-            source = KafkaSourceConfig(topic, fmt, spec, check,  # type: ignore[arg-type]
-                                       chunk_size, max_bundle_s=bundle_seconds(
+            source = KafkaSourceConfig(topic, fmt, spec, check, chunk_size,
+                                       max_bundle_s=bundle_seconds(
                                            1 if topic.topic in served else len(inputs)),
                                        dead_letter=dead_letter, logged_through=furthest)
             ranges = partition_ranges(topic, partition_starts(earliest or {}, topic.topic),
