@@ -91,6 +91,11 @@ def test_the_benchmarks_page_lists_every_result_with_its_command():
     assert (ROOT / "docs" / "benchmarks.md").read_text() == index.render(), (
         "docs/benchmarks.md is stale: .venv/bin/python benchmarks/index.py > docs/benchmarks.md")
     assert len(list(index.entries())) == len(list((ROOT / "benchmarks" / "results").glob("*.md")))
+    # (benchmarks/run_all.py runs them again by these commands)
+    for name, _, command in index.entries():
+        script = command.split()[1]
+        assert (ROOT / script).is_file() and script.startswith(
+            ("benchmarks/learner/", "benchmarks/system/")), (name, command)
 
 
 def test_every_metric_the_job_exports_is_documented():

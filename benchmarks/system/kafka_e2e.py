@@ -36,8 +36,8 @@ side:
 Targets (issue #15): ≥ 50,000 examples/s sustained, ≥ 0.7× the faster relay, p99 < 1 s at
 25,000 examples/s offered.
 
-    .venv/bin/python benchmarks/kafka_e2e.py            # full run
-    .venv/bin/python benchmarks/kafka_e2e.py --quick    # smoke run
+    .venv/bin/python benchmarks/system/kafka_e2e.py            # full run
+    .venv/bin/python benchmarks/system/kafka_e2e.py --quick    # smoke run
 
 Writes benchmarks/results/kafka_e2e{.md,.json} (``--quick``: results/tmp/kafka_e2e_quick.*).
 """
@@ -55,10 +55,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (parse_args, artificial_stream, fnum, header, progress,  # noqa: E402
-                     result_name, table, train_args, unitless_command, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import fnum, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, train_args, unitless_command  # noqa: E402
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402
 from unitless.connectors.kafka_clients import installed  # noqa: E402
 

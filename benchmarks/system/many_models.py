@@ -18,15 +18,15 @@ Reported: wall time, examples/s, peak RSS, RSS per key ((peak − the single key
 and examples/s relative to the single key at the same bits; and the run over the most keys
 (round-robin, ``--bits 18``) once more with ``--resume`` and nothing new to learn: what a
 restart over that many models costs. Beside them, the single key and the most keys
-(round-robin, ``--bits 18``) once more through ``_bare_keys.py``: the same per-key work in a
+(round-robin, ``--bits 18``) once more through ``bare_keys.py``: the same per-key work in a
 plain loop without Beam, to tell the product's own per-key costs from Beam's. Targets (issue
 #13): 10,000 keys within 2 GiB peak RSS; 64 keys at ≥ 0.8× and 10,000 keys at ≥ 0.5× the
 single key's examples/s; the single model's peak RSS ≤ 4× VW's; (issue #37) 1,000,000 keys
 within 4 GiB peak RSS and 6× the single key's wall time, and ≤ 2 KiB of RSS per model.
 
-    .venv/bin/python benchmarks/many_models.py            # 1M rows
-    .venv/bin/python benchmarks/many_models.py --quick    # 20k rows, 1, 64 and 1,000 keys
-    .venv/bin/python benchmarks/many_models.py --no-large # without 100,000 and 1,000,000 keys
+    .venv/bin/python benchmarks/system/many_models.py            # 1M rows
+    .venv/bin/python benchmarks/system/many_models.py --quick    # 20k rows, 1, 64 and 1,000 keys
+    .venv/bin/python benchmarks/system/many_models.py --no-large # without 100,000 and 1,000,000 keys
 
 Writes benchmarks/results/many_models{.md,.json} (``--quick``: results/tmp/many_models_quick.*).
 """
@@ -37,10 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     relative_command, result_name, run_timed, scratch, table,
-                     unitless_command, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import fnum, relative_command, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, scratch, unitless_command  # noqa: E402
 from pipeline import (append_lines, check_predictions, ours_command, run_ours,  # noqa: E402
                       run_vw, vw_lines)
 
@@ -114,11 +115,11 @@ def run_resumed(work, csv, n, bits, key, keys):
 
 
 def run_bare(work, csv, n, bits, key, keys):
-    """The same run's per-key work without Beam (``_bare_keys.py``), as a process of its own:
+    """The same run's per-key work without Beam (``bare_keys.py``), as a process of its own:
     every example predicted once."""
     from unitless.connectors.files import read_output
     out = work / f"bare_b{bits}_{key or 'one'}"
-    r = run_timed([sys.executable, str(Path(__file__).resolve().parent / "_bare_keys.py"),
+    r = run_timed([sys.executable, str(Path(__file__).resolve().parent / "bare_keys.py"),
                    *ours_command(csv, out, extra=options(bits, key, keys))])
     check_predictions(f"bare loop {key or 'one'}", read_output(str(out / "predictions")), None, n)
     return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
@@ -229,7 +230,7 @@ def _single_walls(R):
 
 
 def _bare_lines(data):
-    """The bare per-key loop's runs (``_bare_keys.py``) beside the pipeline's, and the bound
+    """The bare per-key loop's runs (``bare_keys.py``) beside the pipeline's, and the bound
     they put on the pipeline: its run over many keys does what its single key's does plus at
     least the bare loop's extra per-key work."""
     R = data["runs"]
@@ -244,7 +245,7 @@ def _bare_lines(data):
         rows.append([f"{1 if key == 'one' else int(key[1:]):,}", fnum(r["wall_s"], 3, sci=False),
                      _cpu(r), f"{n / r['wall_s']:,.0f}", fnum(one["wall_s"] / r["wall_s"], 3),
                      fnum(ours["wall_s"], 3, sci=False), fnum(r["wall_s"] / ours["wall_s"], 3)])
-    return ("The product's per-key work without Beam (`benchmarks/_bare_keys.py`, "
+    return ("The product's per-key work without Beam (`benchmarks/system/bare_keys.py`, "
             f"--bits {bare[0].split()[0][1:]}, round-robin): the same reading, key split, "
             "learning, Parquet predictions and checkpoints in one plain loop, no state, "
             "timers, shuffle or bundles, each key's examples learned by a call of their own "

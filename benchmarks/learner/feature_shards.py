@@ -17,8 +17,8 @@ the order of the sums over shards; the table shows the largest difference in ŷ,
 largest shard's learner state (its arrays, which double as they fill) beside the unsharded
 learner's.
 
-    .venv/bin/python benchmarks/feature_shards.py            # full run (minutes)
-    .venv/bin/python benchmarks/feature_shards.py --quick    # smoke run
+    .venv/bin/python benchmarks/learner/feature_shards.py            # full run (minutes)
+    .venv/bin/python benchmarks/learner/feature_shards.py --quick    # smoke run
 
 Writes benchmarks/results/feature_shards{.md,.json} (``--quick``: feature_shards_quick.*).
 """
@@ -27,50 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     result_name, table, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import SPARSE_BITS, artificial_stream, sparse_stream  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import fnum, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
 
-from unitless.learner import dense_batch, learn, make_batch, new_state  # noqa: E402
+from unitless.learner import dense_batch, learn, new_state  # noqa: E402
 from unitless.learner.sharded import learn_with_delay, new_shards  # noqa: E402
 
 LEARNERS = ("nag", "scinol2")
 SHARDS = (1, 2, 8)
 DELAYS = (0, 100, 1_000, 10_000)
-SPARSE_BITS, VOCABULARY, ACTIVE = 24, 1_000_000, 40
-
-
-def sparse_stream(n, seed):
-    """The sparse stream (module docstring) as a Batch over 2^24 hashed indices, bias last."""
-    rng = np.random.default_rng(seed)
-    index = rng.choice(1 << SPARSE_BITS, size=VOCABULARY + 1, replace=False)  # feature -> hash
-    sigma = 10.0 ** rng.uniform(-4, 4, size=VOCABULARY)
-    w_star = rng.standard_normal(VOCABULARY) / sigma
-    rank = np.arange(1, VOCABULARY + 1)
-    p = rank ** -1.1
-    features = np.stack([rng.choice(VOCABULARY, size=ACTIVE, replace=False, p=p / p.sum())
-                         for _ in range(n)]) if n <= 2_000 else _zipf_rows(rng, n, p)
-    values = rng.standard_normal((n, ACTIVE)) * sigma[features]
-    margin = (values * w_star[features]).sum(axis=1)
-    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-margin)), 1.0, -1.0)
-    indices = np.hstack([index[features], np.full((n, 1), index[VOCABULARY])])
-    values = np.hstack([values, np.ones((n, 1))])
-    return make_batch(np.arange(n + 1) * (ACTIVE + 1), indices.ravel(), values.ravel(), y), \
-        int(index[VOCABULARY])
-
-
-def _zipf_rows(rng, n, p):
-    """n rows of ACTIVE features drawn by weight p (repeats within a row redrawn)."""
-    cdf = np.cumsum(p / p.sum())
-    rows = np.searchsorted(cdf, rng.random((n, ACTIVE)))
-    for _ in range(100):
-        rows.sort(axis=1)
-        twice = np.zeros_like(rows, dtype=bool)
-        twice[:, 1:] = rows[:, 1:] == rows[:, :-1]
-        if not twice.any():
-            return np.minimum(rows, VOCABULARY - 1)
-        rows[twice] = np.searchsorted(cdf, rng.random(twice.sum()))
-    raise RuntimeError("could not draw distinct features")
 
 
 def streams(quick, seed):

@@ -9,8 +9,8 @@ SGD, AdaGrad, Adam, NAG and scale-free mirror descent (omd_diagonal) run over th
 {0.001 … 10}; ScInOL1/2, Kotłowski Alg. 1 and COCOB run untuned (defaults). Extras: NG, sNAG,
 omd_pnorm over the same grid and Kotłowski Alg. 2 untuned.
 
-    .venv/bin/python benchmarks/artificial.py            # full run
-    .venv/bin/python benchmarks/artificial.py --quick    # smoke run (seconds)
+    .venv/bin/python benchmarks/learner/artificial.py            # full run
+    .venv/bin/python benchmarks/learner/artificial.py --quick    # smoke run (seconds)
 
 Writes benchmarks/results/artificial{.md,.json,.png} (``--quick``: artificial_quick.*).
 """
@@ -19,10 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (SLIDES_ETAS, parse_args, artificial_data, artificial_stream, best, feta, fnum,  # noqa: E402
-                     header, hp_for, mean_std, pm, progress, result_dir, result_name, run_learner,
-                     table, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_data, artificial_stream  # noqa: E402
+from common.learners import SLIDES_ETAS, best, hp_for, run_learner  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import (feta, fnum, mean_std, pm, result_dir, result_name, table,  # noqa: E402
+                            write_results)
+from common.runs import parse_args, progress  # noqa: E402
 
 from unitless.learner import dense_batch, loss_values, predict, predicted_class  # noqa: E402
 

@@ -11,8 +11,8 @@ each process a different key. Target (issue #57): the first prediction within 1 
 worker's start. Beside it, once: ``load_models`` over the whole directory, what every setup
 read before (``--no-old``: skipped).
 
-    .venv/bin/python benchmarks/first_prediction.py            # 100,000 models, 5 workers
-    .venv/bin/python benchmarks/first_prediction.py --quick    # 2,000 models, 3 workers
+    .venv/bin/python benchmarks/system/first_prediction.py            # 100,000 models, 5 workers
+    .venv/bin/python benchmarks/system/first_prediction.py --quick    # 2,000 models, 3 workers
 
 Writes benchmarks/results/first_prediction{.md,.json} (``--quick``: in results/tmp/).
 """
@@ -21,9 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (header, parse_args, progress, result_name, run_timed, scratch,  # noqa: E402
-                     table, unitless_command, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, scratch, unitless_command  # noqa: E402
 
 WORKER = """
 import json, sys, time

@@ -23,9 +23,9 @@ Checked in the run: every run predicts each example exactly once with no dead le
 checksum) are bit-equal across all runs. Runs are interleaved (``--repeat R`` rounds); the best
 (least disturbed) wall time of each is reported with the median.
 
-    .venv/bin/python benchmarks/flink.py                    # full run: 1M examples
-    .venv/bin/python benchmarks/flink.py --quick            # smoke run (20k examples)
-    .venv/bin/python benchmarks/flink.py --examples 50000 --repeat 2
+    .venv/bin/python benchmarks/system/flink.py                    # full run: 1M examples
+    .venv/bin/python benchmarks/system/flink.py --quick            # smoke run (20k examples)
+    .venv/bin/python benchmarks/system/flink.py --examples 50000 --repeat 2
 
 Needs Java 17 and the job server jar (``deploy/flink/build_job_server.sh`` builds and caches
 it; ``UNITLESS_FLINK_JOB_SERVER_JAR`` names one). Writes benchmarks/results/flink{.md,.json}
@@ -40,11 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (artificial_stream, fnum, header, parse_args, progress,  # noqa: E402
-                     rate_beyond, relative_command, result_name, run_timed, scratch, table, train_args,
-                     TreeWatch, unitless_command, write_csv, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream, write_csv  # noqa: E402
+from common.machine import header, TreeWatch  # noqa: E402
+from common.results import fnum, relative_command, result_name, table, write_results  # noqa: E402
+from common.runs import (parse_args, progress, rate_beyond, run_timed, scratch,  # noqa: E402
+                         train_args, unitless_command)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
 
 KEYS = 8

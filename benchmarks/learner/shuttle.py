@@ -14,8 +14,8 @@ rescaled data, AdaGrad does not), and an investigation of why the paper's 0.036 
 data order (runs of classes, shuffled passes, a class-sorted pass), the best linear one-against-all
 model in hindsight, and quadratic features.
 
-    .venv/bin/python benchmarks/shuttle.py          # full run (~2-3 minutes)
-    .venv/bin/python benchmarks/shuttle.py --quick  # smoke run
+    .venv/bin/python benchmarks/learner/shuttle.py          # full run (~2-3 minutes)
+    .venv/bin/python benchmarks/learner/shuttle.py --quick  # smoke run
 
 Writes benchmarks/results/shuttle{.md,.json} (``--quick``: shuttle_quick.*).
 """
@@ -25,11 +25,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (TMP, parse_args, best, feta, fnum, header, hp_for, load_shuttle,  # noqa: E402
-                     log_grid, pm, progress, result_name, run_dense, table, write_results,
-                     zero_one)
-from _vw import vw_run, write_vw_dense  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import load_shuttle  # noqa: E402
+from common.learners import best, hp_for, log_grid, run_dense, zero_one  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.paths import TMP  # noqa: E402
+from common.results import feta, fnum, pm, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
+from common.vw import vw_run, write_vw_dense  # noqa: E402
 
 K = 7
 KINDS = ("raw", "norm")

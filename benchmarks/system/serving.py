@@ -20,9 +20,9 @@ score using it is appended, ``unitless score --streaming --refresh-seconds 1`` s
 Targets (issue #33), Prism on this 2-core machine: p99 ≤ 100 ms at 10,000/s and ≤ 250 ms at
 25,000/s.
 
-    .venv/bin/python benchmarks/serving.py            # 5k, 10k, 25k, 50k/s, 20 s each
-    .venv/bin/python benchmarks/serving.py --quick    # 5k and 10k/s, 5 s each
-    .venv/bin/python benchmarks/serving.py --runner flink   # the same on Flink (Java 17)
+    .venv/bin/python benchmarks/system/serving.py            # 5k, 10k, 25k, 50k/s, 20 s each
+    .venv/bin/python benchmarks/system/serving.py --quick    # 5k and 10k/s, 5 s each
+    .venv/bin/python benchmarks/system/serving.py --runner flink   # the same on Flink (Java 17)
 
 Writes benchmarks/results/serving{.md,.json} (Flink: serving_flink.*; ``--quick``: in
 results/tmp/).
@@ -39,10 +39,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
-                     table, train_args, unitless_command, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, train_args, unitless_command  # noqa: E402
 from kafka_e2e import (PRISM_ARGS, LoadProducer, consumer, create_topics,  # noqa: E402
                        paced_produce, produce, streaming_pipeline)
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402

@@ -17,10 +17,10 @@ millisecond, the labels all after the last of them in the same order as above, o
 millisecond, so every example waits at once; A runs with ``--time-column t --label-wait 3h``,
 a bounded input joined whole at its end (docs/delayed-outcomes.md), B as above.
 
-    .venv/bin/python benchmarks/delayed_outcomes.py            # 300,000 examples, 3 pairs
-    .venv/bin/python benchmarks/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
-    .venv/bin/python benchmarks/delayed_outcomes.py --timed --examples 2000000 --pairs 2
-    .venv/bin/python benchmarks/delayed_outcomes.py --timed --runner flink  # parallelism 2
+    .venv/bin/python benchmarks/system/delayed_outcomes.py            # 300,000 examples, 3 pairs
+    .venv/bin/python benchmarks/system/delayed_outcomes.py --quick    # 30,000 examples, 1 pair
+    .venv/bin/python benchmarks/system/delayed_outcomes.py --timed --examples 2000000 --pairs 2
+    .venv/bin/python benchmarks/system/delayed_outcomes.py --timed --runner flink  # parallelism 2
 
 Writes benchmarks/results/delayed_outcomes{,_timed}{,_flink}{.md,.json} (``--quick``: in
 results/tmp/).
@@ -37,10 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (artificial_stream, header, parse_args, progress, result_name,  # noqa: E402
-                     run_timed, scratch, table, unitless_command, write_csv, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream, write_csv  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, scratch, unitless_command  # noqa: E402
 from serving import runner_args as flink_runner_args  # noqa: E402
 from unitless.labels.join import LabelJoin  # noqa: E402
 from unitless.learner import dense_batch  # noqa: E402

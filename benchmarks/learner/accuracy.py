@@ -15,7 +15,7 @@ values (its own constant replaces our bias feature).
 Goals: NAG ≤ VW default × 1.01 on each set; untuned ScInOL2 within 2% of best-tuned AdaGrad;
 one untuned learner ≤ VW `--coin` × 1.00 and ≤ VW best -l × 1.02 on every set (issue #62).
 
-    .venv/bin/python benchmarks/accuracy.py [--quick]
+    .venv/bin/python benchmarks/learner/accuracy.py [--quick]
 """
 import string
 import sys
@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (DATA, TMP, parse_args, best, feta, fnum, header, log_grid,  # noqa: E402
-                     progress, read_examples, result_name, run_learner, table, write_results,
-                     zero_one)
-from _vw import vw_run, vw_scores, write_vw  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import read_examples  # noqa: E402
+from common.learners import best, log_grid, run_learner, zero_one  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.paths import DATA, TMP  # noqa: E402
+from common.results import feta, fnum, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
+from common.vw import vw_run, vw_scores, write_vw  # noqa: E402
 
 from unitless.learner import ALGORITHMS, bias_index, make_batch  # noqa: E402
 from unitless.parse.spec import LabelMap, RecordSpec  # noqa: E402

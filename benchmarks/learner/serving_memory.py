@@ -8,8 +8,8 @@ the other 2^18 - 100, in a process of its own (numba's compiled code loaded befo
 reading). Beside it, the old way as it was (the model's own ``map_features`` for the batch's
 features, what serving did), for the slot count only.
 
-    .venv/bin/python benchmarks/serving_memory.py            # 1,000,000 examples a learner
-    .venv/bin/python benchmarks/serving_memory.py --quick    # 100,000
+    .venv/bin/python benchmarks/learner/serving_memory.py            # 1,000,000 examples a learner
+    .venv/bin/python benchmarks/learner/serving_memory.py --quick    # 100,000
 
 Writes benchmarks/results/serving_memory{.md,.json} (``--quick``: in results/tmp/).
 """
@@ -18,8 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import header, parse_args, progress, result_name, table, write_results  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
 
 LEARNERS = ("nag", "scinol2", "omd_pnorm")
 

@@ -16,7 +16,7 @@ Each command runs as a process of its own, alternated A/B/C per repetition:
   binary (``deploy/prism/build_prism.sh`` prints it).
 Every example must be predicted once, with no dead letters.
 
-    .venv/bin/python benchmarks/sparse.py [--quick] [--examples N] [--repeats R]
+    .venv/bin/python benchmarks/system/sparse.py [--quick] [--examples N] [--repeats R]
 
 Writes benchmarks/results/sparse{.md,.json} (``--quick``: results/tmp/sparse_quick.*).
 """
@@ -30,10 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (fnum, header, parse_args, progress, relative_command,  # noqa: E402
-                     result_name, run_timed, scratch, table, unitless_command, write_results)
-from _vw import vw_average_loss, vw_command, vw_examples  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.machine import header  # noqa: E402
+from common.results import fnum, relative_command, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, scratch, unitless_command  # noqa: E402
+from common.vw import vw_average_loss, vw_command, vw_examples  # noqa: E402
 from pipeline import append_lines  # noqa: E402
 
 NAMES, FEATURES, BITS = 1 << 18, 40, 24

@@ -19,9 +19,9 @@ Targets (issue #58, serving apart from learning): labels 1 s behind, serving p99
 ≤ 1.5× the served-only p99 at 5,000/s each and ≤ 2× at 10,000/s each; model age p99 ≤ 2 s at
 5,000/s. Issue #59: CPU per example with labels ≤ 1.5× served only at 5,000/s each.
 
-    .venv/bin/python benchmarks/labels_stream.py            # 5,000 and 10,000/s, 20 s, 2 pairs
-    .venv/bin/python benchmarks/labels_stream.py --quick    # 2,000/s, 5 s, 1 pair
-    .venv/bin/python benchmarks/labels_stream.py --runner flink  # Flink, parallelism 2
+    .venv/bin/python benchmarks/system/labels_stream.py            # 5,000 and 10,000/s, 20 s, 2 pairs
+    .venv/bin/python benchmarks/system/labels_stream.py --quick    # 2,000/s, 5 s, 1 pair
+    .venv/bin/python benchmarks/system/labels_stream.py --runner flink  # Flink, parallelism 2
 
 Writes benchmarks/results/labels_stream{.md,.json} (Flink: labels_stream_flink.*; ``--quick``:
 in results/tmp/).
@@ -37,10 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (TreeWatch, artificial_stream, header, parse_args, progress,  # noqa: E402
-                     result_name, table, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header, TreeWatch  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
 from kafka_e2e import create_topics, paced_produce, produce, streaming_pipeline  # noqa: E402
 from serving import percentiles, runner_args  # noqa: E402
 from deploy.kafka.local_kafka import LocalKafka  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from _common import mean_logistic
+from .learners import mean_logistic
 
 @njit(cache=True)
 def _put_int(buf, pos, v):

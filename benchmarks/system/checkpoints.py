@@ -14,8 +14,8 @@ object-store requests per checkpoint, and a resumed run over many keys with noth
   input with ``--resume`` and nothing new to learn, against a fresh single-key run over the same
   input, alternated. Target (issue #35): within 1.5× the single-key run.
 
-    UNITLESS_MINIO=... .venv/bin/python benchmarks/checkpoints.py
-    .venv/bin/python benchmarks/checkpoints.py --quick
+    UNITLESS_MINIO=... .venv/bin/python benchmarks/system/checkpoints.py
+    .venv/bin/python benchmarks/system/checkpoints.py --quick
 
 Writes benchmarks/results/checkpoints{.md,.json} (``--quick``: results/tmp/).
 """
@@ -29,10 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (artificial_stream, header, parse_args, progress, run_timed,  # noqa: E402
-                     scratch, table, unitless_command, write_csv, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import artificial_stream, write_csv  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, scratch, unitless_command  # noqa: E402
 from pipeline import ours_command  # noqa: E402
 
 from unitless.learner import dense_batch, learn, new_state  # noqa: E402

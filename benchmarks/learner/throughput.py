@@ -16,7 +16,7 @@ VW: the wheel ships no ``vw`` binary, so VW's own C++ driver is run through the 
 timed: VW's text path), then passes that read only the cache are timed, with VW's default update,
 ``--loss_function logistic -b 18 --quiet`` and no other output.
 
-    .venv/bin/python benchmarks/throughput.py [--quick] [--n N] [--repeats R]
+    .venv/bin/python benchmarks/learner/throughput.py [--quick] [--n N] [--repeats R]
 """
 import os
 import sys
@@ -24,10 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (TMP, IdleBudget, parse_args, artificial_stream, header, measure,  # noqa: E402
-                     progress, result_name, table, write_results)
-from _vw import run_vw_in_child, vw_stride, write_vw  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header, IdleBudget, measure  # noqa: E402
+from common.paths import TMP  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
+from common.vw import run_vw_in_child, vw_stride, write_vw  # noqa: E402
 
 from unitless.learner import learn, make_batch, new_state  # noqa: E402
 from unitless.learner.kernel import run_batch  # noqa: E402

@@ -1,6 +1,6 @@
 """The bare per-key loop: what `unitless train` does for each model key, without Beam.
 
-    python benchmarks/_bare_keys.py train --input data.csv --predictions P --model-dir M ...
+    python benchmarks/system/bare_keys.py train --input data.csv --predictions P --model-dir M ...
 
 Takes `unitless train`'s own arguments (one file; the options it reads: the record layout,
 the model key column, the learner, --chunk-size) and does the work that run does per key in
@@ -15,7 +15,7 @@ which the pipeline adds Beam's per-key costs to (``many_models.py``).
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from unitless.cli.main import _config, parse_args  # noqa: E402
 from unitless.connectors.files import read_file  # noqa: E402
 from unitless.connectors.sinks import open_sink  # noqa: E402

@@ -9,7 +9,7 @@ on the bundled example data (5,000 rows):
   CPU and for a generic x86-64 one (``NUMBA_CPU_NAME=generic``: what the worker images use, so
   that their cache fits any worker), alternated.
 
-    .venv/bin/python benchmarks/first_run.py [--quick]
+    .venv/bin/python benchmarks/system/first_run.py [--quick]
 """
 import os
 import re
@@ -18,9 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (header, parse_args, progress, result_name, run_timed, table,  # noqa: E402
-                     unitless_command, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress, run_timed, unitless_command  # noqa: E402
 
 LOOP = """
 import time, numpy as np

@@ -10,8 +10,8 @@ alternately with each run (A, B, A, B). Reported: wall seconds (range over the r
 examples/s against the reference's, bytes per model (the arrays, ``ManyStates.nbytes``, and the
 resident memory the models added, which counts the key objects and the key → row map too).
 
-    .venv/bin/python benchmarks/many_states.py           # 2M rows, two alternated pairs
-    .venv/bin/python benchmarks/many_states.py --quick   # 200k rows, up to 10,000 keys
+    .venv/bin/python benchmarks/learner/many_states.py           # 2M rows, two alternated pairs
+    .venv/bin/python benchmarks/learner/many_states.py --quick   # 200k rows, up to 10,000 keys
 
 Writes benchmarks/results/many_states{.md,.json} (``--quick``: results/tmp/).
 """
@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (artificial_stream, header, parse_args, progress,  # noqa: E402
-                     result_name, table, write_results)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_stream  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.results import result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
 
 from unitless.learner import dense_batch, learn_or_refuse, new_state  # noqa: E402
 from unitless.learner.many import ManyStates  # noqa: E402

@@ -21,9 +21,9 @@ Measured, each as a separate process under ``/usr/bin/time -v`` (wall time, CPU 
 Progressive loss: ours is the mean of the predictions' ``loss`` column; VW's is its printed
 "average loss", and is recomputed from the ``-p`` scores (made before learning each example).
 
-    .venv/bin/python benchmarks/pipeline.py                 # full run: 1M rows
-    .venv/bin/python benchmarks/pipeline.py --quick         # smoke run (20k rows)
-    .venv/bin/python benchmarks/pipeline.py --profile-rows 200000   # + cProfile of the pipeline
+    .venv/bin/python benchmarks/system/pipeline.py                 # full run: 1M rows
+    .venv/bin/python benchmarks/system/pipeline.py --quick         # smoke run (20k rows)
+    .venv/bin/python benchmarks/system/pipeline.py --profile-rows 200000   # + cProfile of the pipeline
 
 Writes benchmarks/results/pipeline{.md,.json} (``--quick``: results/tmp/pipeline_quick.*).
 """
@@ -41,11 +41,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, parse_args, artificial_stream, fnum, header,  # noqa: E402
-                     mean_logistic, progress, relative_command, result_name, run_timed, scratch,
-                     table, train_args, unitless_command, write_results)
-from _vw import vw_average_loss, vw_command, vw_examples, vw_tagged_scores  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_stream  # noqa: E402
+from common.learners import mean_logistic  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.paths import ROOT  # noqa: E402
+from common.results import fnum, relative_command, result_name, table, write_results  # noqa: E402
+from common.runs import (parse_args, progress, run_timed, scratch, train_args,  # noqa: E402
+                         unitless_command)
+from common.vw import vw_average_loss, vw_command, vw_examples, vw_tagged_scores  # noqa: E402
 
 ETA = 0.5
 KEY_COUNTS = (1, 4, 64)

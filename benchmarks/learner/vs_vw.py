@@ -13,18 +13,21 @@ Data: (a) the artificial generator of ``artificial.py`` (x ∈ R²¹ on scales 2
 Target: ours / VW ≤ 1.01 (ours no worse than VW by more than 1%), at the defaults
 (η = 0.5 vs -l 0.5) and with each side at its own best η of the same grid.
 
-    .venv/bin/python benchmarks/vs_vw.py [--quick]
+    .venv/bin/python benchmarks/learner/vs_vw.py [--quick]
 """
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (TMP, parse_args, artificial_stream, best, feta, fnum, header,  # noqa: E402
-                     load_shuttle, log_grid, mean_logistic, progress, result_name, run_dense,
-                     table, write_results)
-from _vw import vw_logistic, write_vw_dense  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+from common.data import artificial_stream, load_shuttle  # noqa: E402
+from common.learners import best, log_grid, mean_logistic, run_dense  # noqa: E402
+from common.machine import header  # noqa: E402
+from common.paths import TMP  # noqa: E402
+from common.results import feta, fnum, result_name, table, write_results  # noqa: E402
+from common.runs import parse_args, progress  # noqa: E402
+from common.vw import vw_logistic, write_vw_dense  # noqa: E402
 
 TARGET = 1.01
 

@@ -22,8 +22,8 @@ Flink: the largest SDK worker, which holds one shard or more: Flink places keys,
 largest shard's learner state (its final checkpoint's arrays) beside the unsharded model's.
 Checked in the run: every example is predicted exactly once.
 
-    .venv/bin/python benchmarks/sharded_pipeline.py            # full run (minutes)
-    .venv/bin/python benchmarks/sharded_pipeline.py --quick    # smoke run (10,000 examples)
+    .venv/bin/python benchmarks/system/sharded_pipeline.py            # full run (minutes)
+    .venv/bin/python benchmarks/system/sharded_pipeline.py --quick    # smoke run (10,000 examples)
 
 Needs the Prism binary (deploy/prism/build_prism.sh), Java 17 and the Flink job server jar
 (deploy/flink/build_job_server.sh). Writes benchmarks/results/sharded_pipeline{.md,.json}
@@ -37,12 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import (TreeWatch, fnum, header, parse_args, progress, rate_beyond,  # noqa: E402
-                     relative_command, result_name, run_timed, scratch, table, train_args,
-                     unitless_command, write_results)
-from feature_shards import ACTIVE, sparse_stream  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (its common/)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (deploy/)
+from common.data import ACTIVE, sparse_stream  # noqa: E402
+from common.machine import header, TreeWatch  # noqa: E402
+from common.results import fnum, relative_command, result_name, table, write_results  # noqa: E402
+from common.runs import (parse_args, progress, rate_beyond, run_timed, scratch,  # noqa: E402
+                         train_args, unitless_command)
 from flink import WorkerPool, flink_args  # noqa: E402
 
 from deploy.flink.job_server import FlinkJobServer, job_server_jar  # noqa: E402
