@@ -94,10 +94,10 @@ def kafka_client():
     return None
 
 
-@pytest.fixture(scope="module")
-def broker(kafka_client, tmp_path_factory):
-    """A real single-node KRaft Kafka broker per test module and client (the tests name their
-    topics), from deploy/kafka/local_kafka.py."""
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory):
+    """A real single-node KRaft Kafka broker for the session (deploy/kafka/local_kafka.py),
+    started when a test first needs one."""
     from deploy.kafka.local_kafka import LocalKafka
     k = LocalKafka(tmp_path_factory.mktemp("kafka"), startup_timeout=120)
     k.start()
@@ -105,6 +105,19 @@ def broker(kafka_client, tmp_path_factory):
         yield k
     finally:
         k.close()
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_client, kafka_server):
+    """The session's broker, as each test module (and Kafka client) has it to itself: the
+    tests name their topics, and what a module made (topics, consumer groups) is deleted when
+    it is done, before the next one may make the same names (``kafka_io.delete_everything``).
+    A test that stops the broker starts it again (here, should it fail before it did)."""
+    from tests.helpers.kafka_io import delete_everything
+    yield kafka_server
+    if not kafka_server.is_running():
+        kafka_server.start()
+    delete_everything(kafka_server.bootstrap_servers)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Kafka test I/O: keyed examples for a topic, a topic read back, a streaming run watched."""
+"""Kafka test I/O: keyed examples for a topic, a topic read back, a streaming run watched, a
+broker emptied between test modules."""
 import json
 import subprocess
 import sys
@@ -6,13 +7,33 @@ import time
 from pathlib import Path
 
 import numpy as np
-from kafka import KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer
 
 from unitless.store.models import load_latest
 
 from tests.helpers.runners import PRISM
 
 KEYS = ("alpha", "beta", "gamma")
+
+
+def delete_everything(bootstrap, timeout=60.0):
+    """Delete every topic (but the broker's own) and consumer group on the broker, and wait
+    until no topic is left: the next test module may make topics of the same names, which must
+    then be new and empty."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        groups = [g["group_id"] if isinstance(g, dict) else g[0] for g in admin.list_groups()]
+        if groups:
+            admin.delete_groups(groups)  # (one still in use is left; none is, between modules)
+        topics = [t for t in admin.list_topics() if not t.startswith("__")]
+        if topics:
+            admin.delete_topics(topics)
+        deadline = time.time() + timeout
+        while set(topics) & set(admin.list_topics()):
+            assert time.time() < deadline, f"topics not deleted within {timeout:g} s: {topics}"
+            time.sleep(0.1)
+    finally:
+        admin.close()
 
 
 def keyed_examples(n, seed):
