@@ -47,7 +47,7 @@ from serving import runner_args as flink_runner_args  # noqa: E402
 from unitless.labels.join import LabelJoin  # noqa: E402
 from unitless.learner import dense_batch  # noqa: E402
 from unitless.parse.records import ExampleBlock  # noqa: E402
-from unitless.store.models import newest_models  # noqa: E402
+from unitless.store.catalog import newest_models  # noqa: E402
 
 KEYS = np.array([f"k{i}" for i in range(8)])
 LABELED = 0.95

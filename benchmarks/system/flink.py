@@ -179,7 +179,7 @@ def check_outputs(name, out, n):
 def final_checkpoints(model_dir):
     """{model key: (examples seen, SHA-256 of the newest checkpoint's columns and metadata but
     the run fields)}: equal fingerprints = bit-equal models."""
-    from unitless.store.models import load_latest, model_keys
+    from unitless.store.catalog import load_latest, model_keys
     out = {}
     for key in model_keys(str(model_dir)):
         _, t = load_latest(str(model_dir), key)

@@ -120,10 +120,10 @@ def check_predictions(name, out, n):
 def largest_state_mib(model_dir, shards):
     """The learner state (arrays) of the largest shard, or of the unsharded model."""
     from unitless.learner import from_arrow
-    from unitless.store import models, per_key
+    from unitless.store import catalog, per_key
     from unitless.store.shards import shard_dir
     # (shards keep a directory per key; an unsharded model is in its group's checkpoints)
-    store = per_key if shards else models
+    store = per_key if shards else catalog
     dirs = [shard_dir(str(model_dir), s, shards) for s in range(shards)] if shards else [
         str(model_dir)]
     return max(from_arrow(store.load_latest(d, key)[1]).nbytes for d in dirs

@@ -36,7 +36,7 @@ from apache_beam.portability.api import beam_job_api_pb2_grpc as job_api_grpc
 from tests.helpers.flink_runs import (KEYS, assert_same_checkpoints, file_predictions,
                                       weighted_examples)
 from unitless.learner import read_metadata
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 N = 6000  # 9 keys of 130 to 1,230 examples; 16 to 150 blocks of 8 per key
 CHECKPOINT_EVERY = "50"

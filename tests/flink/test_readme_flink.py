@@ -3,7 +3,7 @@ with the project's job server, a Flink option of its own): the same predictions 
 bit for bit, as the README's files recipe on Beam's in-process runner."""
 from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 from tests.helpers.readme import commands, run, write_clicks
 

@@ -6,7 +6,7 @@ import time
 from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.connectors.storage import join
-from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, model_keys, read_checkpoint
 
 OUTPUTS = {"--predictions": "pred", "--model-dir": "models", "--dead-letter": "dead"}
 

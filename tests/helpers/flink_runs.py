@@ -4,7 +4,7 @@ import json
 import numpy as np
 
 from unitless.connectors.files import read_output
-from unitless.store.models import checkpoint_history, latest_checkpoint, read_checkpoint
+from unitless.store.catalog import checkpoint_history, latest_checkpoint, read_checkpoint
 
 KEYS = [f"key-{i}" for i in range(9)]
 # what a checkpoint's metadata may differ in between two runs: when and by which run

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from kafka import KafkaAdminClient, KafkaConsumer
 
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 from tests.helpers.runners import PRISM
 

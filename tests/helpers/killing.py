@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, model_keys, read_checkpoint
 
 
 def kills(usual):

@@ -12,7 +12,7 @@ from tests.helpers.kafka_io import KEYS, consume_all, keyed, keyed_examples
 from tests.helpers.messages import check_message, strict_loads
 from unitless.cli.main import main
 from unitless.connectors.files import read_output
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 from unitless.store.starts import read_starts, starts_dir
 
 

@@ -16,7 +16,7 @@ from tests.helpers.commands import create_topics, send
 from tests.helpers.kafka_io import seen, streaming, wait_for
 from tests.helpers.killing import kill_group
 from unitless.cli.main import main
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 KEYS = ("north", "south")
 SERVED = 5  # every fifth example has no label

@@ -13,7 +13,7 @@ from tests.helpers.killing import kill_group
 from tests.helpers.runners import PRISM
 from unitless.store.group_writer import GroupWriter, taken
 from unitless.store.groups import group_counts, group_key
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 
 def train_jsonl(tmp_path, name, rows, *extra):

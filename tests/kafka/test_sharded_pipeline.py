@@ -29,7 +29,7 @@ from unitless.learner.names import FeatureNames
 from unitless.learner.sharded import merge
 from unitless.parse.records import ExampleBlock
 from unitless.pipelines.rounds import CutRounds, Round
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 from unitless.store.per_key import checkpoint_files, key_dir, key_dir_name
 from unitless.store.shards import consistent_cut, shard_dir
 

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from unitless.beam import Learn, ReadExamples, Rows, Score, WriteDeadLetters, WritePredictions
 from unitless.cli.main import main
 from unitless.connectors.files import read_output
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 from tests.helpers.runners import RUNNERS, pipeline
 

@@ -14,7 +14,7 @@ from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.connectors.storage import atomic_write
 from unitless.store.by_group import group_checkpoints
-from unitless.store.models import checkpoint_summaries
+from unitless.store.catalog import checkpoint_summaries
 from unitless.store.ownership import DirectoryInUse, STALE, _Lease, start_over
 from tests.helpers.commands import dead_letters, train
 from tests.helpers.examples import make_examples, write_csv

@@ -10,7 +10,7 @@ import pytest
 from unitless.connectors.files import read_file, read_output
 from unitless.parse.csv import csv_table, parse_csv
 from unitless.parse.spec import RecordSpec
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 from tests.helpers.commands import dead_letters, run_train
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from unitless.connectors.files import read_output
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 from tests.helpers.commands import train
 

@@ -13,7 +13,7 @@ import pytest
 
 from unitless.cli.main import main
 from unitless.learner import read_metadata
-from unitless.store import by_group, models, per_key
+from unitless.store import by_group, catalog, per_key
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.group_writer import GroupWriter, taken
 from unitless.store.groups import group_dir, group_key, group_keys
@@ -73,11 +73,11 @@ def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_p
     for directory in os.listdir(os.path.join(model_dir, "groups", str(GROUPS))):
         names = os.listdir(os.path.join(model_dir, "groups", str(GROUPS), directory))
         assert len(names) == 2  # one part, one manifest, however many models
-    assert models.model_keys(model_dir) == sorted(keys)
+    assert catalog.model_keys(model_dir) == sorted(keys)
     for model in trained_models:
-        where, table = models.load_latest(model_dir, model.key)
+        where, table = catalog.load_latest(model_dir, model.key)
         assert same_model(table, model)
-        assert models.read_checkpoint(where).equals(table)
+        assert catalog.read_checkpoint(where).equals(table)
         assert same_model(KeyedModel.from_table(table).to_table(), model)  # (decoded, too)
 
 
@@ -87,7 +87,7 @@ def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):
     together = [k for k in map(str, range(40)) if group_key(k, GROUPS) == group_key("0", GROUPS)]
     moving, still = [trained_model(k, seed=i) for i, k in enumerate(together[:2])]
     write_groups(writer, moving, still)
-    first = models.latest_checkpoint(model_dir, still.key)
+    first = catalog.latest_checkpoint(model_dir, still.key)
     for _ in range(5):
         moving.state.examples_seen += 1
         write_groups(writer, moving)
@@ -95,8 +95,8 @@ def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):
     assert sum(n.startswith("manifest-") for n in names) == 2
     # the parts the two kept manifests name: the first (the unchanged model) and the last two
     assert sum(n.startswith("part-") for n in names) == 3
-    assert models.latest_checkpoint(model_dir, still.key) == first
-    assert read_metadata(models.load_latest(model_dir, moving.key)[1])["examples_seen"] == \
+    assert catalog.latest_checkpoint(model_dir, still.key) == first
+    assert read_metadata(catalog.load_latest(model_dir, moving.key)[1])["examples_seen"] == \
         moving.state.examples_seen
 
 
@@ -116,14 +116,14 @@ def test_the_summary_reads_the_manifests_figures_or_else_the_parts(tmp_path, mon
                 for key, where, meta in listed]
 
     def summaries():
-        return figures(models.checkpoint_summaries(model_dir))
+        return figures(catalog.checkpoint_summaries(model_dir))
 
-    want = figures(models.checkpoint_metadata(model_dir))
+    want = figures(catalog.checkpoint_metadata(model_dir))
     assert [key for key, *_ in want] == sorted(keys)
     assert dict((k, m["examples_seen"]) for k, _, m in want)["m3"] == 90
     assert summaries() == want
     read = []  # (the parts whose metadata it reads)
-    monkeypatch.setattr(models, "part_metadata",
+    monkeypatch.setattr(catalog, "part_metadata",
                         lambda *at: read.append(at) or by_group.part_metadata(*at))
     assert summaries() == want and read == []
     for manifest in tmp_path.glob("models/groups/*/*/manifest-*.json"):
@@ -149,7 +149,7 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
     writer = GroupWriter(model_dir, GROUPS)
     model = trained_model("k")
     write_groups(writer, model)
-    before = models.load_latest(model_dir, "k")[1]
+    before = catalog.load_latest(model_dir, "k")[1]
     model.state.examples_seen += 7
     where = write_groups(writer, model)["k"]
     part = where.rpartition("#")[0]
@@ -162,7 +162,7 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
             f.write(damaged)
     by_group._parts.clear()  # (as a new process would read it)
     with caplog.at_level(logging.WARNING, "unitless"):
-        found = models.load_latest(model_dir, "k")
+        found = catalog.load_latest(model_dir, "k")
     assert found[1].equals(before)
     assert read_metadata(found[1]) == read_metadata(before)
     assert "ignoring checkpoint" in caplog.text and os.path.basename(part) in caplog.text
@@ -174,12 +174,12 @@ def test_an_unreadable_newest_manifest_falls_back_to_the_one_before(tmp_path, ca
     writer = GroupWriter(model_dir, GROUPS)
     model = trained_model("k")
     write_groups(writer, model)
-    before = models.load_latest(model_dir, "k")[1]
+    before = catalog.load_latest(model_dir, "k")[1]
     directory = group_dir(model_dir, GROUPS, group_key("k", GROUPS))
     with open(os.path.join(directory, "manifest-000000000009-ff.json"), "wb") as f:
         f.write(damage)
     with caplog.at_level(logging.WARNING, "unitless"):
-        assert read_metadata(models.load_latest(model_dir, "k")[1]) == read_metadata(before)
+        assert read_metadata(catalog.load_latest(model_dir, "k")[1]) == read_metadata(before)
     assert "ignoring manifest" in caplog.text
 
 
@@ -194,7 +194,7 @@ def test_a_stale_writer_never_moves_a_model_back(tmp_path):
     write_groups(ahead, model)
     model.state.examples_seen -= 5
     write_groups(stale, model)
-    assert read_metadata(models.load_latest(model_dir, "k")[1])["examples_seen"] == 70
+    assert read_metadata(catalog.load_latest(model_dir, "k")[1])["examples_seen"] == 70
 
 
 def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp_path):
@@ -206,16 +206,16 @@ def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp
     write_groups(writer, *(trained_model(key, seed=i) for i, key in enumerate(keys)))
     moved = trained_model("c17", n=90, seed=99)  # (its newest state in a newer part)
     write_groups(writer, moved)
-    weights = models.newest_models(model_dir)  # noqa: F841 (DuckDB reads it by its name)
+    weights = catalog.newest_models(model_dir)  # noqa: F841 (DuckDB reads it by its name)
     got = duckdb.sql("select name, w from weights where model_key = 'c17' "
                      "order by class, index").fetchall()
-    want = models.load_latest(model_dir, "c17")[1]
+    want = catalog.load_latest(model_dir, "c17")[1]
     assert got == list(zip(want.column("name").to_pylist(), want.column("w").to_pylist()))
     assert read_metadata(want)["examples_seen"] == 90
     counts = dict(duckdb.sql("select model_key, count(*) from weights group by model_key")
                   .fetchall())
     assert sorted(counts) == sorted(keys)
-    assert all(n == models.load_latest(model_dir, k)[1].num_rows for k, n in counts.items())
+    assert all(n == catalog.load_latest(model_dir, k)[1].num_rows for k, n in counts.items())
     parts = [str(p) for p in (tmp_path / "models").glob("groups/*/*/part-*.arrow")]
     every = ds.dataset(parts, format="ipc").to_table(columns=["model_key"])
     assert sorted(set(every.column("model_key").to_pylist())) == sorted(keys)
@@ -239,8 +239,8 @@ def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp
                  "--predictions", str(tmp_path / "p1"), *common]) == 0
     old = str(tmp_path / "old")
     # the first half's models, moved to the per-key layout as earlier versions wrote it
-    for key in models.model_keys(str(tmp_path / "tmp")):
-        table = models.load_latest(str(tmp_path / "tmp"), key)[1]
+    for key in catalog.model_keys(str(tmp_path / "tmp")):
+        table = catalog.load_latest(str(tmp_path / "tmp"), key)[1]
         per_key.write_checkpoint(old, key, table.replace_schema_metadata(
             {b"unitless": json.dumps({k: v for k, v in read_metadata(table).items()
                                       if k != "checksum"}).encode()}),
@@ -248,12 +248,12 @@ def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp
     assert not os.path.exists(os.path.join(old, "groups"))
     assert main(["train", "--model-dir", old, "--resume",
                  "--predictions", str(tmp_path / "p3"), *common]) == 0
-    assert models.model_keys(old) == models.model_keys(str(tmp_path / "one")) == [
+    assert catalog.model_keys(old) == catalog.model_keys(str(tmp_path / "one")) == [
         f"u{i}" for i in range(5)]
-    for key in models.model_keys(old):
-        got = models.load_latest(old, key)
+    for key in catalog.model_keys(old):
+        got = catalog.load_latest(old, key)
         assert "/groups/" in got[0]  # (the resumed run wrote the new layout)
-        want = models.load_latest(str(tmp_path / "one"), key)[1]
+        want = catalog.load_latest(str(tmp_path / "one"), key)[1]
         assert got[1].drop_columns([]).equals(want.replace_schema_metadata(
             got[1].schema.metadata)), key
         meta_got, meta_want = read_metadata(got[1]), read_metadata(want)

@@ -14,7 +14,7 @@ from unitless.parse.csv import parse_csv
 from unitless.parse.jsonl import parse_jsonl
 from unitless.parse.spec import LabelMap, RecordSpec
 from unitless.models.keyed_model import KeyedModel
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 from tests.helpers.commands import dead_letters, run_train
 

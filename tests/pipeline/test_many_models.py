@@ -15,7 +15,7 @@ from unitless.connectors.files import read_file, read_output
 from unitless.learner import learn, to_arrow
 from unitless.parse.records import ExampleBlock
 from unitless.pipelines.config import configure, new_learner
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 BITS = 18
 KEYS = 2000

@@ -10,7 +10,7 @@ from unitless.cli.main import main
 from unitless.connectors import storage
 from unitless.connectors.files import read_output
 from unitless.learner import new_state, read_metadata, to_arrow
-from unitless.store.models import load_latest, model_keys
+from unitless.store.catalog import load_latest, model_keys
 from unitless.store.per_key import checkpoint_files, key_dir, write_checkpoint
 from tests.helpers.commands import train
 from tests.helpers.examples import make_examples, write_csv, write_parquet

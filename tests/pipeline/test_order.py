@@ -14,7 +14,7 @@ from unitless.connectors.files import read_file
 from unitless.parse.records import ExampleBlock
 from unitless.pipelines.accounting import Tally
 from unitless.pipelines.config import configure
-from unitless.store.models import checkpoint_history
+from unitless.store.catalog import checkpoint_history
 
 from tests.helpers.ordered import (KEYS, assert_beam_models_are_cli_models, command_run, learned,
                                    partition_blocks, stream_run, write_random_key_examples)

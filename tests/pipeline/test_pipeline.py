@@ -13,7 +13,7 @@ from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import hashed_batch, learn, new_state
 from unitless.learner.examples import bias_index
-from unitless.store.models import latest_checkpoint, load_latest, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, load_latest, read_checkpoint
 
 from tests.helpers.commands import train
 from tests.helpers.examples import FEATURES, make_examples, write_csv, write_parquet

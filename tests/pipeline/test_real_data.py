@@ -9,7 +9,7 @@ import pytest
 from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import ALGORITHMS
-from unitless.store.models import latest_checkpoint, read_checkpoint
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 CATEGORICAL = "job,marital,education,default,housing,loan,contact,month,day_of_week,poutcome"
 

@@ -77,7 +77,7 @@ def _sums(columns):
 def figures(out):
     """What a run's outputs under ``out`` say: {"exact": digest, "sums": {...}}."""
     from unitless.connectors.files import read_output
-    from unitless.store.models import latest_checkpoint, model_keys, read_checkpoint
+    from unitless.store.catalog import latest_checkpoint, model_keys, read_checkpoint
     predictions = read_output(str(out / "pred"))
     rows = sorted(predictions.to_pylist(),
                   key=lambda r: (r["model_key"], r["served"], os.path.basename(r["source"]),

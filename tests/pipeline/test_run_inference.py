@@ -20,7 +20,7 @@ from unitless.connectors.files import read_output
 from unitless.learner import to_arrow
 from unitless.pipelines.score import ScoringModels
 from unitless.models.keyed_model import KeyedModel
-from unitless.store.models import latest_checkpoint, load_latest, model_directory_of
+from unitless.store.catalog import latest_checkpoint, load_latest, model_directory_of
 from unitless.store.per_key import write_checkpoint
 
 

@@ -9,7 +9,7 @@ import pytest
 from unitless.cli.main import main
 from unitless.connectors.files import read_output
 from unitless.learner import read_metadata
-from unitless.store.models import read_checkpoint
+from unitless.store.catalog import read_checkpoint
 
 from tests.helpers.commands import train
 

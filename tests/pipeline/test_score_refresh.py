@@ -19,7 +19,7 @@ from unitless.pipelines.score import MissingModel, ScoringModels
 from unitless.store.group_writer import GroupWriter, taken
 from unitless.store.groups import group_counts, group_key
 from unitless.models.keyed_model import KeyedModel
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 HEADER = "id,segment,label,x1,x2"
 

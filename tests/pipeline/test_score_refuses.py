@@ -13,7 +13,7 @@ from tests.unit.test_hostile_records import reading, write_fuzz_input
 from unitless.cli.main import main
 from unitless.learner import to_arrow
 from unitless.models.keyed_model import KeyedModel
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 from unitless.store.per_key import write_checkpoint
 
 HEADER = "id,segment,label,x1,x2"

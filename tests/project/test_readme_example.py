@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from unitless.store.models import load_latest
+from unitless.store.catalog import load_latest
 
 from tests.helpers.readme import README, blocks
 from tests.helpers.runners import pipeline

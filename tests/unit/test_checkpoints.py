@@ -22,7 +22,7 @@ from unitless.store.per_key import (checkpoint_name, key_dir, key_dir_name, late
                                     load_latest, model_keys, read_checkpoint, write_checkpoint,
                                     write_checkpoints)
 from unitless.reports.inspect import summary
-from unitless.store import models as stored
+from unitless.store import catalog as stored
 from unitless.models.keyed_model import KeyedModel
 from unitless.store.ownership import OWNER
 from unitless.store.resume import resume_offsets

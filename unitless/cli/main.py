@@ -197,7 +197,7 @@ def inspect(args: argparse.Namespace) -> None:
     from ..reports.inspect import render, summary
     from ..reports.summary import model_lines, part_lines, render_models
     from ..store.by_group import is_part
-    from ..store.models import latest_checkpoint, model_keys
+    from ..store.catalog import latest_checkpoint, model_keys
     from ..store.per_key import checkpoint_files
     from ..store.shards import shard_counts
     path = args.checkpoint

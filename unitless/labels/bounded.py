@@ -94,8 +94,8 @@ def joined_in_time_order(join: Any, features: list[FeaturesInput],
                          ) -> tuple[Iterator[ToLearn], list[DeadLetter]]:
     """``join``'s bounded input, whole (``LabelJoin.in_time_order``): every features source's
     records, ``features`` [(source, positions, model keys, record times, served)] as
-    ``LabelJoin.features`` takes them, and every labels block, judged example id by example id on record time
-    (``labels.by_id``), whatever the order of the records in their files. Returns
+    ``LabelJoin.features`` takes them, and every labels block, judged example id by example id
+    on record time (``labels.by_id``), whatever the order of the records in their files. Returns
     ``Released.result``, each block made as it is taken: each model's examples to learn in
     record-time order (a label's time; an expired example's expiry, after the labels of
     that time), in runs of one labels file or of one features file's expired examples.

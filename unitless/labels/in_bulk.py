@@ -275,7 +275,7 @@ def _rows_of(keys, order):
 
 def _clock(join, model, side, source, times, running=False):
     """(the source's newest time, the model's clock of input ``side``) after records of
-    ``source`` at ``times`` in turn, as ``LabelJoin._advance`` moves them, one at a time
+    ``source`` at ``times`` in turn, as ``expiry.advance`` moves them, one at a time
     (``running``: the clock after each record)."""
     newest = model.newest[side] if model is not None else {}
     start = model.clocks[side] if model is not None else -math.inf

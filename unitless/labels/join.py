@@ -10,7 +10,7 @@ so that the result does not depend on how the two inputs interleave.
 With ``wait`` (``--label-wait``, seconds of the records' own time) an example and its label
 join only when the label's time is at most ``wait`` after the example's, or the example's at
 most ``wait`` after the label's; and what waits longer expires, on each input's clock: the
-time the model key's records have reached there (``_advance``), not the reader's. An expired
+time the model key's records have reached there (``expiry.advance``), not the reader's. An expired
 example is dropped, or learned with ``expired_label`` at its expiry time's place among its
 model's labels. A bounded input is joined whole at its end, example id by example id on
 record time (``joined_in_time_order``, ``labels.by_id``), and a record dated beyond ``max_skew``
@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..parse.records import DeadLetter, ExampleBlock
-from . import bounded, in_bulk, resume
+from . import bounded, expiry, in_bulk, resume
 from .call_log import CallLog
 from .reasons import (AHEAD_OF_CLOCK, LATE_LABEL, NEVER_SERVED, NO_ID, NO_KEY,  # noqa: F401
                       NO_LABEL, SECOND_FEATURES, SECOND_LABEL, dated_ahead)
 from .waiting import (FEATURES, LABELS, FeaturesInput, ModelJoin, Released, Rows, ServedBlocks,
-                      ToLearn, _time)
+                      ToLearn)
 
 
 
@@ -167,7 +167,7 @@ class LabelJoin:
         self._record("_learned", key, done)
         join = self._of(key)
         for i, time in done:
-            self._close(join, i, False, time)
+            expiry.close(self, join, i, False, time)
 
     def features(self, source: str, positions: np.ndarray, keys: list[str],
                  times: Optional[np.ndarray], served: ServedBlocks
@@ -205,7 +205,7 @@ class LabelJoin:
         """A features record of model ``key`` at ``time``: it moves the features clock, and
         its served example (``entry``, None if none) waits."""
         if self.wait is not None:
-            self._advance(key, self._of(key), FEATURES, source, time, out)
+            expiry.advance(self, key, self._of(key), FEATURES, source, time, out)
         if entry is not None:
             self._wait(*entry, out)
 
@@ -222,7 +222,7 @@ class LabelJoin:
             heapq.heappush(join.expiring, (rows.time(r) + self.wait, seq, i))
         self._release(key, join, out)
         if self.wait is not None:  # (the labels' clock may be past it already)
-            self._expire_due(key, join, out)
+            expiry.expire_due(self, key, join, out)
 
     def labels(self, block: ExampleBlock, now: Optional[float] = None
                ) -> tuple[list[ToLearn], list[DeadLetter]]:
@@ -265,7 +265,7 @@ class LabelJoin:
         key, source = rows.keys[q], rows.block.source
         join = self._of(key)
         if self.wait is not None:
-            self._advance(key, join, LABELS, source, rows.time(q), out)
+            expiry.advance(self, key, join, LABELS, source, rows.time(q), out)
         if again:
             self.counts["replayed"] += 1
             return
@@ -321,7 +321,7 @@ class LabelJoin:
                 if self.expired_label is None:
                     self._leave_unlabeled(join, i)
                 else:
-                    self._expire(key, join, i, rows.time(r) + (self.wait or math.inf))
+                    expiry.expire(self, key, join, i, rows.time(r) + (self.wait or math.inf))
             self._release(key, join, out, ended=True)
         return out.result()
 
@@ -333,68 +333,6 @@ class LabelJoin:
         self.counts["waiting"] -= 1
         self.counts["expired"] += 1
         join.unlabeled.setdefault(rows.block.source, []).append(int(rows.block.positions[r]))
-
-    def _advance(self, key, join, side, source, time, out):
-        """A record of model ``key`` from ``source`` on input ``side`` at ``time``: the model's
-        clock of that input moves to the oldest newest time of the sources it has seen there
-        (a source's records are taken to come in time order), or to ``SOURCE_LAG`` before the
-        newest when a source lags further (its later records may then find their partners
-        expired). What the model waits for on the other input past ``wait`` behind it expires:
-        its examples (labels: its head, ``_release``)."""
-        newest = join.newest[side]
-        if time <= newest.get(source, -math.inf):
-            return
-        newest[source] = time
-        times = newest.values()
-        clock = max(join.clocks[side], min(times),
-                    max(times) - max(self.wait, self.SOURCE_LAG))
-        if clock <= join.clocks[side]:
-            return
-        join.clocks[side] = clock
-        if side == LABELS:
-            self._expire_due(key, join, out)
-        elif join.pending:  # (its head may be a label no features can reach any more)
-            self._release(key, join, out)
-        join.forget()
-
-    def _expire_due(self, key, join, out):
-        """The model's examples no label can reach any more (the labels' clock is past their
-        time + wait) expire, but those with a label within the wait that waits behind others
-        (it joins them, ``_release``); then its head moves on."""
-        heap, expired = join.expiring, False
-        while heap and heap[0][0] < join.clocks[LABELS]:
-            item = heapq.heappop(heap)
-            entry = join.served.get(item[2])
-            # (one with a label within the wait waiting behind others is not looked at again:
-            # that label joins it when it reaches the head, or at the end of the input)
-            if entry is not None and entry[2] == item[1] and not any(
-                    abs(t - item[0] + self.wait) <= self.wait
-                    for t in join.labeled.get(item[2], ())):
-                self._expire(key, join, item[2], item[0])
-                expired = True
-        if expired:
-            self._release(key, join, out)
-
-    def _close(self, join, i, expired, time):
-        seq = self._next()
-        join.closed[i] = (expired, seq, time)
-        if self.wait is not None and math.isfinite(time):
-            heapq.heappush(join.closing, (time + 2 * self.wait, seq, i))
-
-    def _expire(self, key, join, i, at):
-        """Model ``key``'s example ``i`` expires at ``at`` (record time): dropped, or learned
-        with the expired label among its model's labels by time (before the first waiting label
-        later than ``at``)."""
-        entry = join.served.pop(i)
-        join.left(entry[0])
-        self.counts["waiting"] -= 1
-        self.counts["expired"] += 1
-        self._close(join, i, True, entry[0].time(entry[1]))
-        if self.expired_label is not None:
-            place = len(join.pending)
-            while place and _time(join.pending[place - 1]) > at:
-                place -= 1
-            join.pending.insert(place, (None, entry, at, self.expired_label))
 
     def _release(self, key, join, out, ended=False):
         """Learn from the head of ``join.pending`` while its labels' features wait: a label for
@@ -416,7 +354,7 @@ class LabelJoin:
                 rows, r, _ = join.served[i]
                 came = rows.time(r)
                 if self.wait is not None and t > came + self.wait:
-                    self._expire(key, join, i, came + self.wait)  # (goes before this label)
+                    expiry.expire(self, key, join, i, came + self.wait)  # (goes before this label)
                     continue
                 if self.wait is not None and came > t + self.wait:
                     out.dead.append(label.dead(q, NEVER_SERVED))
@@ -426,7 +364,7 @@ class LabelJoin:
                     self.counts["waiting"] -= 1
                     if math.isfinite(t - came):
                         self.delays.append(t - came)
-                    self._close(join, i, False, came)
+                    expiry.close(self, join, i, False, came)
                     join.left(rows)
             elif ended or (self.wait is not None and t + self.wait < join.clocks[FEATURES]):
                 out.dead.append(label.dead(q, NEVER_SERVED))

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..parse.records import ExampleBlock
+from . import expiry
 from .closed import ClosedIds
 from .waiting import Resumed
 
@@ -76,7 +77,7 @@ def restore(join: Any, key: str, saved: dict[str, Any], positions: dict[str, int
             [math.inf if t is None else t for _, _, t in closed])
     else:
         for i, expired, time in closed:
-            join._close(model, i, expired, math.inf if time is None else time)
+            expiry.close(join, model, i, expired, math.inf if time is None else time)
     model.resumed = Resumed({**positions, **saved["labels"]}, dict(saved["rejoin"]),
                            {s: set(p) for s, p in saved["waiting"].items()},
                            bool(saved["labels"]))

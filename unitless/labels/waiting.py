@@ -59,7 +59,7 @@ class ModelJoin:
     them all), and its labels in label order, waiting for features
     (``(Rows, row)``), among them the expired examples to learn with the expired label
     (``(None, entry, expiry time, label)``). With a wait: the two inputs' clocks (record time,
-    s: ``LabelJoin._advance``), each input's sources' newest times, and heaps of (deadline,
+    s: ``expiry.advance``), each input's sources' newest times, and heaps of (deadline,
     seq, id): of served examples, expiring once the labels' clock passes it, and of ids
     closed, forgotten once both clocks do. ``resumed``: what it did before a resume."""
     served: dict = field(default_factory=dict)

@@ -121,10 +121,8 @@ class ModelGroup:
             at = np.flatnonzero(is_served)  # (the result holds the rows kept, in order)
             served.append((block.take(at), result.scores[at]))
         state = models[0].state
-        served_losses = None
-        if served_scores is not None:  # (weighted, as the kernel's ``loss`` is)
-            served_losses = block.weights * example_losses(state, served_scores[kept],
-                                                           block.labels)
+        served_losses = None if served_scores is None else (  # (weighted, as the kernel's loss)
+            block.weights * example_losses(state, served_scores[kept], block.labels))
         table = prediction_table(
             pa.array([m.key for m in models], pa.string()).take(codes), state, block.ids,
             block.labels, result, seen, block.source, block.positions,

@@ -8,7 +8,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 
 from ..parse.jsonl import parse_records
 from ..parse.records import string_array
-from ..store.models import model_directory_of
+from ..store.catalog import model_directory_of
 from .config import REFRESH_SECONDS, configure
 from .score import check_model_dir, score_with
 from .scoring_models import MODEL_REFRESHES, ScoringModels

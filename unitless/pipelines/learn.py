@@ -15,7 +15,7 @@ from ..connectors.storage import list_dir, remove_leftovers, remove_tree
 from ..runtime.bundles import hold_each_key_in_one_bundle
 from ..store.checkpoint_file import read_once
 from ..store.groups import group_counts, published_dir
-from ..store.models import checkpoint_metadata
+from ..store.catalog import checkpoint_metadata
 from ..store.ownership import OWNER, own, refuse_earlier_models, start_over
 from ..store.resume import covered_partitions, served_positions
 from ..store.shards import shard_counts

@@ -13,7 +13,7 @@ from ..learner import LearnerState, check_examples
 from ..models.predictions import outcome_columns
 from ..parse.records import DeadLetter, ExampleBlock, dead_letter_table
 from ..schemas import SCORE_SCHEMA
-from ..store.models import has_checkpoint, lists_models, load_latest, model_keys
+from ..store.catalog import has_checkpoint, lists_models, load_latest, model_keys
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS, TrainConfig, configure
 from .io.dead_letters import DEAD

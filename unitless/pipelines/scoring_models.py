@@ -14,7 +14,7 @@ import numpy as np
 from ..learner import LearnerState, check_examples, example_losses, predict_next, read_metadata
 from ..models.keyed_model import KeyedModel
 from ..parse.records import DeadLetter, ExampleBlock
-from ..store.models import load_latest, newest_version
+from ..store.catalog import load_latest, newest_version
 from ..store.shards import sharded_models
 from .config import REFRESH_SECONDS
 from .options import default

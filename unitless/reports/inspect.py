@@ -4,7 +4,7 @@ from typing import Any
 import numpy as np
 
 from ..learner import from_arrow, read_metadata
-from ..store.models import load_checkpoint
+from ..store.catalog import load_checkpoint
 
 
 def summary(path: str, top: int = 20) -> dict[str, Any]:

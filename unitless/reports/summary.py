@@ -11,7 +11,7 @@ from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
 from ..parse.records import clip
 from ..store.by_group import load_located, locator, part_models
-from ..store.models import checkpoint_summaries, load_latest, model_keys
+from ..store.catalog import checkpoint_summaries, load_latest, model_keys
 from ..store.shards import sharded_models
 
 

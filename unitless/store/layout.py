@@ -1,12 +1,12 @@
 """The one interface both model directory layouts have (``CheckpointLayout``): the group layout
-read with the per-key one of earlier versions (``store.models``, what everything reads through)
+read with the per-key one of earlier versions (``store.catalog``, what everything reads through)
 and the per-key layout alone (``store.per_key``). mypy holds both modules to it (``LAYOUTS``)."""
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import pyarrow as pa
 
 from ..learner import LearnerState
-from . import models, per_key
+from . import catalog, per_key
 
 
 class CheckpointLayout(Protocol):
@@ -33,4 +33,4 @@ class CheckpointLayout(Protocol):
         """The Arrow table of one checkpoint."""
 
 
-LAYOUTS: Tuple[CheckpointLayout, ...] = (models, per_key)
+LAYOUTS: Tuple[CheckpointLayout, ...] = (catalog, per_key)

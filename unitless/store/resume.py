@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from ..learner import read_metadata
 from .checkpoint_file import once_per_run
-from .models import checkpoint_metadata, latest_metadata, model_keys
+from .catalog import checkpoint_metadata, latest_metadata, model_keys
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 
