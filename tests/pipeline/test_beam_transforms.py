@@ -137,6 +137,12 @@ def test_options_are_checked_when_the_transform_is_made(tmp_path):
         Learn(algorithm="nag", alpha=2.0)
     with pytest.raises(ValueError, match="ReadExamples needs inputs"):
         ReadExamples()
+    # (a value outside its option's choices, once, from the option table: the command's parser
+    # refuses the same for its flags)
+    with pytest.raises(ValueError, match="unknown format 'xml'; choose one of: csv, "):
+        ReadExamples(str(tmp_path / "a.csv"), format="xml")
+    with pytest.raises(ValueError, match="unknown time unit 'h'; choose one of: s, ms"):
+        Learn(time_column="t", time_unit="h")
 
 
 def test_a_bound_on_models_in_memory_changes_nothing_but_decoding(tmp_path):

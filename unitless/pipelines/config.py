@@ -112,6 +112,7 @@ def configure(inputs: Union[str, Sequence[str], None] = None, scoring: bool = Fa
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r}; options are: {', '.join(sorted(known))}")
     o = {**READ_OPTIONS, **OUTPUT_OPTIONS, **LEARN_OPTIONS, **options}
+    check_values(o)  # (the option table's choices and bounds, --format's and --time-unit's too)
     spec = record_spec(o, scoring)
     fmt = o["format"]
     if inputs is not None:
@@ -119,7 +120,6 @@ def configure(inputs: Union[str, Sequence[str], None] = None, scoring: bool = Fa
     if spec.time and fmt in ("vw", "libsvm"):
         raise ValueError(f"--time-column names a field, and {fmt} records have none: use "
                          "jsonl, csv or parquet (or Kafka record timestamps)")
-    check_values(o)
     hp = hyperparameters(o, spec)
     n_classes = classes(o["classes"])[0]
     if n_classes > 1 and o["positive_label"] is not None:

@@ -44,7 +44,8 @@ def classes(value: Union[int, str, Iterable[Any]]) -> Tuple[int, Tuple[str, ...]
 
 
 def record_spec(options: Mapping[str, Any], scoring: bool = False) -> RecordSpec:
-    """The RecordSpec of the reading options (READ_OPTIONS names), checked. A record without a
+    """The RecordSpec of the reading options (READ_OPTIONS names), checked (their choices and
+    bounds in the option table by ``configure``, ``options.check_values``). A record without a
     label is an example to serve (or, ``scoring``, to score); a sharded model refuses it (it
     serves nothing yet)."""
     o = {**defaults("read"), **options}
@@ -68,9 +69,6 @@ def record_spec(options: Mapping[str, Any], scoring: bool = False) -> RecordSpec
                                  "has one role")
     if not 1 <= int(o["bits"]) <= 32:
         raise ValueError(f"--bits wants 1..32, got {o['bits']}")
-    if o["time_unit"] not in TIME_UNITS:
-        raise ValueError(f"--time-unit wants one of {', '.join(TIME_UNITS)}, got "
-                         f"{o['time_unit']!r}")
     positive = o["positive_label"]
     return RecordSpec(label=o["label_column"], id=o["id_column"], model_key=o["model_key_column"],
                       weight=o["weight_column"], time=o["time_column"],
@@ -89,14 +87,12 @@ def resolve_inputs(inputs: Union[str, Sequence[str]], fmt: Optional[str] = None
                    ) -> Tuple[List[str], str]:
     """(inputs, format): a kafka:// URL as is (format default jsonl), or the files that paths
     and globs name, each by its canonical name once (the same file spelled differently, or
-    named twice, is one source, read once), with the format taken from their extensions when
-    not given."""
+    named twice, is one source, read once), with the format (one of ``FORMATS``, as
+    ``configure`` checked) taken from their extensions when not given."""
     if isinstance(inputs, str):
         inputs = [inputs]
     if not inputs:
         raise ValueError("no input given")
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if is_kafka(inputs[0]):
         if len(inputs) > 1:
             raise ValueError("read one Kafka topic per run, or files, not both")
