@@ -3,7 +3,7 @@ every features file's served examples and every labels file's records, judged ex
 example id on record time (``labels.by_id``) in array operations, and the join's state left
 as the streaming join would have it at the end of the input (docs/delayed-outcomes.md)."""
 import math
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, cast
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +13,9 @@ from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id, resume
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
 from .waiting import FEATURES, LABELS, FeaturesInput, Released, ToLearn
+
+if TYPE_CHECKING:
+    from .join import LabelJoin
 
 
 class _Waiting:
@@ -89,7 +92,7 @@ def _no_labels():
 _REASONS = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
 
 
-def joined_in_time_order(join: Any, features: list[FeaturesInput],
+def joined_in_time_order(join: "LabelJoin", features: list[FeaturesInput],
                          labels: list[ExampleBlock], now: Optional[float] = None
                          ) -> tuple[Iterator[ToLearn], list[DeadLetter]]:
     """``join``'s bounded input, whole (``LabelJoin.in_time_order``): every features source's
@@ -116,7 +119,8 @@ def joined_in_time_order(join: Any, features: list[FeaturesInput],
     nf, nl = len(waiting.keys), len(taken.block)
     order = taken.in_order()
     outcome, joins, joined = by_id.judge(
-        codes[:nf], waiting.times, codes[nf:nf + nl][order], taken.times[order], join.wait,
+        codes[:nf], waiting.times, codes[nf:nf + nl][order], taken.times[order],
+        cast(float, join.wait),  # (in time order: files with a wait)
         codes[nf + nl:], np.concatenate([np.zeros(0, bool), *(e for _, _, e in closed)]))
     for n in np.flatnonzero(outcome != by_id.JOIN).tolist():
         out.dead.append(taken.dead(int(order[n]), _REASONS[int(outcome[n])]))
@@ -250,7 +254,7 @@ def _learning(join, waiting, taken, settled, features_sources):
         yield key, block, scores, expired
 
 
-def firsts_in_time_order(join: Any, blocks: list[ExampleBlock], now: Optional[float]
+def firsts_in_time_order(join: "LabelJoin", blocks: list[ExampleBlock], now: Optional[float]
                          ) -> dict[str, np.ndarray]:
     """{source: positions}: of a bounded input's features ``blocks`` (a file each, in the
     order given), the first record of each model key's id in record time (then file and

@@ -13,14 +13,17 @@ so the models learned do not depend on which path took a block (tests/unit/test_
 """
 import heapq
 import math
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import numpy as np
 
 from .waiting import FEATURES, LABELS, ModelJoin, Released, Rows
 
+if TYPE_CHECKING:
+    from .join import LabelJoin
 
-def features(join: Any, source: str, positions: np.ndarray, keys: list[str],
+
+def features(join: "LabelJoin", source: str, positions: np.ndarray, keys: list[str],
              times: Optional[np.ndarray], entries: dict[int, tuple[str, Rows, int]]) -> bool:
     """``LabelJoin.features``' records of ``source`` at ``positions``, their model ``keys``
     and record ``times``, and ``entries`` {position: (model key, Rows, row)} of those served:
@@ -94,7 +97,7 @@ def _still(join, model, firsts, clocks):
     return wait is None or clocks is None or clocks[1] <= label.time(q) + wait
 
 
-def labels(join: Any, rows: Rows, again: list[bool], out: Released) -> bool:
+def labels(join: "LabelJoin", rows: Rows, again: list[bool], out: Released) -> bool:
     """``LabelJoin.labels``' labels ``rows`` (``Rows``) that the join takes, when none was
     read again after a resume and, for each model key of the block, either each of its
     labels joins its example as it comes (``_join_plan``) or each waits behind the label at

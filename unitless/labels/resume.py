@@ -2,7 +2,7 @@
 back: which records read again were learned, judged or served before (functions over a
 ``LabelJoin``, which calls them; docs/delayed-outcomes.md, slice 3)."""
 import math
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -13,8 +13,11 @@ from . import expiry
 from .closed import ClosedIds
 from .waiting import Resumed
 
+if TYPE_CHECKING:
+    from .join import LabelJoin
 
-def judged_before(join: Any, block: ExampleBlock) -> np.ndarray:
+
+def judged_before(join: "LabelJoin", block: ExampleBlock) -> np.ndarray:
     """Which records of a labels block their models learned or judged before a resume."""
     encoded = pc.dictionary_encode(block.keys)
     done = [-1 if resumed is None else resumed.positions.get(block.source, -1)
@@ -23,7 +26,7 @@ def judged_before(join: Any, block: ExampleBlock) -> np.ndarray:
     return block.positions <= np.array(done + [-1], np.int64)[codes]  # (-1: no key)
 
 
-def resume_state(join: Any, key: str, served: Mapping[str, int]) -> dict[str, Any]:
+def resume_state(join: "LabelJoin", key: str, served: Mapping[str, int]) -> dict[str, Any]:
     """What model ``key``'s checkpoint keeps of its join, for a resumed run (``restore``),
     JSON: given ``served`` ({features source: the last position it served there}), per
     features source the position before its oldest example still waiting (``rejoin``: a
@@ -61,7 +64,7 @@ def resume_state(join: Any, key: str, served: Mapping[str, int]) -> dict[str, An
             "labels": labels, "closed": closed}
 
 
-def restore(join: Any, key: str, saved: dict[str, Any], positions: dict[str, int]) -> None:
+def restore(join: "LabelJoin", key: str, saved: dict[str, Any], positions: dict[str, int]) -> None:
     """A resumed run's model ``key``, whose checkpoint kept ``saved`` of its join
     (``resume_state``) and ``positions`` ({source: the last label it learned or example it
     served there}): what it joined or let expire is known again, and the records of its
@@ -84,7 +87,7 @@ def restore(join: Any, key: str, saved: dict[str, Any], positions: dict[str, int
     model.judged.update(saved["labels"])
 
 
-def replayed(join: Any, key: str, block: ExampleBlock) -> ExampleBlock:
+def replayed(join: "LabelJoin", key: str, block: ExampleBlock) -> ExampleBlock:
     """A features block of model ``key`` -> the block without the examples a resumed run
     read again that no longer waited at its checkpoint (counted ``replayed``; without a
     wait their ids are closed again, as the whole input's are)."""
@@ -98,7 +101,7 @@ def replayed(join: Any, key: str, block: ExampleBlock) -> ExampleBlock:
     return block.take(np.setdiff1d(np.arange(len(block)), done))
 
 
-def replayed_rows(join: Any, block: ExampleBlock) -> np.ndarray:
+def replayed_rows(join: "LabelJoin", block: ExampleBlock) -> np.ndarray:
     """Which records of a features block a resumed run read again that no longer waited
     at their model's checkpoint (``replayed``)."""
     encoded = pc.dictionary_encode(block.keys)
@@ -115,7 +118,7 @@ def replayed_rows(join: Any, block: ExampleBlock) -> np.ndarray:
     return done
 
 
-def served_before(join: Any, key: str, block: ExampleBlock
+def served_before(join: "LabelJoin", key: str, block: ExampleBlock
                   ) -> tuple[ExampleBlock, Optional[ExampleBlock]]:
     """A features block of model ``key`` (``replayed`` and ``screen``ed) -> (its examples
     to learn or serve, those it served before a resume, which wait for their labels again

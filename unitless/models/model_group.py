@@ -16,6 +16,7 @@ from .predictions import prediction_table
 
 if TYPE_CHECKING:
     from ..labels.join import LabelJoin
+    from .keyed_model import KeyedModel
 
 
 class ModelGroup:
@@ -24,7 +25,7 @@ class ModelGroup:
     (``evict``), each with the examples learned and served its newest checkpoint holds."""
     many: Optional[ManyStates]
 
-    def __init__(self, models: Optional[dict[str, Any]] = None,
+    def __init__(self, models: Optional[dict[str, "KeyedModel"]] = None,
                  evicted: Optional[dict[str, tuple[int, int]]] = None,
                  join: Optional["LabelJoin"] = None) -> None:
         self.models = {}  # model key -> KeyedModel, whose learner is a row of ``many``
@@ -55,7 +56,8 @@ class ModelGroup:
                              "group's")
         model.state = self.many.adopt(model.key, state)
 
-    def model(self, key: str, new: Callable[[str, Optional[tuple[int, int]]], Any]) -> Any:
+    def model(self, key: str, new: Callable[[str, Optional[tuple[int, int]]], "KeyedModel"]
+              ) -> "KeyedModel":
         """The model of ``key``: the group's, or ``new(key, evicted)`` if it holds none
         (``evicted``: what ``evict`` recorded of it, or None)."""
         model = self.models.get(key)
@@ -66,7 +68,7 @@ class ModelGroup:
             self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
         return model
 
-    def evict(self, model: Any) -> tuple[str, int, int]:
+    def evict(self, model: "KeyedModel") -> tuple[str, int, int]:
         """The model leaves the group (its newest checkpoint, durable now, holds it). Returns
         its ``learned_range`` as it left: its learner is a row of the group's, cleared here, so
         the model reads as a fresh one afterwards."""
@@ -77,9 +79,10 @@ class ModelGroup:
         self.many.clear_row(model.state.row)
         return left
 
-    def learn(self, block: ExampleBlock, model_of: Callable[[str], Any],
+    def learn(self, block: ExampleBlock, model_of: Callable[[str], "KeyedModel"],
               served: Optional[list] = None, served_scores: Optional[np.ndarray] = None,
-              tracked: bool = True) -> tuple[Optional[pa.Table], list[DeadLetter], int, list[Any]]:
+              tracked: bool = True
+              ) -> tuple[Optional[pa.Table], list[DeadLetter], int, list["KeyedModel"]]:
         """Learn the block's new examples, each by its model key's model (``model_of(key)``),
         in the block's order, all in one call (``ManyStates.learn``): (predictions table,
         dead letters, skipped, the models of the block's keys). With a list ``served``, append
@@ -137,7 +140,7 @@ class ModelGroup:
             model.served += int(served_by[c])
         return table, dead, skipped, models
 
-    def checkpoints(self, models: list[Any], metadata: list[dict[str, Any]]
+    def checkpoints(self, models: list["KeyedModel"], metadata: list[dict[str, Any]]
                     ) -> list[tuple[TableRows, dict[str, Any]]]:
         """[(TableRows, metadata)]: the checkpoints of these models of the group, each with its
         ``metadata`` (``KeyedModel.checkpoint_metadata``) beside its rows of one table made for
@@ -146,7 +149,7 @@ class ModelGroup:
         return self.many.checkpoints([m.state.row for m in models],
                                      [m.state.feature_names for m in models], metadata)
 
-    def idle_since(self, before: int, now: int, held: Collection[str]) -> list[Any]:
+    def idle_since(self, before: int, now: int, held: Collection[str]) -> list["KeyedModel"]:
         """The models last seen at or before ``before`` (µs), but those of the model keys
         ``held`` (examples of theirs still wait), which count as seen ``now``."""
         idle = []
@@ -176,7 +179,7 @@ class ModelGroup:
             if done is not None and done >= first - 1:
                 model.through[block.source] = max(done, last)
 
-    def every_model(self) -> list[Any]:
+    def every_model(self) -> list["KeyedModel"]:
         """Every model the group holds, in model key order."""
         return [self.models[key] for key in sorted(self.models)]
 
