@@ -442,11 +442,14 @@ def ref_mix(X, Y, loss):
         L += ell_j
         preds.append(y_hat), losses.append(loss_value(loss, y, y_hat))
     coin, nags = runs[0][2], [run[2] for run in runs[1:]]
-    state = {("w" if k == "w" else f"coin_{k}"): v for k, v in coin.items()
-             if k not in ("N", "T")}
-    state.update({"coin_N": coin["N"], "coin_T": coin["T"], "gap": gap})
+    for nag in nags:  # (the mixture keeps them once: coin's M is NAG's s, t and N the same)
+        assert np.array_equal(nag["s"], coin["M"])
+        assert (nag["t"], nag["N"]) == (nags[0]["t"], nags[0]["N"])
+    state = {"w": coin["w"], "M": coin["M"], "coin_N": coin["N"], "coin_T": coin["T"],
+             "nag_t": nags[0]["t"], "nag_N": nags[0]["N"], "gap": gap}
+    state.update({f"coin_{k}": coin[k] for k in ("theta", "G", "wealth", "L")})
     for j, nag in enumerate(nags):
-        state.update({f"nag{j + 1}_{k}": v for k, v in nag.items()})
+        state.update({f"nag{j + 1}_w": nag["w"], f"nag{j + 1}_G": nag["G"]})
     state.update({f"loss_{j}": L[j] for j in range(P)})
     return preds, losses, state
 

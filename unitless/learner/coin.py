@@ -46,7 +46,7 @@ NORM_FLOOR = 1e-6
 
 
 @njit(cache=True, inline="always")
-def _bet(money, theta, G, L, M):
+def kt_bet(money: float, theta: float, G: float, L: float, M: float) -> float:
     """w_i = (ε + Wealth_i) θ_i / (L_i M_i (L_i M_i + G_i)); 0 while L_i M_i = 0 (no gradient
     yet)."""
     LM = L * M
@@ -66,7 +66,7 @@ def coin_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarr
     for j in range(idx.shape[0]):  # predict: M_i ← max(M_i, |x_i|); ŷ = Σ w_i x_i / mean
         i, x = idx[j], val[j]
         Mx[i] = max(Mx[i], abs(x))
-        raw += _bet(eps + wealth[i], theta[i], G[i], L[i], Mx[i]) * x
+        raw += kt_bet(eps + wealth[i], theta[i], G[i], L[i], Mx[i]) * x
         norm += (x / Mx[i]) ** 2
     S[k, 0] += weight * norm
     S[k, 1] += weight
@@ -79,7 +79,7 @@ def coin_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarr
         gx = g * val[j]
         if abs(g) > L[i]:
             L[i] = max(abs(g), beta)  # L_i ← max(β, |g|) when |g| exceeds it
-        bet = _bet(eps + wealth[i], theta[i], G[i], L[i], Mx[i])
+        bet = kt_bet(eps + wealth[i], theta[i], G[i], L[i], Mx[i])
         theta[i] -= gx  # θ_i ← θ_i − g x_i
         G[i] += abs(gx)  # G_i ← G_i + |g x_i|
         wealth[i] -= gx * bet  # Wealth_i ← Wealth_i − g x_i w_i

@@ -19,31 +19,32 @@ Nothing in the weights depends on a feature's units, so the mixture keeps its pa
 invariance. The grid of NAG rates is the parts' one fixed choice (measured:
 benchmarks/results/accuracy.md): a user sets nothing. The weights a checkpoint shows as ``w``
 (V[0]) are the coin part's: the mixture's prediction is not linear in any one weight vector.
+
+The parts run together over the example's features (``_parts``), not as their own step
+functions one after another: they keep max |x_i| once (coin's M_i is each NAG part's s_i, NAG's
+t and N are every part's), so a feature's state is 12 numbers, not 15, and its scale is read
+once (the mixture's cost: benchmarks/results/throughput.md). The reference traces of
+tests/unit/test_learner_traces.py hold it to coin's and NAG's own, run apart.
 """
 import math
 
 import numpy as np
 from numba import njit
 
-from .coin import DEFAULTS, coin_step
-from .losses import LOGISTIC, NO_MEMO, loss_and_derivative
-from .normalized import nag_predict, nag_update
+from .coin import DEFAULTS, NORM_FLOOR, kt_bet
+from .losses import LOGISTIC, loss_and_derivative
 
 NAG_RATES = np.array([0.5, 2.0, 8.0])  # η of each NAG part
-COIN_HP = np.array(list(DEFAULTS.values()))  # coin's ε and β at their defaults
-COIN_VECTORS = ("w", "theta", "G", "M", "wealth", "L")
-NAG_VECTORS = ("w", "s", "G")
+COIN_EPSILON, COIN_BETA = DEFAULTS["epsilon"], DEFAULTS["lipschitz"]
 PARTS = 1 + len(NAG_RATES)
-# V: coin's six (its w first: the weights inspected), then each NAG part's three; S: coin's
-# two, each NAG part's two, each part's loss so far, then AdaHedge's Δ
-VECTORS = ("w", *(f"coin_{v}" for v in COIN_VECTORS[1:]),
-           *(f"nag{j + 1}_{v}" for j in range(len(NAG_RATES)) for v in NAG_VECTORS))
-SCALARS = ("coin_N", "coin_T",
-           *(f"nag{j + 1}_{s}" for j in range(len(NAG_RATES)) for s in ("t", "N")),
-           *(f"loss_{j}" for j in range(PARTS)), "gap")
-_NAG_V, _NAG_S = len(COIN_VECTORS), 2  # where the first NAG part's vectors, scalars start
-_LOSSES = _NAG_S + 2 * len(NAG_RATES)
-_GAP = _LOSSES + PARTS
+# V: coin's (its w first: the weights a checkpoint shows), M_i = max |x_i| (coin's M and every
+# NAG part's s: the same numbers), then each NAG part's w and G. S: coin's N and T, NAG's t and
+# N (the same for every part), each part's loss so far, then AdaHedge's Δ.
+VECTORS = ("w", "coin_theta", "coin_G", "M", "coin_wealth", "coin_L",
+           *(f"nag{j + 1}_{v}" for j in range(len(NAG_RATES)) for v in ("w", "G")))
+SCALARS = ("coin_N", "coin_T", "nag_t", "nag_N", *(f"loss_{j}" for j in range(PARTS)), "gap")
+_NAG = 6  # V[_NAG + 2j], V[_NAG + 2j + 1]: NAG part j's w and G
+_LOSSES, _GAP = 4, 4 + PARTS
 
 
 @njit(cache=True, inline="always")
@@ -78,13 +79,73 @@ def _log_weight(L_j, least, eta):
 
 
 @njit(cache=True)
+def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
+    """Each part's predict-then-update on the example, in one pass over its features for the
+    predictions and one for the updates (the parts share M and NAG's t and N): their ŷ_j and
+    weighted losses into ``y_hats``, ``losses`` (coin first). Coin betting as ``coin.coin_step``
+    (VW --coin); NAG as ``normalized.nag_predict``/``nag_update`` (Ross et al. Alg. 2), steps
+    numbered as there."""
+    w, theta, G, Mx, wealth, L = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k], V[5, k]
+    J = NAG_RATES.shape[0]
+    nag_w, nag_G = V[_NAG::2, k], V[_NAG + 1::2, k]  # [part, slot]
+    raw, norm, n_add = 0.0, 0.0, 0.0
+    for a in range(idx.shape[0]):
+        i, x = idx[a], val[a]
+        if abs(x) > Mx[i]:  # NAG 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i|; coin: M_i ← max(M_i, |x_i|)
+            for j in range(J):
+                nag_w[j, i] = nag_w[j, i] * Mx[i] / abs(x)
+            Mx[i] = abs(x)
+        raw += kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], Mx[i]) * x
+        norm += (x / Mx[i]) ** 2
+    for a in range(idx.shape[0]):  # NAG 2. N ← N + Σ x_i²/s_i², once every s_i is rescaled
+        n_add += (val[a] / Mx[idx[a]]) ** 2  # (a feature twice in the example: as NAG has it)
+    for j in range(J):  # NAG 2. ŷ = Σ w_i x_i
+        y_j = 0.0
+        for a in range(idx.shape[0]):
+            y_j += nag_w[j, idx[a]] * val[a]
+        y_hats[1 + j] = y_j
+    S[k, 0] += weight * norm  # coin: N, T, ŷ = Σ w_i x_i / mean
+    S[k, 1] += weight
+    mean = (S[k, 0] + NORM_FLOOR) / S[k, 1] if S[k, 1] > 0.0 else 1.0
+    y_hats[0] = raw / mean
+    S[k, 2] += 1.0  # NAG: t, N
+    S[k, 3] += n_add
+    t, N = S[k, 2], S[k, 3]
+    ell, g_coin = loss_and_derivative(loss, y, y_hats[0], tau)
+    losses[0], g_coin = weight * ell, g_coin * weight
+    for a in range(idx.shape[0]):
+        i, x = idx[a], val[a]
+        gx = g_coin * x  # coin: L_i first, then the bet the wealth is charged for
+        if abs(g_coin) > L[i]:
+            L[i] = max(abs(g_coin), COIN_BETA)
+        bet = kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], Mx[i])
+        theta[i] -= gx
+        G[i] += abs(gx)
+        wealth[i] -= gx * bet
+        w[i] = bet / mean
+    for j in range(J):  # NAG 3. G_i += (g x_i)²; w_i −= η √(t/N) g x_i/(s_i √G_i)
+        ell, g = loss_and_derivative(loss, y, y_hats[1 + j], tau)
+        losses[1 + j], g = weight * ell, g * weight
+        if g == 0.0 or N <= 0.0:  # (N = 0: no feature yet, nothing to update)
+            continue
+        rate = NAG_RATES[j] * math.sqrt(t / N)
+        for a in range(idx.shape[0]):
+            i = idx[a]
+            gx = g * val[a]
+            nag_G[j, i] += gx * gx
+            if nag_G[j, i] > 0.0:  # ((g x_i)² can underflow to 0 when the loss saturates)
+                nag_w[j, i] -= rate * gx / (Mx[i] * math.sqrt(nag_G[j, i]))
+
+
+@njit(cache=True)
 def mix_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarray,
              val: np.ndarray, y: float, weight: float, loss: int, tau: float,
              hp: np.ndarray) -> tuple[float, float]:
-    """Each part's predict-then-update, then the mixture's ŷ from their predictions and the
-    weights before this example; the parts' losses added to their totals. V, S: VECTORS,
-    SCALARS; no hyperparameters. (Sums over the parts as they come, in scalars: no array is
-    made per example.)"""
+    """The parts' predict-then-update (``_parts``), then the mixture's ŷ from their predictions
+    and the weights before this example; the parts' losses added to their totals. V, S:
+    VECTORS, SCALARS; no hyperparameters."""
+    y_hats, losses = np.empty(PARTS), np.empty(PARTS)
+    _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses)
     L = S[k, _LOSSES:_GAP]
     eta, least = _eta(loss, S[k, _GAP]), L.min()
     # logistic: log Σ π̃_j σ(±ŷ_j); others: log Σ π̃_j, Σ π̃_j ŷ_j, Σ π̃_j ℓ_j (π̃ unnormalised),
@@ -93,16 +154,7 @@ def mix_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarra
     mean = hedge = 0.0
     least_loss = np.inf
     for j in range(PARTS):
-        if j == 0:
-            y_j, ell = coin_step(V[0:_NAG_V], M, S[:, 0:_NAG_S], k, idx, val, y, weight, loss,
-                                 tau, COIN_HP)
-        else:
-            a, b = _NAG_V + 3 * (j - 1), _NAG_S + 2 * (j - 1)
-            Vj, Sj, rate = V[a:a + 3], S[:, b:b + 2], NAG_RATES[j - 1:j]
-            y_j = nag_predict(Vj, M, Sj, k, idx, val, rate, NO_MEMO)
-            ell, g = loss_and_derivative(loss, y, y_j, tau)
-            nag_update(Vj, M, Sj, k, idx, val, g, weight, rate, NO_MEMO)
-            ell *= weight
+        y_j, ell = y_hats[j], losses[j]
         lw = _log_weight(L[j], least, eta)
         L[j] += ell
         if loss == LOGISTIC:

@@ -114,7 +114,7 @@ ALGORITHMS = {a.name: a for a in [
               reference="Orabona, Pál 2016 (KT bettor); Vowpal Wabbit --coin (ftrl.cc coin_betting)",
               step=coin.coin_step),
     Algorithm("mix", mixture.VECTORS, {}, scalars=mixture.SCALARS, invariance="diagonal",
-              scale="coin_M", step=mixture.mix_step,
+              scale="M", step=mixture.mix_step,
               reference="coin and NAG at a grid of rates, mixed by their progressive losses "
                         "(the Bayes mixture for logistic loss; AdaHedge, de Rooij et al. 2014)"),
     Algorithm("sgd", ("w",), {"learning_rate": 0.1}, scalars=("t",),
