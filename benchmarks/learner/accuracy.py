@@ -45,6 +45,7 @@ from common.runs import parse_args, progress  # noqa: E402
 from common.vw import vw_run, vw_scores, write_vw  # noqa: E402
 
 from unitless.learner import ALGORITHMS, bias_index, make_batch  # noqa: E402
+from unitless.learner.mixture import NAG_RATES  # noqa: E402
 from unitless.parse.spec import LabelMap, RecordSpec  # noqa: E402
 
 BANK_CATEGORICAL = ("job", "marital", "education", "default", "housing", "loan", "contact",
@@ -77,6 +78,9 @@ HEADLINE = ("scinol2", "coin", "mix")  # our untuned learners held against VW's 
 GRID = sorted(log_grid(-4, 2, 16, sig=3) + [0.5])
 # AdaGrad is not scale-invariant: its best η on raw features can lie far below 0.01
 ADAGRAD_GRID = log_grid(-6, 2, 17, sig=3)  # 1e-6 … 100
+# the NAG rates of mix's parts (unitless.learner.mixture.NAG_RATES) and others tried beside them
+MIX_GRIDS = [tuple(float(r) for r in NAG_RATES), (0.5, 4.0), (1.0, 8.0), (0.5, 2.0, 8.0, 32.0),
+             (0.25, 1.0, 4.0, 16.0)]
 MAX_MATRIX_D = 256  # kotlowski2 keeps K dense d×d matrices
 NAG_TARGET, SCINOL_TARGET = 1.01, 1.02
 COIN_TARGET, BEST_L_TARGET = 1.00, 1.02
@@ -140,11 +144,42 @@ def vw(path, data, eta=None, learner=""):
         args += f" --oaa {k} -r {path}.r"
     r = vw_run(path, args, f"{path}.p")
     s = vw_scores(f"{path}.r" if k > 1 else f"{path}.p", k)
-    targets = np.where(np.arange(1, k + 1) == y[:, None], 1.0, -1.0) if k > 1 else y[:, None]
+    signs = targets(data)
     pred = np.loadtxt(f"{path}.p", ndmin=1)
     error = np.mean(pred != y) if k > 1 else np.mean(np.where(pred >= 0, 1.0, -1.0) != y)
-    return {"args": r["args"], "loss": float(np.mean(np.logaddexp(0.0, -targets * s).sum(axis=1))),
+    return {"args": r["args"], "loss": float(np.mean(np.logaddexp(0.0, -signs * s).sum(axis=1))),
             "error": float(error), "printed_average_loss": r["average_loss"], "seconds": r["seconds"]}
+
+
+def targets(data):
+    """±1 per example and class: the labels each one-against-all learner sees."""
+    k, y = data["k"], data["labels"]
+    return np.where(np.arange(1, k + 1) == y[:, None], 1.0, -1.0) if k > 1 else y[:, None]
+
+
+def mixtures_of_grids(data):
+    """``mix``'s progressive loss had its NAG parts run at each of MIX_GRIDS' rates: the Bayes
+    mixture of coin's and those NAG runs' predictions (its parts learn apart, so this is what
+    ``mix`` with that grid computes; the one built in is checked against its own run)."""
+    scores = {}
+    for rate in sorted({r for grid in MIX_GRIDS for r in grid}):
+        scores[rate] = scores_of(data, "nag", learning_rate=rate)
+    coin, y = scores_of(data, "coin"), targets(data)
+    out = {}
+    for grid in MIX_GRIDS:
+        parts = np.stack([coin] + [scores[r] for r in grid])  # [part, example, class]
+        losses = np.logaddexp(0.0, -y[None] * parts)
+        log_w = -(np.cumsum(losses, axis=1) - losses)  # −L_j before each example
+        log_w -= log_w.max(axis=0, keepdims=True)
+        w = np.exp(log_w) / np.exp(log_w).sum(axis=0, keepdims=True)
+        out[grid] = float(np.mean(-np.log((w * np.exp(-losses)).sum(axis=0)).sum(axis=1)))
+    return out
+
+
+def scores_of(data, algorithm, **hp):
+    run = run_learner(algorithm, data["batch"], data["d"], bias=data["bias"],
+                      n_classes=data["k"], catch=False, **hp)
+    return run.result.scores
 
 
 def run_set(name, limit):
@@ -159,8 +194,9 @@ def run_set(name, limit):
     for eta in ADAGRAD_GRID:
         r["adagrad_grid"][eta] = ours(data, "adagrad", learning_rate=eta)
     r["adagrad_best_eta"] = best({e: x["loss"] for e, x in r["adagrad_grid"].items()})[0]
-    for eta in GRID:  # (NAG on VW's grid: where the two part, mix's NAG parts part too)
+    for eta in GRID:  # (NAG on VW's grid: where NAG falls behind VW, so do mix's NAG parts)
         r["nag_grid"][eta] = ours(data, "nag", learning_rate=eta)
+    r["mix_grids"] = mixtures_of_grids(data)
     path = vw_file(name, data)
     r["vw_default"] = vw(path, data)
     r["vw_grid"] = {eta: vw(path, data, eta) for eta in GRID}
@@ -249,6 +285,24 @@ def grid_md(results):
                  + [f"at {feta(e)}: VW / NAG" for e in high], rows)
 
 
+def coin_printed(results):
+    """``mix`` against the loss VW prints for --coin, on the binary sets (for --oaa VW prints
+    its error)."""
+    return "; ".join(
+        f"{name}: mix ÷ it {fnum(r['learners']['mix']['loss'] / r['vw_coin']['printed_average_loss'])}"
+        for name, r in results.items() if r["classes"] == 1)
+
+
+def mix_grids_md(results):
+    rows = []
+    for name, r in results.items():
+        best_l = r["vw_grid"][r["vw_best_l"]]["loss"]
+        rows.append([name, fnum(r["learners"]["mix"]["loss"] / best_l)]
+                    + [fnum(r["mix_grids"][g] / best_l) for g in MIX_GRIDS])
+    return table(["data", "mix"] + ["{" + ", ".join(f"{x:g}" for x in g) + "}" for g in MIX_GRIDS],
+                 rows)
+
+
 def label_flags(spec):
     """How ``unitless train`` is told a set's labels (as its RecordSpec says)."""
     if spec.labels.positive is not None:
@@ -326,12 +380,23 @@ def method_md(results):
 Target (issue #62): one unitless learner, untuned, ≤ VW `--coin` × {COIN_TARGET:.2f} and
 ≤ VW best -l × {BEST_L_TARGET} on every set.
 
+"VW --coin" is the loss of VW's own predictions (`-p`, made before each update from the
+weights stored at each feature's last update); the loss VW prints for `--coin` is that of the ŷ
+its gradient is taken at, which is our `coin`'s ({coin_printed(results)}).
+
 NAG and VW's default update over the same rates (progressive loss; VW's default is NAG with
 its importance-invariant update, `--invariant`, which keeps a large step from overshooting
 the label): where VW's best rate is large, NAG's loss has climbed already, and `mix`, whose NAG
-parts run at 0.5, 2 and 8, cannot follow VW there.
+parts run at {", ".join(f"{r:g}" for r in NAG_RATES)}, cannot follow VW there; where the best
+rates agree, NAG can still be behind VW's update at that rate (phishing).
 
 {grid_md(results)}
+
+`mix`'s NAG rates, chosen on these same sets: its progressive loss with other rates (the
+Bayes mixture of coin's and NAG's runs at them, which is what `mix` computes: the first
+column is `mix`'s own run, the second the same rates mixed here), each ÷ VW's best -l:
+
+{mix_grids_md(results)}
 
 ## Goals
 
@@ -360,7 +425,9 @@ def main():
         k: {"file": origin(k) if v[0] == WHEEL else v[0], "format": v[1], "classes": v[3]}
         for k, v in DATASETS.items()}},
            "results": {k: {**{x: y for x, y in r.items()
-                               if x not in ("adagrad_grid", "vw_grid", "nag_grid")},
+                               if x not in ("adagrad_grid", "vw_grid", "nag_grid", "mix_grids")},
+                           "mix_grids": {",".join(f"{x:g}" for x in g): v
+                                         for g, v in r["mix_grids"].items()},
                            "adagrad_grid": {feta(e): v for e, v in r["adagrad_grid"].items()},
                            "nag_grid": {feta(e): v for e, v in r["nag_grid"].items()},
                            "vw_grid": {feta(e): v for e, v in r["vw_grid"].items()}}

@@ -1,8 +1,10 @@
 """Sparse text data end to end: `unitless train` on VW text and on libsvm against Vowpal Wabbit
 (VW) on the same examples, and the compiled reader's parse rate alone.
 
-Data: N examples of 40 features each, names drawn Zipf-like (exponent 1.1) from 2^18, each name
-with its own scale 10^u, u uniform in [-3, 3] (six orders of magnitude), values written with 6
+Data: N examples of 40 features each, names drawn Zipf-like (exponent 1.1) from 2^18 (a few hot
+names, most rare), or with ``--names uniform`` uniformly from 2^18 (every example touches cold
+features: VW's flat weight table costs it one memory access per feature there), each name with
+its own scale 10^u, u uniform in [-3, 3] (six orders of magnitude), values written with 6
 significant digits; labels ±1 from a logistic model in the unscaled features. Written once as VW
 text (``label | f17:0.25 ...``, hashed into 2^24 by both tools) and once as libsvm (``label
 18:0.25 ...``). VW reads only its own text format, so VW's time on the VW file is the reference
@@ -17,8 +19,10 @@ Each command runs as a process of its own, alternated A/B/C per repetition:
 Every example must be predicted once, with no dead letters.
 
     .venv/bin/python benchmarks/system/sparse.py [--quick] [--examples N] [--repeats R]
+        [--names zipf|uniform]
 
-Writes benchmarks/results/sparse{.md,.json} (``--quick``: results/tmp/sparse_quick.*).
+Writes benchmarks/results/sparse{.md,.json}, with ``--names uniform`` sparse_uniform{.md,.json}
+(``--quick``: results/tmp/…_quick.*).
 """
 import os
 import shutil
@@ -38,9 +42,15 @@ from common.vw import vw_average_loss, vw_command, vw_examples  # noqa: E402
 from pipeline import append_lines  # noqa: E402
 
 NAMES, FEATURES, BITS = 1 << 18, 40, 24
+DRAWS = {  # how an example's names are drawn from 0..NAMES-1, m at a time
+    "zipf": lambda rng, m: (rng.zipf(1.1, m) - 1) % NAMES,
+    "uniform": lambda rng, m: rng.integers(0, NAMES, m),
+}
+ABOUT = {"zipf": "Zipf-like over 2^18: a few hot names, most rare",
+         "uniform": "drawn uniformly over 2^18: every example touches cold features"}
 
 
-def write_data(directory, n, seed=5, chunk=100_000):
+def write_data(directory, n, draw=DRAWS["zipf"], seed=5, chunk=100_000):
     """The VW text and libsvm files of n examples; (paths, features written)."""
     rng = np.random.default_rng(seed)
     scale = 10.0 ** rng.uniform(-3, 3, NAMES)
@@ -50,7 +60,7 @@ def write_data(directory, n, seed=5, chunk=100_000):
         p.write_text("")
     for a in range(0, n, chunk):
         m = min(chunk, n - a)
-        names = (rng.zipf(1.1, m * FEATURES) - 1) % NAMES
+        names = draw(rng, m * FEATURES)
         x = rng.normal(0, 1, m * FEATURES)
         margin = (x * weight[names]).reshape(m, FEATURES).sum(axis=1) / np.sqrt(FEATURES)
         y = np.where(rng.random(m) < 1 / (1 + np.exp(-margin)), 1, -1)
@@ -135,7 +145,10 @@ def _range(rs):
 
 
 def main():
-    args = parse_args(__doc__, examples=(int, None), repeats=(int, None))
+    args = parse_args(__doc__, examples=(int, None), repeats=(int, None), names=(
+        str, "zipf", "how names are drawn: " + ", ".join(DRAWS)))
+    if args.names not in DRAWS:
+        raise SystemExit(f"--names {args.names}: choose one of {', '.join(DRAWS)}")
     n = args.examples or (20_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
     h = header()
@@ -147,7 +160,7 @@ def main():
         runs["ours_vw_prism_streaming"] = []
         on_prism = ("--runner", "PrismRunner", "--prism_location", prism, "--streaming")
     with scratch(None, "sparse_") as work:
-        paths = write_data(work, n)
+        paths = write_data(work, n, DRAWS[args.names])
         one_line = work / "one.vw"
         with open(paths["vw"], "rb") as f:
             one_line.write_bytes(f.readline())
@@ -178,7 +191,7 @@ def main():
                      f"{min(ratios):.2f}–{max(ratios):.2f}", fnum(rs[0]["progressive_loss"], 4)])
     commands = "\n".join(f"* {k}: `{relative_command(v[0]['command'])}`" for k, v in runs.items())
     body = f"""
-{n:,} examples of {FEATURES} features (names Zipf-like over 2^18, per-name scales 10^-3…10^3,
+{n:,} examples of {FEATURES} features (names {ABOUT[args.names]}; per-name scales 10^-3…10^3,
 6 significant digits), hashed into 2^{BITS}: VW text {sizes['vw'] / 2**20:,.0f} MiB, libsvm
 {sizes['libsvm'] / 2**20:,.0f} MiB. {repeats} repetitions, VW and ours alternated; each ratio
 is a run's wall time over VW's in the same repetition.
@@ -196,12 +209,14 @@ before is handed on; warm, best of three passes over the first 64 MiB): VW text
 Commands:
 {commands}
 """
-    out = {"examples": n, "repeats": repeats, "bytes": sizes,
+    out = {"examples": n, "repeats": repeats, "names": args.names, "bytes": sizes,
            "parse_features_per_s": {k: v[0] for k, v in rates.items()},
            "runs": {k: [{x: y for x, y in r.items() if x not in ("stdout", "stderr")}
                         for r in v] for k, v in runs.items()}}
-    write_results(result_name("sparse", args.quick),
-                  "Sparse text end to end: unitless train against Vowpal Wabbit", h, body, out)
+    base, title = "sparse", "Sparse text end to end: unitless train against Vowpal Wabbit"
+    if args.names != "zipf":
+        base, title = f"sparse_{args.names}", f"{title}, names drawn {args.names}ly"
+    write_results(result_name(base, args.quick), title, h, body, out)
 
 
 if __name__ == "__main__":

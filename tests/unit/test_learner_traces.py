@@ -542,6 +542,41 @@ def test_library_matches_the_reference_trace(algorithm, loss):
     assert np.any(np.abs(preds[1:]) > 0)
 
 
+def test_mix_parts_learn_as_coin_and_nag_learn_apart():
+    """The mixture runs its parts together over an example's features: on sparse examples with
+    a feature twice in one example (a hash collision), values growing past a feature's scale,
+    and importance weights 0 and 5, each part's state is the one coin or NAG reaches alone."""
+    from unitless.learner import make_batch
+    rng = np.random.default_rng(3)
+    n, d = 60, 6
+    rows = [rng.choice(d, size=rng.integers(1, 5)) for _ in range(n)]  # (repeats allowed)
+    rows[7] = np.array([2, 2, 4])
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    values = rng.standard_normal(indptr[-1]) * 10.0 ** rng.uniform(-3, 3, indptr[-1])
+    labels = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    weights = rng.choice([0.0, 1.0, 5.0], size=n)
+    batch = make_batch(indptr, np.concatenate(rows), values, labels, weights)
+    for loss in ("logistic", "squared"):
+        mixed = new_state("mix", d, loss)
+        learn(mixed, batch)
+        mix = library_state(mixed)
+        coin = new_state("coin", d, loss)
+        learn(coin, batch)
+        alone = library_state(coin)
+        for name in ("theta", "G", "wealth", "L", "N", "T"):
+            assert_close(mix[f"coin_{name}"], alone[name], f"{loss}: coin's {name}")
+        assert_close(mix["w"], alone["w"], f"{loss}: coin's w")
+        assert_close(mix["M"], alone["M"], f"{loss}: max |x|")
+        for j, rate in enumerate(MIX_RATES):
+            nag = new_state("nag", d, loss, learning_rate=rate)
+            learn(nag, batch)
+            alone = library_state(nag)
+            for name in ("w", "G"):
+                assert_close(mix[f"nag{j + 1}_{name}"], alone[name], f"{loss}: NAG {rate}'s {name}")
+            assert_close(mix["M"], alone["s"], f"{loss}: NAG {rate}'s s")
+            assert_close([mix["nag_t"], mix["nag_N"]], [alone["t"], alone["N"]], f"{loss}: t, N")
+
+
 def test_the_traces_exercise_the_edge_cases():
     """Guard the stream: the cases below are reached somewhere in the traces above."""
     # hinge examples with zero gradient (margin ≥ 1) happen for NAG

@@ -7,17 +7,19 @@ step sizes ``NAG_RATES``. The mixture predicts from their predictions ŷ_j, weig
 π_j ∝ exp(−η L_j), L_j its weighted loss over the examples before this one (a uniform prior):
 
 * logistic loss: η = 1 and the parts' probabilities mixed, p = Σ_j π_j σ(ŷ_j), ŷ = log p/(1−p).
-  The log loss is 1-mixable, so this is the Bayes mixture: its total loss is at most the best
-  part's plus ln P (P parts), whatever the examples (Vovk 1990; Cesa-Bianchi & Lugosi 2006,
-  Sec. 3.3), and often below every part's;
+  The log loss is 1-mixable, so this is the Bayes mixture: with importance weights at most 1
+  its total loss is at most the best part's plus ln P (P parts), whatever the examples (Vovk
+  1990; Cesa-Bianchi & Lugosi 2006, Sec. 3.3), and often below every part's (a weight w > 1
+  makes the loss w ℓ only 1/w-mixable: the bound loosens, the rule stays);
 * any other loss: ŷ = Σ_j π_j ŷ_j with AdaHedge's η = ln P / Δ (de Rooij, van Erven, Grünwald,
   Koolen 2014, "Follow the leader if you can, hedge if you must"), Δ the mixability gaps summed
   so far (η = ∞, following the leaders, while Δ = 0): no rate to set, and unchanged by the
-  loss's units.
+  loss's units. A part whose loss so far is infinite has no weight, and an example's gap counts
+  only the parts whose loss on it is finite: one part blown up leaves the others to predict.
 
 Nothing in the weights depends on a feature's units, so the mixture keeps its parts'
-invariance. The grid of NAG rates is the parts' one fixed choice (measured:
-benchmarks/results/accuracy.md): a user sets nothing. The weights a checkpoint shows as ``w``
+invariance. The grid of NAG rates is the parts' one fixed choice (chosen on the sets of
+benchmarks/results/accuracy.md, which shows the grids tried): a user sets nothing. The weights a checkpoint shows as ``w``
 (V[0]) are the coin part's: the mixture's prediction is not linear in any one weight vector.
 
 The parts run together over the example's features (``_parts``), not as their own step
@@ -44,7 +46,8 @@ VECTORS = ("w", "coin_theta", "coin_G", "M", "coin_wealth", "coin_L",
            *(f"nag{j + 1}_{v}" for j in range(len(NAG_RATES)) for v in ("w", "G")))
 SCALARS = ("coin_N", "coin_T", "nag_t", "nag_N", *(f"loss_{j}" for j in range(PARTS)), "gap")
 _NAG = 6  # V[_NAG + 2j], V[_NAG + 2j + 1]: NAG part j's w and G
-_LOSSES, _GAP = 4, 4 + PARTS
+_COIN_N, _COIN_T, _NAG_T, _NAG_N, _LOSSES = 0, 1, 2, 3, 4  # S's columns
+_GAP = _LOSSES + PARTS
 
 
 @njit(cache=True, inline="always")
@@ -62,10 +65,8 @@ def _add_log(a, b):
 
 
 @njit(cache=True, inline="always")
-def _eta(loss, gap):
-    """1 for logistic loss (the Bayes mixture); AdaHedge's ln P / Δ for any other."""
-    if loss == LOGISTIC:
-        return 1.0
+def _adahedge_eta(gap):
+    """AdaHedge's η = ln P / Δ; ∞ while Δ = 0."""
     return math.log(PARTS) / gap if gap > 0.0 else np.inf
 
 
@@ -73,7 +74,7 @@ def _eta(loss, gap):
 def _log_weight(L_j, least, eta):
     """log π_j, not normalised: −η (L_j − min L); η = ∞: 0 for the parts of least L, −∞ for
     the others."""
-    if math.isinf(eta):
+    if math.isinf(eta):  # (while Δ = 0 every part has had the same losses: −∞ only by rounding)
         return 0.0 if L_j == least else -np.inf
     return -eta * (L_j - least)
 
@@ -85,32 +86,32 @@ def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
     weighted losses into ``y_hats``, ``losses`` (coin first). Coin betting as ``coin.coin_step``
     (VW --coin); NAG as ``normalized.nag_predict``/``nag_update`` (Ross et al. Alg. 2), steps
     numbered as there."""
-    w, theta, G, Mx, wealth, L = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k], V[5, k]
+    w, theta, G, max_abs, wealth, L = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k], V[5, k]
     J = NAG_RATES.shape[0]
     nag_w, nag_G = V[_NAG::2, k], V[_NAG + 1::2, k]  # [part, slot]
     raw, norm, n_add = 0.0, 0.0, 0.0
     for a in range(idx.shape[0]):
         i, x = idx[a], val[a]
-        if abs(x) > Mx[i]:  # NAG 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i|; coin: M_i ← max(M_i, |x_i|)
+        if abs(x) > max_abs[i]:  # NAG 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i|; coin: M_i ← max(M_i, |x_i|)
             for j in range(J):
-                nag_w[j, i] = nag_w[j, i] * Mx[i] / abs(x)
-            Mx[i] = abs(x)
-        raw += kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], Mx[i]) * x
-        norm += (x / Mx[i]) ** 2
+                nag_w[j, i] = nag_w[j, i] * max_abs[i] / abs(x)
+            max_abs[i] = abs(x)
+        raw += kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], max_abs[i]) * x
+        norm += (x / max_abs[i]) ** 2
     for a in range(idx.shape[0]):  # NAG 2. N ← N + Σ x_i²/s_i², once every s_i is rescaled
-        n_add += (val[a] / Mx[idx[a]]) ** 2  # (a feature twice in the example: as NAG has it)
+        n_add += (val[a] / max_abs[idx[a]]) ** 2  # (a feature twice in the example: as NAG has it)
     for j in range(J):  # NAG 2. ŷ = Σ w_i x_i
         y_j = 0.0
         for a in range(idx.shape[0]):
             y_j += nag_w[j, idx[a]] * val[a]
         y_hats[1 + j] = y_j
-    S[k, 0] += weight * norm  # coin: N, T, ŷ = Σ w_i x_i / mean
-    S[k, 1] += weight
-    mean = (S[k, 0] + NORM_FLOOR) / S[k, 1] if S[k, 1] > 0.0 else 1.0
+    S[k, _COIN_N] += weight * norm  # coin: N, T, ŷ = Σ w_i x_i / mean
+    S[k, _COIN_T] += weight
+    mean = (S[k, _COIN_N] + NORM_FLOOR) / S[k, _COIN_T] if S[k, _COIN_T] > 0.0 else 1.0
     y_hats[0] = raw / mean
-    S[k, 2] += 1.0  # NAG: t, N
-    S[k, 3] += n_add
-    t, N = S[k, 2], S[k, 3]
+    S[k, _NAG_T] += 1.0  # NAG: t, N
+    S[k, _NAG_N] += n_add
+    t, N = S[k, _NAG_T], S[k, _NAG_N]
     ell, g_coin = loss_and_derivative(loss, y, y_hats[0], tau)
     losses[0], g_coin = weight * ell, g_coin * weight
     for a in range(idx.shape[0]):
@@ -118,7 +119,7 @@ def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
         gx = g_coin * x  # coin: L_i first, then the bet the wealth is charged for
         if abs(g_coin) > L[i]:
             L[i] = max(abs(g_coin), COIN_BETA)
-        bet = kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], Mx[i])
+        bet = kt_bet(COIN_EPSILON + wealth[i], theta[i], G[i], L[i], max_abs[i])
         theta[i] -= gx
         G[i] += abs(gx)
         wealth[i] -= gx * bet
@@ -134,7 +135,46 @@ def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
             gx = g * val[a]
             nag_G[j, i] += gx * gx
             if nag_G[j, i] > 0.0:  # ((g x_i)² can underflow to 0 when the loss saturates)
-                nag_w[j, i] -= rate * gx / (Mx[i] * math.sqrt(nag_G[j, i]))
+                nag_w[j, i] -= rate * gx / (max_abs[i] * math.sqrt(nag_G[j, i]))
+
+
+@njit(cache=True, inline="always")
+def _hedge_weight(L_j, least, eta):
+    """π̃_j, unnormalised: every part alike once every part's loss so far is infinite."""
+    return 1.0 if math.isinf(least) else math.exp(_log_weight(L_j, least, eta))
+
+
+@njit(cache=True)
+def _hedge(S, k, L, y_hats, losses):
+    """Any loss but logistic: ŷ = Σ π_j ŷ_j with AdaHedge's weights, and Δ grown by this
+    example's mixability gap h − m, over the parts of weight > 0 whose loss on it is finite:
+    h their weighted mean loss, m = ℓ_min − (1/η) log Σ π_j e^{−η (ℓ_j − ℓ_min)} the mix loss
+    (η = ∞: ℓ_min), taken from the least loss so that it cannot overflow; a gap that is not
+    finite is not added."""
+    eta, least = _adahedge_eta(S[k, _GAP]), L.min()
+    total = mean = 0.0
+    for j in range(PARTS):
+        pi = _hedge_weight(L[j], least, eta)
+        total, mean = total + pi, mean + pi * y_hats[j]
+    weights = h = 0.0
+    ell_min = np.inf
+    for j in range(PARTS):
+        pi = _hedge_weight(L[j], least, eta)
+        if pi > 0.0 and math.isfinite(losses[j]):
+            weights, h, ell_min = weights + pi, h + pi * losses[j], min(ell_min, losses[j])
+    if weights > 0.0:
+        m = ell_min
+        if not math.isinf(eta):
+            mixed = 0.0
+            for j in range(PARTS):
+                pi = _hedge_weight(L[j], least, eta)
+                if pi > 0.0 and math.isfinite(losses[j]):
+                    mixed += pi * math.exp(-eta * (losses[j] - ell_min))
+            m -= math.log(mixed / weights) / eta
+        gap = h / weights - m
+        if gap > 0.0 and math.isfinite(gap):  # (≥ 0 in exact arithmetic)
+            S[k, _GAP] += gap
+    return mean / total
 
 
 @njit(cache=True)
@@ -147,32 +187,15 @@ def mix_step(V: np.ndarray, M: np.ndarray, S: np.ndarray, k: int, idx: np.ndarra
     y_hats, losses = np.empty(PARTS), np.empty(PARTS)
     _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses)
     L = S[k, _LOSSES:_GAP]
-    eta, least = _eta(loss, S[k, _GAP]), L.min()
-    # logistic: log Σ π̃_j σ(±ŷ_j); others: log Σ π̃_j, Σ π̃_j ŷ_j, Σ π̃_j ℓ_j (π̃ unnormalised),
-    # and log Σ π̃_j e^{−η ℓ_j} or (η = ∞) the least ℓ_j of the leaders, for AdaHedge's gap
-    up = down = total = mixed_loss = -np.inf
-    mean = hedge = 0.0
-    least_loss = np.inf
-    for j in range(PARTS):
-        y_j, ell = y_hats[j], losses[j]
-        lw = _log_weight(L[j], least, eta)
-        L[j] += ell
-        if loss == LOGISTIC:
-            up, down = _add_log(up, lw + _log_sigmoid(y_j)), _add_log(down, lw + _log_sigmoid(-y_j))
-        elif lw > -np.inf:
-            pi = math.exp(lw)
-            total, mean, hedge = _add_log(total, lw), mean + pi * y_j, hedge + pi * ell
-            if math.isinf(eta):
-                least_loss = min(least_loss, ell)
-            else:
-                mixed_loss = _add_log(mixed_loss, lw - eta * ell)
-    if loss == LOGISTIC:
+    if loss == LOGISTIC:  # log Σ π̃_j σ(±ŷ_j), π̃ unnormalised
+        least, up, down = L.min(), -np.inf, -np.inf
+        for j in range(PARTS):
+            lw = _log_weight(L[j], least, 1.0)  # (η = 1: the Bayes mixture)
+            up = _add_log(up, lw + _log_sigmoid(y_hats[j]))
+            down = _add_log(down, lw + _log_sigmoid(-y_hats[j]))
         y_hat = up - down
     else:
-        norm = math.exp(total)
-        y_hat = mean / norm
-        # AdaHedge's mixability gap: the weighted mean loss less the mix loss (≥ 0 exactly)
-        mix_loss = least_loss if math.isinf(eta) else -(mixed_loss - total) / eta
-        S[k, _GAP] += max(hedge / norm - mix_loss, 0.0)
+        y_hat = _hedge(S, k, L, y_hats, losses)
+    L += losses
     ell, _ = loss_and_derivative(loss, y, y_hat, tau)
     return y_hat, weight * ell
