@@ -19,8 +19,9 @@ step sizes ``NAG_RATES``. The mixture predicts from their predictions ŷ_j, weig
 
 Nothing in the weights depends on a feature's units, so the mixture keeps its parts'
 invariance. The grid of NAG rates is the parts' one fixed choice (chosen on the sets of
-benchmarks/results/accuracy.md, which shows the grids tried): a user sets nothing. The weights a checkpoint shows as ``w``
-(V[0]) are the coin part's: the mixture's prediction is not linear in any one weight vector.
+benchmarks/results/accuracy.md, which shows the grids tried): a user sets nothing. The
+weights a checkpoint shows as ``w`` (V[0]) are the coin part's: the mixture's prediction is
+not linear in any one weight vector.
 
 The parts run together over the example's features (``_parts``), not as their own step
 functions one after another: they keep max |x_i| once (coin's M_i is each NAG part's s_i, NAG's
@@ -81,9 +82,9 @@ def _log_weight(L_j, least, eta):
 
 @njit(cache=True)
 def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
-    """Each part's predict-then-update on the example, in one pass over its features for the
-    predictions and one for the updates (the parts share M and NAG's t and N): their ŷ_j and
-    weighted losses into ``y_hats``, ``losses`` (coin first). Coin betting as ``coin.coin_step``
+    """Each part's predict-then-update on the example, the parts together over its features
+    (sharing M and NAG's t and N): their ŷ_j and weighted losses into ``y_hats``, ``losses``
+    (coin first). Coin betting as ``coin.coin_step``
     (VW --coin); NAG as ``normalized.nag_predict``/``nag_update`` (Ross et al. Alg. 2), steps
     numbered as there."""
     w, theta, G, max_abs, wealth, L = V[0, k], V[1, k], V[2, k], V[3, k], V[4, k], V[5, k]
@@ -92,7 +93,8 @@ def _parts(V, S, k, idx, val, y, weight, loss, tau, y_hats, losses):
     raw, norm, n_add = 0.0, 0.0, 0.0
     for a in range(idx.shape[0]):
         i, x = idx[a], val[a]
-        if abs(x) > max_abs[i]:  # NAG 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i|; coin: M_i ← max(M_i, |x_i|)
+        # NAG 1. w_i ← w_i s_i/|x_i|, s_i ← |x_i| where |x_i| > s_i; coin: M_i ← max(M_i, |x_i|)
+        if abs(x) > max_abs[i]:
             for j in range(J):
                 nag_w[j, i] = nag_w[j, i] * max_abs[i] / abs(x)
             max_abs[i] = abs(x)
