@@ -4,9 +4,9 @@
 (b) 1M sparse examples with 40 non-zeros drawn from 2^18 indices (pre-hashed, values on scales
 2⁻¹⁰ … 2¹⁰) + bias. Logistic loss, labels −1/+1.
 
-Ours: NAG, ScInOL2, coin and mix, ``learn(state, batch)`` on consecutive batches of 65,536 examples, fresh
-state, numba compilation excluded by a warm-up call; examples/s = examples / wall time of the
-``learn()`` calls (validation included). The compiled kernel alone (``run_batch``, no
+Ours: NAG, ScInOL2, coin and mix, ``learn(state, batch)`` on consecutive batches of 65,536
+examples, fresh state, numba compilation excluded by a warm-up call; examples/s = examples /
+wall time of the ``learn()`` calls (validation included). The compiled kernel alone (``run_batch``, no
 validation) and our input paths (``dense_batch``, ``make_batch``, the VW-text and CSV parsers of
 ``unitless.parse``) are timed too.
 

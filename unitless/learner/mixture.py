@@ -154,14 +154,11 @@ def _hedge(S, k, L, y_hats, losses):
     (η = ∞: ℓ_min), taken from the least loss so that it cannot overflow; a gap that is not
     finite is not added."""
     eta, least = _adahedge_eta(S[k, _GAP]), L.min()
-    total = mean = 0.0
-    for j in range(PARTS):
-        pi = _hedge_weight(L[j], least, eta)
-        total, mean = total + pi, mean + pi * y_hats[j]
-    weights = h = 0.0
+    total = mean = weights = h = 0.0
     ell_min = np.inf
     for j in range(PARTS):
         pi = _hedge_weight(L[j], least, eta)
+        total, mean = total + pi, mean + pi * y_hats[j]
         if pi > 0.0 and math.isfinite(losses[j]):
             weights, h, ell_min = weights + pi, h + pi * losses[j], min(ell_min, losses[j])
     if weights > 0.0:
