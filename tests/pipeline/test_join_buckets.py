@@ -1,0 +1,89 @@
+"""The join keyed by example id as a Beam step (``pipelines/join_buckets.py``) on the FnApiRunner
+and Prism: a stream's served examples and labels, stamped by their reading order, spread over
+buckets with their clocks, give each label and example the outcome ``by_id.judge`` gives it
+over the whole input, each once, the joined examples with the scores they were served with."""
+import math
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+
+from unitless.labels import by_id
+from unitless.labels.reasons import SECOND_FEATURES
+from unitless.pipelines.join_buckets import DEAD, EXPIRED, JOINED, JoinById
+
+from tests.helpers.runners import pipeline
+from tests.unit.test_label_buckets import expected, stream
+
+WAIT = 10.0
+
+
+def joined_rows(answer):
+    block, scores, came = answer
+    return [("joined", block.source, int(p), s.tolist()) for p, s in zip(block.positions, scores)
+            ] if not block.source.startswith("f/") else [("own", block.source, int(p), None)
+                                                         for p in block.positions]
+
+
+def expired_rows(answer):
+    block, _, at = answer
+    return [("expired", block.source, int(p), float(t)) for p, t in zip(block.positions, at)]
+
+
+def dead_rows(dead):
+    return [("dead", d.source, d.position, d.reason) for d in dead]
+
+
+def ended(row, timestamp=beam.DoFn.TimestampParam):
+    """(whether the answer came at the end of the input, not as the clocks moved, row)"""
+    # (the end's timer's outputs are stamped at its time, in whole milliseconds)
+    yield timestamp >= GlobalWindow().max_timestamp() - 1, row
+
+
+@pytest.mark.parametrize("runner,streaming", [("fnapi", False), ("prism", False),
+                                              ("prism", True)])
+def test_join_by_id_answers_each_record_once_as_its_own_records_decide(runner, streaming):
+    blocks = stream(6, n=500, wait=WAIT, lag=15.0)
+    labels, examples, seconds = expected(blocks, WAIT)
+    features_of = {place: example for place, (o, example) in labels.items() if o == by_id.JOIN}
+    want = sorted(
+        [("joined", *place, [example[1], int(example[0][2:])])
+         for place, example in features_of.items()]
+        + [("dead", *place, reason) for place, (reason, _) in labels.items()
+           if reason != by_id.JOIN]
+        + [("expired", *place, t) for place, t in examples.items() if t != "joined"]
+        + [("dead", *place, SECOND_FEATURES) for place in seconds], key=str)
+    # (the examples that carried their own label, answered joined as they are)
+    own = sum(t == "joined" for t in examples.values()) - len(features_of)
+    with pipeline(runner, streaming) as p:
+        if streaming:  # (the watermark moved past each block as it is read)
+            test_stream = TestStream()
+            for n, (kind, block) in enumerate(blocks):
+                test_stream.add_elements([TimestampedValue((n, kind, block), n)])
+                test_stream.advance_watermark_to(n + 0.5)
+            stamped = p | test_stream.advance_watermark_to_infinity()
+        else:
+            created = p | beam.Create([(n, kind, block) for n, (kind, block) in enumerate(blocks)])
+            stamped = created | beam.Map(lambda e: TimestampedValue(e, e[0]))
+        inputs = {kind: stamped | f"Only {kind}" >> beam.Filter(lambda e, k=kind: e[1] == k)
+                  | f"Block {kind}" >> beam.Map(lambda e: e[2]) for kind in ("features", "labels")}
+        out = inputs | JoinById(WAIT, buckets=5, sources={"features": ["f/0", "f/1"],
+                                                          "labels": ["l/0"]})
+        rows = ((out[JOINED] | "Joined" >> beam.FlatMap(joined_rows),
+                 out[EXPIRED] | "Expired" >> beam.FlatMap(expired_rows),
+                 out[DEAD] | "Dead" >> beam.FlatMap(dead_rows)) | beam.Flatten()
+                | beam.ParDo(ended))
+
+        def as_judged(actual):
+            assert sum(r[0] == "own" for _, r in actual) == own
+            got = sorted((r for _, r in actual if r[0] != "own"), key=str)
+            assert len(got) == len(set(map(str, got)))  # (each answered once)
+            assert got == want
+            if streaming:  # (most examples expired as the clocks moved, not at the end)
+                expired = [at_end for at_end, r in actual if r[0] == "expired"]
+                assert sum(expired) < len(expired) / 4, (sum(expired), len(expired))
+
+        assert_that(rows, as_judged)
+    assert any(r[0] == "expired" for r in want) and math.isfinite(WAIT)

@@ -1,0 +1,239 @@
+"""A join keyed by example id (``labels/buckets.py``): spread over any number of buckets, fed a
+stream's blocks in any interleaving of its two inputs with safe record-time clocks, its answers
+are the outcomes ``by_id.judge`` gives each label and example of the whole input, the
+examples joined carry their features and served scores at their labels' places, each record
+is answered once, and a bucket rebuilt from its persisted log goes on as it would have."""
+import math
+
+import numpy as np
+import pytest
+
+from unitless.labels import by_id
+from unitless.labels.buckets import Bucket
+from unitless.labels.reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
+from unitless.parse.jsonl import parse_records
+from unitless.pipelines.config import configure
+from unitless.pipelines.join_buckets import bucket_numbers
+
+SPEC = configure(None, model_dir="unused", predictions=None, dead_letter=None, id_column="id",
+                 model_key_column="key", labels=["kafka://localhost:9092/labels"]).spec
+KEYS = ["k0", "k1", "k2"]
+REASON = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
+
+
+def stream(seed, n=1200, wait=10.0, timed=True, lag=0.0):
+    """[(kind, block)]: ``n`` examples a tenth of a second apart over KEYS from two features
+    sources read at their own paces, served (scores: their position) or carrying their own
+    label; their labels from one source in time order, most 0.5-3 s after the example, some
+    before it, after the wait, twice, for unknown ids, or never; a few features records twice.
+    Blocks of each input in their order, the two inputs interleaved at random, the labels
+    read ``lag`` seconds (of record time) behind the features."""
+    rng = np.random.default_rng(seed)
+    features, labels = [], []
+    for e in range(n):
+        key, t = KEYS[rng.integers(len(KEYS))], e / 10
+        values = {"id": f"e{e}", "key": key, "x": float(rng.normal()) * 10.0 ** rng.integers(-3, 4)}
+        if rng.random() < 0.03:
+            values["label"] = int(rng.integers(2))
+        features.append((t, values))
+        if rng.random() < 0.02:
+            features.append((t + rng.uniform(0, 1), dict(values, x=1.0)))
+        kind = rng.random()
+        if kind < 0.05:
+            continue
+        delay = (rng.uniform(0.5, 3) if kind > 0.2 else rng.uniform(-2 * wait, 0)
+                 if kind > 0.12 else rng.uniform(wait, 2 * wait))
+        label = {"id": f"e{e}" if rng.random() > 0.02 else f"u{e}", "key": key,
+                 "label": int(rng.integers(2))}
+        labels.append((t + delay, label))
+        if kind > 0.2 and rng.random() < 0.05:  # (a second within twice the wait)
+            labels.append((t + delay + rng.uniform(0, wait / 2), dict(label, label=0)))
+    features.sort(key=lambda r: r[0])
+    labels.sort(key=lambda r: r[0])
+    parts = [("features", s, [r for r, to in zip(features, rng.integers(2, size=len(features)))
+                              if to == s]) for s in range(2)] + [("labels", 0, labels)]
+    out = []
+    for kind, s, records in parts:
+        at = 0
+        while at < len(records):
+            size = int(rng.integers(1, 30))
+            out.append((kind, s, at, records[at:at + size]))
+            at += size
+    # each input's blocks in their order, the three sources at paces of their own
+    out.sort(key=lambda b: b[3][0][0] + rng.uniform(0, 4) * (b[1] + 1)
+             + lag * (b[0] == "labels"))
+    for source in {(kind, s) for kind, s, _, _ in out}:  # (each source's own order kept)
+        mine = [j for j, b in enumerate(out) if (b[0], b[1]) == source]
+        for j, b in zip(mine, sorted((out[j] for j in mine), key=lambda b: b[2])):
+            out[j] = b
+    blocks = []
+    for kind, s, at, records in out:
+        block, dead = parse_records(SPEC, f"{kind[0]}/{s}",
+                                    [(at + j, values) for j, (_, values) in enumerate(records)])
+        assert not dead
+        if timed:
+            block.event_times = np.array([t for t, _ in records], dtype=np.float64)
+        if kind == "features":
+            block.served_scores = np.stack([block.positions, np.full(len(block), s)], axis=1
+                                           ).astype(np.float64)
+        blocks.append((kind, block))
+    return blocks
+
+
+def expected(blocks, wait):
+    """By ``by_id.judge`` over the whole input: {label (source, position): JOIN and the
+    example's (source, position), or a dead letter's reason}, {example (source, position):
+    "joined" or its expiry time}, and the second features records."""
+    examples, own, seconds, seen = [], [], [], set()
+    labels = []
+    for kind, block in blocks:
+        times = (block.event_times if block.event_times is not None
+                 else np.full(len(block), math.inf))
+        for r, (k, i) in enumerate(zip(block.keys.to_pylist(), block.ids.to_pylist())):
+            place = (block.source, int(block.positions[r]))
+            if kind == "labels":
+                labels.append((float(times[r]), place, (k, i)))
+            elif (k, i) in seen:
+                seconds.append(place)
+            else:
+                seen.add((k, i))
+                (examples if np.isnan(block.labels[r]) else own).append(
+                    ((k, i), float(times[r]), place))
+    labels.sort(key=lambda label: (label[0], label[1][1]))
+    pairs = {p: n for n, p in enumerate(dict.fromkeys(
+        [p for p, _, _ in examples + own] + [p for _, _, p in labels]))}
+    outcome, joins, joined = by_id.judge(
+        [pairs[p] for p, _, _ in examples], [t for _, t, _ in examples],
+        [pairs[p] for _, _, p in labels], np.array([t for t, _, _ in labels]),
+        math.inf if wait is None else wait)
+    by_label = {place: (by_id.JOIN, examples[j][2]) if o == by_id.JOIN else (REASON[o], None)
+                for (_, place, _), o, j in zip(labels, outcome.tolist(), joins.tolist())}
+    # (a label of an example that carried its own: a second, or never served if dated more
+    # than the wait before it)
+    owned = {p: t for p, t, _ in own}
+    by_label.update({place: (NEVER_SERVED if owned[p] > t + (wait or math.inf) else SECOND_LABEL,
+                             None) for t, place, p in labels if p in owned})
+    by_example = {place: "joined" if j else t + (math.inf if wait is None else wait)
+                  for (_, t, place), j in zip(examples, joined.tolist())}
+    by_example.update({place: "joined" for _, _, place in own})
+    return by_label, by_example, sorted(seconds)
+
+
+def run(blocks, buckets, wait, rebuild_every=None):
+    """The blocks through ``buckets`` buckets, each input's clock the oldest of its sources'
+    newest times moved after each block, then the end: the answers as ``expected`` has
+    them, and the joined examples' columns by their labels' place. Every ``rebuild_every``
+    blocks each bucket is rebuilt from what its log persisted (as a worker without it in
+    memory does)."""
+    spread = [Bucket(wait) for _ in range(buckets)]
+    persisted = [[] for _ in range(buckets)]
+
+    def persist(b):
+        clear, entries = spread[b].log_entries()
+        persisted[b] = ([] if clear else persisted[b]) + entries
+
+    newest = {("features", 0): -math.inf, ("features", 1): -math.inf, ("labels", 0): -math.inf}
+    by_label, by_example, seconds, rows = {}, {}, [], {}
+
+    def take(answers):
+        for block, scores, came in answers.joined:
+            own = block.source.startswith("f/")
+            for r in range(len(block)):
+                place = (block.source, int(block.positions[r]))
+                if not own:
+                    assert place not in by_label, place  # (answered once)
+                    by_label[place] = (by_id.JOIN, None)
+                    rows[place] = (block.ids[r].as_py(), float(block.labels[r]),
+                                   block.values[block.indptr[r]:block.indptr[r + 1]].tolist(),
+                                   scores[r].tolist(), float(came[r]))
+                by_example.setdefault("joined", []).append((block.keys[r].as_py(),
+                                                            block.ids[r].as_py()))
+        for block, scores, at in answers.expired:
+            for r in range(len(block)):
+                place = (block.source, int(block.positions[r]))
+                assert place not in by_example, place
+                by_example[place] = float(at[r])
+                assert scores[r].tolist() == [block.positions[r], int(block.source[2:])]
+        for d in answers.dead:
+            if d.reason == SECOND_FEATURES:
+                seconds.append((d.source, d.position))
+            else:
+                assert (d.source, d.position) not in by_label
+                by_label[(d.source, d.position)] = (d.reason, None)
+
+    for n, (kind, block) in enumerate(blocks):
+        numbers = bucket_numbers(block.keys, block.ids, buckets)
+        for b in np.unique(numbers).tolist():
+            piece = block.take(np.flatnonzero(numbers == b))
+            piece.raw = None
+            take(getattr(spread[b], kind)(piece))
+        if block.event_times is not None:
+            newest[(kind, int(block.source[2:]))] = float(block.event_times.max())
+        clocks = (min(newest[("features", 0)], newest[("features", 1)]),
+                  newest[("labels", 0)])
+        for b, bucket in enumerate(spread):
+            take(bucket.advance(*clocks))
+            persist(b)
+            if rebuild_every and n % rebuild_every == rebuild_every - 1:
+                spread[b] = Bucket.rebuild(persisted[b])
+    for bucket in spread:
+        take(bucket.end())
+        assert bucket.waiting == 0 and not bucket.labels_of
+        assert not bucket.served.pages and not bucket.queued.pages
+    return by_label, by_example, sorted(seconds), rows
+
+
+@pytest.mark.parametrize("seed,wait,timed,lag", [
+    (0, 10.0, True, 0.0), (1, 10.0, True, 0.0), (2, 4.0, True, 0.0), (3, None, False, 0.0),
+    (4, 10.0, True, 30.0)])
+def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag):
+    blocks = stream(seed, wait=wait or 10.0, timed=timed, lag=lag)
+    want_labels, want_examples, want_seconds = expected(blocks, wait)
+    joined_examples = {p: e for p, (o, e) in want_labels.items() if o == by_id.JOIN}
+    results = [run(blocks, 1, wait), run(blocks, 7, wait, rebuild_every=37)]
+    for by_label, by_example, seconds, rows in results:
+        assert seconds == want_seconds
+        assert {p: o for p, (o, _) in by_label.items()} == {
+            p: o for p, (o, _) in want_labels.items()}
+        expired = {p: t for p, t in by_example.items() if p != "joined"}
+        assert expired == {p: t for p, t in want_examples.items() if t != "joined"}
+        assert len(by_example["joined"]) == len(set(by_example["joined"])) == sum(
+            t == "joined" for t in want_examples.values())
+        for place, example in joined_examples.items():  # (its example's features and scores)
+            i, label, values, scores, came = rows[place]
+            assert scores == [example[1], int(example[0][2:])]
+    assert results[0][3] == results[1][3]
+    # (each kind of outcome came up)
+    kinds = [o for o, _ in want_labels.values()]
+    assert all(kinds.count(o) for o in (by_id.JOIN, NEVER_SERVED, SECOND_LABEL)
+               + ((LATE_LABEL,) if wait else ()))
+    if wait:
+        assert any(t != "joined" for t in want_examples.values())
+
+
+def test_a_label_waits_for_its_example_and_the_clocks_decide_what_never_comes():
+    wait = 2.0
+    bucket = Bucket(wait)
+    labels = next(b for k, b in stream(5, n=40) if k == "labels")
+    first = labels.take([0])
+    assert not bucket.labels(first).dead  # (waits: its example may still come)
+    assert bucket.labels_of
+    t = float(first.event_times[0])
+    assert not bucket.advance(t + wait - 0.01, t).dead  # (still may)
+    dead = bucket.advance(t + wait + 0.01, t).dead
+    assert [(d.source, d.position, d.reason) for d in dead] == [
+        (first.source, int(first.positions[0]), NEVER_SERVED)]
+    assert not bucket.labels_of and not bucket.queued.pages
+
+
+def test_bucket_numbers_are_stable_and_spread():
+    import pyarrow as pa
+    keys = pa.array([f"k{i % 3}" for i in range(3000)])
+    ids = pa.array([f"e{i}" for i in range(3000)])
+    numbers = bucket_numbers(keys, ids, 16)
+    assert (numbers == bucket_numbers(keys, ids, 16)).all()
+    assert (bucket_numbers(keys.slice(10, 5), ids.slice(10, 5), 16) == numbers[10:15]).all()
+    assert np.bincount(numbers, minlength=16).min() > 3000 / 16 / 2
+    # (the pair, not the key or the id alone)
+    assert bucket_numbers(pa.array(["a"]), pa.array(["bc"]), 1 << 30)[0] != bucket_numbers(
+        pa.array(["ab"]), pa.array(["c"]), 1 << 30)[0]

@@ -1,0 +1,224 @@
+"""The labels join as a step keyed by example id (docs/delayed-outcomes.md, "Waiting examples
+spread by id"): served examples and labels keyed by the bucket of their (model key, id)
+(``by_bucket``), so that what waits spreads over every worker; each input's record-time clock
+made from the readers' newest record times (``Clocks``) and sent to every bucket; and each
+bucket (``labels.buckets.Bucket``) held in Beam state by ``JoinBuckets``, which hands on its
+answers.
+
+A clock must be safe where it is applied: no record of its input dated before it may still be
+on its way to the bucket. Beam orders nothing between two paths (the records', the clock's),
+but its watermark says what has arrived: a clock is sent stamped with the newest reader's
+stamp of the blocks it was made from, and a bucket applies it once the watermark is past that
+stamp, when every block read by then (and so every record dated before the clock, its sources
+being read in time order) has reached it."""
+import math
+import uuid
+from typing import Any, Iterable, Iterator, Optional
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
+                                              on_timer)
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..labels.buckets import Answers, Bucket
+from ..labels.waiting import FEATURES, LABELS
+from ..parse.records import ExampleBlock
+from ..store.groups import group_numbers
+
+KINDS = ("features", "labels")  # (the inputs, in the order of their clocks' indices)
+CLOCK = "clock"  # an element that moves a bucket's clocks
+JOINED, EXPIRED, DEAD = "joined", "expired", "dead"  # what ``JoinBuckets`` hands on
+
+
+def bucket_numbers(keys: pa.Array, ids: pa.Array, buckets: int) -> np.ndarray:
+    """The bucket (0 to ``buckets`` - 1) of each (model key, id) of two string arrays: CRC-32 of
+    the key, a unit separator and the id (``group_numbers``), the same in every process."""
+    pairs = pc.binary_join_element_wise(keys.fill_null(""), ids.fill_null(""), "\x1f")
+    return group_numbers(pairs, buckets)
+
+
+def bucket_key(number: int, buckets: int) -> str:
+    return f"{number}/{buckets}"
+
+
+def by_bucket(block: ExampleBlock, kind: str, buckets: int) -> Iterator[tuple[str, tuple]]:
+    """A features or labels block -> (bucket key, (kind, the block's records of its pairs,
+    with their raw records)). A features record without an id is served only: it joins
+    nothing. Labels come screened (``LabelJoin``'s reasons: each has an id, a label and, with
+    --model-key-column, a model key)."""
+    has_id = block.ids.is_valid().to_numpy(zero_copy_only=False)
+    if kind == KINDS[LABELS] and not has_id.all():
+        raise ValueError("labels without an id reach the join: they are dead letters before")
+    numbers = bucket_numbers(block.keys, block.ids, buckets)
+    for number in sorted(set(numbers[has_id].tolist())):
+        rows = (has_id & (numbers == number)).nonzero()[0]
+        piece = block.take(rows)
+        piece.raw = None if block.raw is None else [block.raw[r] for r in rows.tolist()]
+        yield bucket_key(number, buckets), (kind, piece)
+
+
+def newest_time(block: ExampleBlock, kind: str) -> Iterator[tuple[str, tuple]]:
+    """A block -> (the clocks' key, (input index, source, its newest record time)), if timed."""
+    if block.event_times is not None and len(block):
+        yield "", (KINDS.index(kind), block.source, float(block.event_times.max()))
+
+
+class Clocks(beam.DoFn):
+    """(the one key, (input index, source, newest record time)), stamped by its reader ->
+    each input's clock, when either moves, to every one of ``buckets`` buckets: the oldest of
+    its ``sources``' newest times (-inf until each has one), or ``lag`` before the newest of
+    them when a source lags further (a quiet source must not hold what waits for ever).
+    Stamped with the newest stamp of the blocks seen, never moved back."""
+    NEWEST = ReadModifyWriteStateSpec("newest", PickleCoder())
+
+    def __init__(self, sources: dict[str, list[str]], buckets: int, lag: float) -> None:
+        self.sources, self.buckets, self.lag = sources, buckets, lag
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam,
+                newest=beam.DoFn.StateParam(NEWEST)):
+        _, (side, source, time) = element
+        held = newest.read() or {"times": [{}, {}], "stamp": timestamp.micros,
+                                 "clocks": [-math.inf, -math.inf]}
+        times = held["times"][side]
+        times[source] = max(time, times.get(source, -math.inf))
+        held["stamp"] = max(held["stamp"], timestamp.micros)
+        clocks = [self._clock(held["times"][s], self.sources[kind])
+                  for s, kind in enumerate(KINDS)]
+        clocks = [max(old, new) for old, new in zip(held["clocks"], clocks)]
+        moved = clocks != held["clocks"]
+        held["clocks"] = clocks
+        newest.write(held)
+        if moved:
+            stamp = Timestamp(micros=held["stamp"])
+            for number in range(self.buckets):
+                yield TimestampedValue((bucket_key(number, self.buckets), (CLOCK, clocks)),
+                                       stamp)
+
+    def _clock(self, times: dict, sources: list[str]) -> float:
+        if not times:
+            return -math.inf
+        known = [times.get(s, -math.inf) for s in sources] or list(times.values())
+        return max(min(known), max(times.values()) - self.lag)
+
+
+class JoinBuckets(beam.DoFn):
+    """(bucket key, (kind, payload)) -> the bucket's answers, tagged: ``JOINED`` (block,
+    scores, example times), ``EXPIRED`` (block, scores, expiry times), ``DEAD`` (dead letters).
+
+    The bucket persists as its log (``Bucket.log_entries``: each value under 1 MiB) and a token
+    written with each change, by which a worker that holds it decoded knows it is the one in
+    state (after a failed bundle, or on another worker, it is rebuilt from the log). Clocks
+    wait for the watermark to pass their stamp (``TICKS``); the end of the input ends it."""
+    LOG = BagStateSpec("log", BytesCoder())
+    TOKEN = ReadModifyWriteStateSpec("token", BytesCoder())
+    TICKS = ReadModifyWriteStateSpec("ticks", PickleCoder())  # [(stamp µs, clocks)] waiting
+    TICK = TimerSpec("tick", TimeDomain.WATERMARK)
+    END = TimerSpec("end", TimeDomain.WATERMARK)
+
+    def __init__(self, wait: Optional[float]) -> None:
+        self.wait = wait
+
+    def setup(self) -> None:
+        self.held: dict[str, tuple[bytes, Bucket]] = {}  # key -> (token, the bucket decoded)
+
+    def process(self, element, log=beam.DoFn.StateParam(LOG),
+                token=beam.DoFn.StateParam(TOKEN), ticks=beam.DoFn.StateParam(TICKS),
+                tick=beam.DoFn.TimerParam(TICK), end=beam.DoFn.TimerParam(END),
+                timestamp=beam.DoFn.TimestampParam):
+        key, (kind, payload) = element
+        end.set(GlobalWindow().max_timestamp())
+        if kind == CLOCK:
+            waiting = (ticks.read() or []) + [(timestamp.micros, payload)]
+            ticks.write(waiting)
+            # (past the stamp, not at it: another block stamped so may still be on its way)
+            tick.set(Timestamp(micros=min(s for s, _ in waiting) + 1000))
+            return
+        bucket = self._bucket(key, log, token)
+        answers = bucket.features(payload) if kind == KINDS[FEATURES] else bucket.labels(payload)
+        self._store(key, bucket, log, token)
+        yield from _tagged(answers)
+
+    @on_timer(TICK)
+    def clocks_passed(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                      log=beam.DoFn.StateParam(LOG), token=beam.DoFn.StateParam(TOKEN),
+                      ticks=beam.DoFn.StateParam(TICKS), tick=beam.DoFn.TimerParam(TICK)):
+        waiting = ticks.read() or []
+        due = [clocks for stamp, clocks in waiting if stamp + 1000 <= fired.micros]
+        later = [(stamp, clocks) for stamp, clocks in waiting if stamp + 1000 > fired.micros]
+        ticks.write(later)
+        if later:
+            tick.set(Timestamp(micros=min(s for s, _ in later) + 1000))
+        if due:
+            bucket = self._bucket(key, log, token)
+            answers = bucket.advance(max(c[FEATURES] for c in due), max(c[LABELS] for c in due))
+            self._store(key, bucket, log, token)
+            yield from _tagged(answers)
+
+    @on_timer(END)
+    def input_ended(self, key=beam.DoFn.KeyParam, log=beam.DoFn.StateParam(LOG),
+                    token=beam.DoFn.StateParam(TOKEN), ticks=beam.DoFn.StateParam(TICKS)):
+        bucket = self._bucket(key, log, token)
+        answers = bucket.end()
+        log.clear()
+        token.clear()
+        ticks.clear()
+        self.held.pop(key, None)
+        yield from _tagged(answers)
+
+    def _bucket(self, key: str, log: Any, token: Any) -> Bucket:
+        held, stored = self.held.get(key), token.read()
+        if held is not None and stored is not None and held[0] == stored:
+            return held[1]
+        return (Bucket.rebuild(log.read()) if stored is not None else None) or Bucket(self.wait)
+
+    def _store(self, key: str, bucket: Bucket, log: Any, token: Any) -> None:
+        clear, entries = bucket.log_entries()
+        if clear:
+            log.clear()
+        for entry in entries:
+            log.add(entry)
+        written = uuid.uuid4().bytes
+        token.write(written)
+        self.held[key] = (written, bucket)
+
+
+def _tagged(answers: Answers) -> Iterable[Any]:
+    for joined in answers.joined:
+        yield beam.pvalue.TaggedOutput(JOINED, joined)
+    for expired in answers.expired:
+        yield beam.pvalue.TaggedOutput(EXPIRED, expired)
+    if answers.dead:
+        yield beam.pvalue.TaggedOutput(DEAD, answers.dead)
+
+
+class JoinById(beam.PTransform):
+    """{"features": served blocks, "labels": labels blocks} (PCollections of ExampleBlock,
+    stamped by their readers) -> {JOINED, EXPIRED, DEAD}: ``JoinBuckets`` over ``buckets``
+    buckets, each input's clock over its ``sources``."""
+
+    def __init__(self, wait: Optional[float], buckets: int, sources: dict[str, list[str]],
+                 lag: float = 3600.0) -> None:
+        super().__init__()
+        self.wait, self.buckets, self.sources = wait, buckets, sources
+        self.lag = max(lag, wait or 0.0)
+
+    def expand(self, inputs):
+        keyed, times = [], []
+        for kind in KINDS:
+            blocks = inputs[kind]
+            keyed.append(blocks | f"By bucket ({kind})" >> beam.FlatMap(
+                by_bucket, kind=kind, buckets=self.buckets))
+            times.append(blocks | f"Newest ({kind})" >> beam.FlatMap(newest_time, kind=kind))
+        clocks = (tuple(times) | "Times" >> beam.Flatten()
+                  | "Clocks" >> beam.ParDo(Clocks(self.sources, self.buckets, self.lag)))
+        return ((*keyed, clocks) | "To buckets" >> beam.Flatten()
+                | "Join buckets" >> beam.ParDo(JoinBuckets(self.wait)).with_outputs(
+                    JOINED, EXPIRED, DEAD))
+
