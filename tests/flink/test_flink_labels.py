@@ -2,12 +2,17 @@
 batch mode, whose groupBy may hand a key's blocks over in any order, and two timestamped topics
 with --label-wait and --expired-label; each model equals the plain run over its joined records in
 label order, bit for bit, as on the FnApiRunner and Prism; and the kill campaign over those topics
-(a bounded topic is Flink's batch mode)."""
+(a bounded topic is Flink's batch mode). And the join keyed by example id, spread over two
+subtasks (``JoinById``)."""
 import os
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.helpers.commands import train
 from tests.helpers.labels import (HOURS, JOINED, assert_joined, check_timed_join,
                                   kill_campaigns, write_join)
+from tests.pipeline.test_join_buckets import join_by_id_checked
 
 
 def test_labels_files_joined_on_flink(flink_args, tmp_path):
@@ -16,6 +21,12 @@ def test_labels_files_joined_on_flink(flink_args, tmp_path):
                    *flink_args)
     plain = train(tmp_path / "plain", "--input", reference, *JOINED)
     assert_joined(joined, plain, {str(labels)}, bad)
+
+
+def test_join_by_id_on_flink(flink_args):
+    """``JoinById``'s buckets and clocks in Flink's batch mode, keys over two subtasks."""
+    with beam.Pipeline(options=PipelineOptions(flink_args)) as p:
+        join_by_id_checked(p)
 
 
 def test_labels_topic_with_a_wait_on_flink(broker, flink_args, tmp_path):

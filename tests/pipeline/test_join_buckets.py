@@ -42,10 +42,11 @@ def ended(row, timestamp=beam.DoFn.TimestampParam):
     yield timestamp >= GlobalWindow().max_timestamp() - 1, row
 
 
-@pytest.mark.parametrize("runner,streaming", [("fnapi", False), ("prism", False),
-                                              ("prism", True)])
-def test_join_by_id_answers_each_record_once_as_its_own_records_decide(runner, streaming):
-    blocks = stream(6, n=500, wait=WAIT, lag=15.0)
+def join_by_id_checked(p, streaming=False, seed=6):
+    """Build on pipeline ``p``: a stream's blocks (``stream``), stamped in their reading order
+    (``streaming``: the watermark moved past each as it is read), through ``JoinById`` over 5
+    buckets, and the check that each record is answered once, as ``expected`` says."""
+    blocks = stream(seed, n=500, wait=WAIT, lag=15.0)
     labels, examples, seconds = expected(blocks, WAIT)
     features_of = {place: example for place, (o, example) in labels.items() if o == by_id.JOIN}
     want = sorted(
@@ -55,35 +56,41 @@ def test_join_by_id_answers_each_record_once_as_its_own_records_decide(runner, s
            if reason != by_id.JOIN]
         + [("expired", *place, t) for place, t in examples.items() if t != "joined"]
         + [("dead", *place, SECOND_FEATURES) for place in seconds], key=str)
+    assert any(r[0] == "expired" for r in want) and math.isfinite(WAIT)
     # (the examples that carried their own label, answered joined as they are)
     own = sum(t == "joined" for t in examples.values()) - len(features_of)
+    if streaming:
+        test_stream = TestStream()
+        for n, (kind, block) in enumerate(blocks):
+            test_stream.add_elements([TimestampedValue((n, kind, block), n)])
+            test_stream.advance_watermark_to(n + 0.5)
+        stamped = p | test_stream.advance_watermark_to_infinity()
+    else:
+        created = p | beam.Create([(n, kind, block) for n, (kind, block) in enumerate(blocks)])
+        stamped = created | beam.Map(lambda e: TimestampedValue(e, e[0]))
+    inputs = {kind: stamped | f"Only {kind}" >> beam.Filter(lambda e, k=kind: e[1] == k)
+              | f"Block {kind}" >> beam.Map(lambda e: e[2]) for kind in ("features", "labels")}
+    out = inputs | JoinById(WAIT, buckets=5, sources={"features": ["f/0", "f/1"],
+                                                      "labels": ["l/0"]})
+    rows = ((out[JOINED] | "Joined" >> beam.FlatMap(joined_rows),
+             out[EXPIRED] | "Expired" >> beam.FlatMap(expired_rows),
+             out[DEAD] | "Dead" >> beam.FlatMap(dead_rows)) | beam.Flatten()
+            | beam.ParDo(ended))
+
+    def as_judged(actual):
+        assert sum(r[0] == "own" for _, r in actual) == own
+        got = sorted((r for _, r in actual if r[0] != "own"), key=str)
+        assert len(got) == len(set(map(str, got)))  # (each answered once)
+        assert got == want
+        if streaming:  # (most examples expired as the clocks moved, not at the end)
+            expired = [at_end for at_end, r in actual if r[0] == "expired"]
+            assert sum(expired) < len(expired) / 4, (sum(expired), len(expired))
+
+    assert_that(rows, as_judged)
+
+
+@pytest.mark.parametrize("runner,streaming", [("fnapi", False), ("prism", False),
+                                              ("prism", True)])
+def test_join_by_id_answers_each_record_once_as_its_own_records_decide(runner, streaming):
     with pipeline(runner, streaming) as p:
-        if streaming:  # (the watermark moved past each block as it is read)
-            test_stream = TestStream()
-            for n, (kind, block) in enumerate(blocks):
-                test_stream.add_elements([TimestampedValue((n, kind, block), n)])
-                test_stream.advance_watermark_to(n + 0.5)
-            stamped = p | test_stream.advance_watermark_to_infinity()
-        else:
-            created = p | beam.Create([(n, kind, block) for n, (kind, block) in enumerate(blocks)])
-            stamped = created | beam.Map(lambda e: TimestampedValue(e, e[0]))
-        inputs = {kind: stamped | f"Only {kind}" >> beam.Filter(lambda e, k=kind: e[1] == k)
-                  | f"Block {kind}" >> beam.Map(lambda e: e[2]) for kind in ("features", "labels")}
-        out = inputs | JoinById(WAIT, buckets=5, sources={"features": ["f/0", "f/1"],
-                                                          "labels": ["l/0"]})
-        rows = ((out[JOINED] | "Joined" >> beam.FlatMap(joined_rows),
-                 out[EXPIRED] | "Expired" >> beam.FlatMap(expired_rows),
-                 out[DEAD] | "Dead" >> beam.FlatMap(dead_rows)) | beam.Flatten()
-                | beam.ParDo(ended))
-
-        def as_judged(actual):
-            assert sum(r[0] == "own" for _, r in actual) == own
-            got = sorted((r for _, r in actual if r[0] != "own"), key=str)
-            assert len(got) == len(set(map(str, got)))  # (each answered once)
-            assert got == want
-            if streaming:  # (most examples expired as the clocks moved, not at the end)
-                expired = [at_end for at_end, r in actual if r[0] == "expired"]
-                assert sum(expired) < len(expired) / 4, (sum(expired), len(expired))
-
-        assert_that(rows, as_judged)
-    assert any(r[0] == "expired" for r in want) and math.isfinite(WAIT)
+        join_by_id_checked(p, streaming)

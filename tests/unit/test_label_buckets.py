@@ -85,21 +85,21 @@ def expected(blocks, wait):
     example's (source, position), or a dead letter's reason}, {example (source, position):
     "joined" or its expiry time}, and the second features records."""
     examples, own, seconds, seen = [], [], [], set()
-    labels = []
+    labels, features = [], []
     for kind, block in blocks:
         times = (block.event_times if block.event_times is not None
                  else np.full(len(block), math.inf))
         for r, (k, i) in enumerate(zip(block.keys.to_pylist(), block.ids.to_pylist())):
             place = (block.source, int(block.positions[r]))
-            if kind == "labels":
-                labels.append((float(times[r]), place, (k, i)))
-            elif (k, i) in seen:
-                seconds.append(place)
-            else:
-                seen.add((k, i))
-                (examples if np.isnan(block.labels[r]) else own).append(
-                    ((k, i), float(times[r]), place))
-    labels.sort(key=lambda label: (label[0], label[1][1]))
+            record = (float(times[r]), place, (k, i), bool(np.isnan(block.labels[r])))
+            (labels if kind == "labels" else features).append(record)
+    for t, place, pair, served in sorted(features, key=lambda f: (f[0], f[1])):
+        if pair in seen:  # (each pair's first in time, then source and position)
+            seconds.append(place)
+        else:
+            seen.add(pair)
+            (examples if served else own).append((pair, t, place))
+    labels = [label[:3] for label in sorted(labels, key=lambda label: (label[0], label[1]))]
     pairs = {p: n for n, p in enumerate(dict.fromkeys(
         [p for p, _, _ in examples + own] + [p for _, _, p in labels]))}
     outcome, joins, joined = by_id.judge(
@@ -161,36 +161,43 @@ def run(blocks, buckets, wait, rebuild_every=None):
                 assert (d.source, d.position) not in by_label
                 by_label[(d.source, d.position)] = (d.reason, None)
 
-    for n, (kind, block) in enumerate(blocks):
-        numbers = bucket_numbers(block.keys, block.ids, buckets)
-        for b in np.unique(numbers).tolist():
-            piece = block.take(np.flatnonzero(numbers == b))
-            piece.raw = None
-            take(getattr(spread[b], kind)(piece))
-        if block.event_times is not None:
-            newest[(kind, int(block.source[2:]))] = float(block.event_times.max())
+    rng, at, n = np.random.default_rng(buckets), 0, 0
+    while at < len(blocks):  # (the blocks between two clocks come in any order, as after a shuffle)
+        window = blocks[at:at + int(rng.integers(1, 9))]
+        at += len(window)
+        for kind, block in [window[j] for j in rng.permutation(len(window))]:
+            numbers = bucket_numbers(block.keys, block.ids, buckets)
+            for b in np.unique(numbers).tolist():
+                piece = block.take(np.flatnonzero(numbers == b))
+                piece.raw = None
+                take(getattr(spread[b], kind)(piece))
+        for kind, block in window:
+            if block.event_times is not None:
+                source = (kind, int(block.source[2:]))
+                newest[source] = max(newest[source], float(block.event_times.max()))
         clocks = (min(newest[("features", 0)], newest[("features", 1)]),
                   newest[("labels", 0)])
+        n += 1
         for b, bucket in enumerate(spread):
             take(bucket.advance(*clocks))
             persist(b)
-            if rebuild_every and n % rebuild_every == rebuild_every - 1:
+            if rebuild_every and n % rebuild_every == 0:
                 spread[b] = Bucket.rebuild(persisted[b])
     for bucket in spread:
         take(bucket.end())
-        assert bucket.waiting == 0 and not bucket.labels_of
+        assert bucket.waiting == 0 and not bucket.labels_of and not bucket.others_of
         assert not bucket.served.pages and not bucket.queued.pages
     return by_label, by_example, sorted(seconds), rows
 
 
 @pytest.mark.parametrize("seed,wait,timed,lag", [
     (0, 10.0, True, 0.0), (1, 10.0, True, 0.0), (2, 4.0, True, 0.0), (3, None, False, 0.0),
-    (4, 10.0, True, 30.0)])
+    (4, 10.0, True, 30.0), (5, 10.0, True, -30.0)])
 def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag):
     blocks = stream(seed, wait=wait or 10.0, timed=timed, lag=lag)
     want_labels, want_examples, want_seconds = expected(blocks, wait)
     joined_examples = {p: e for p, (o, e) in want_labels.items() if o == by_id.JOIN}
-    results = [run(blocks, 1, wait), run(blocks, 7, wait, rebuild_every=37)]
+    results = [run(blocks, 1, wait), run(blocks, 7, wait, rebuild_every=11)]
     for by_label, by_example, seconds, rows in results:
         assert seconds == want_seconds
         assert {p: o for p, (o, _) in by_label.items()} == {

@@ -4,24 +4,25 @@ by id"): the served examples and the labels of the (model key, id) pairs that ha
 (``by_id``'s rules), and answered once.
 
 Free of Beam, and of the learning step's order: a bucket answers each label and each example
-as soon as its outcome is certain, against each input's record-time clock that its caller
-passes (``advance``: safe clocks, that no later record of that input is dated before), and a
-learning step puts the answers in its models' label order. An outcome is certain when
+once its outcome is certain, whatever order its records come in, by two record-time clocks
+its caller passes (``advance``), each safe: no record of that input still to come is dated
+before it. A pair's first features record (in time, then source and position) is certain once
+the features clock is past it, and the others are seconds; then, as ``by_id.judge`` says:
 
-* a label finds its example waiting within the wait: joined (``joined``), and the pair closed;
-* a label is dated more than the wait before its example: never served;
-* a label comes after its example's wait and the labels' clock is past it too (so no label
-  within the wait can come any more): the example expires (``expired``) and the label is late;
-* the features' clock is past a label's time + wait and its example has not come: never served;
-* the labels' clock is past an example's time + wait and no label joined it: it expires;
-* a pair is closed already: a label is a second (or late, if it expired), a features record a
-  second; closed pairs are forgotten once both clocks are twice the wait past the example.
+* the first label within the wait of it joins it (``joined``), once the labels clock is past
+  that label (no label before it can come), and the labels after it are seconds;
+* a label dated more than the wait before it, or of a pair whose features never came once
+  the features clock is past the label's time + the wait, was never served;
+* an example no label joined expires once the labels clock is past its time + the wait
+  (``expired``), and the labels after that are late;
+* a pair whose first record carries its own label is joined by it (answered as it is);
+* a closed pair's later records are seconds (or late labels, if it expired; or never served,
+  dated more than the wait before its example), until both clocks are twice the wait past the
+  example and it is forgotten.
 
-With safe clocks the answers do not depend on how the two inputs interleave, nor on how the
-pairs are spread over buckets: each pair's outcome follows from its own records, as
-``by_id.judge`` gives it for a bounded input (tests/unit/test_label_buckets.py), when each
-pair's labels come in time order. Nothing here is per model: a model's clocks, its labels'
-queue and what it learns are the learning step's.
+So the answers are ``by_id.judge``'s over the whole input, however the records are ordered,
+interleaved or spread over buckets (tests/unit/test_label_buckets.py), and nothing is per
+model: a model's labels' queue and what it learns are the learning step's.
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,6 @@ from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id
 from .call_log import CallLog
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
-from .waiting import FEATURES, LABELS
 
 _REASONS = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
 
@@ -87,15 +87,17 @@ class _Columns:
 
 
 class _Waiting:
-    """A bucket's records of one input that wait: columns (page, row, record time, alive) and
-    the pair each is of, by slot; their pages (the blocks they came in, held while any of
-    their rows waits)."""
+    """A bucket's records of one input that wait, by slot: columns (page, row, record time,
+    position, source, whether it carries its own label, alive) and the pair each is of; their
+    pages (the blocks they came in, held while any of their rows waits) and sources."""
 
     def __init__(self) -> None:
-        self.slots = _Columns(page=np.int64, row=np.int64, time=np.float64, alive=bool)
+        self.slots = _Columns(page=np.int64, row=np.int64, time=np.float64, position=np.int64,
+                              source=np.int64, own=bool, alive=bool)
         self.pairs: list[tuple] = []
         self.pages: dict[int, list] = {}  # page -> [block, rows of it waiting]
         self.next_page = 0
+        self.sources: dict[str, int] = {}  # source -> its code (in order of first sight)
 
     @property
     def time(self) -> np.ndarray:
@@ -107,7 +109,9 @@ class _Waiting:
         self.pages[page] = [block, len(rows)]
         self.pairs += pairs
         return self.slots.append(
-            len(rows), page=page, row=rows, alive=True, time=block.event_times[rows]
+            len(rows), page=page, row=rows, position=block.positions[rows], alive=True,
+            source=self.sources.setdefault(block.source, len(self.sources)),
+            own=~np.isnan(block.labels[rows]), time=block.event_times[rows]
             if block.event_times is not None else math.inf)
 
     def stop(self, slots: np.ndarray) -> None:
@@ -120,12 +124,19 @@ class _Waiting:
             if not held[1]:
                 del self.pages[page]
 
-    def due(self, wait: float, clock: float) -> np.ndarray:
-        """The slots still waiting whose time + ``wait`` the ``clock`` is past."""
-        return np.flatnonzero(self.slots.alive & (self.slots.time + wait < clock))
+    def crossing(self, offset: float, old: float, new: float) -> list[tuple]:
+        """The pairs of the records still waiting whose time + ``offset`` a clock moved from
+        ``old`` to ``new`` has just passed."""
+        at = self.slots.time + offset
+        return [self.pairs[s] for s in np.flatnonzero(
+            self.slots.alive & (at >= old) & (at < new)).tolist()]
 
-    def alive(self) -> np.ndarray:
-        return np.flatnonzero(self.slots.alive)
+    def order(self, slots: np.ndarray) -> np.ndarray:
+        """The order of ``slots`` by (time, source, position): the order the join takes them."""
+        names = sorted(self.sources, key=self.sources.__getitem__)
+        rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+        return np.lexsort((self.slots.position[slots], rank[self.slots.source[slots]],
+                           self.slots.time[slots]))
 
     def block_of(self, slot: int) -> tuple[ExampleBlock, int]:
         """(the block a slot's record came in, its row there)"""
@@ -145,8 +156,8 @@ class _Waiting:
             block = block.take(np.argsort(order, kind="stable"))
         return block, [self.pages[page][0].source for page in pages.tolist()]
 
-    def compact(self, index: dict) -> None:
-        """Drop the slots that stopped waiting once they are most of them (``index``: pair ->
+    def compact(self, *indexes: dict) -> None:
+        """Drop the slots that stopped waiting once they are most of them (``indexes``: pair ->
         slot or slots, renumbered)."""
         alive = self.slots.alive
         if len(alive) < 1024 or alive.sum() * 4 > len(alive):
@@ -155,9 +166,10 @@ class _Waiting:
         renumber = {int(s): n for n, s in enumerate(live.tolist())}
         self.slots.keep(live)
         self.pairs = [self.pairs[s] for s in live.tolist()]
-        for pair, slots in index.items():
-            index[pair] = ([renumber[s] for s in slots] if isinstance(slots, list)
-                           else renumber[slots])
+        for index in indexes:
+            for pair, slots in index.items():
+                index[pair] = ([renumber[s] for s in slots] if isinstance(slots, list)
+                               else renumber[slots])
 
 
 class Bucket:
@@ -167,11 +179,12 @@ class Bucket:
     def __init__(self, wait: Optional[float] = None) -> None:
         self.wait = math.inf if wait is None else float(wait)
         self.served, self.queued = _Waiting(), _Waiting()
-        self.example_of: dict[tuple, int] = {}  # pair -> its example's slot
+        self.first_of: dict[tuple, int] = {}  # pair -> its earliest features record's slot
+        self.others_of: dict[tuple, list[int]] = {}  # pair -> its later features records' slots
         self.labels_of: dict[tuple, list[int]] = {}  # pair -> its labels' slots
         # pair -> (whether it expired, else joined; its example's time)
         self.closed: dict[tuple, tuple[bool, float]] = {}
-        # the time each closed pair is forgotten, and the pair (None once forgotten)
+        # the time each closed pair is forgotten, and the pair
         self.closing = _Columns(at=np.float64)
         self.closing_pairs: list[tuple] = []
         self.clocks = [-math.inf, -math.inf]
@@ -190,69 +203,45 @@ class Bucket:
 
     @property
     def waiting(self) -> int:
-        """Examples waiting for their label."""
-        return len(self.example_of)
+        """Pairs whose features came and that are not answered yet."""
+        return len(self.first_of)
 
     def features(self, block: ExampleBlock) -> Answers:
-        """A features block of the bucket's pairs (each with an id): each served example
-        (its ``served_scores``, if any, kept with it) waits for its label, or joins one
-        waiting; one that carries its own label is answered joined as it is; but a second
-        record of its pair (closed, waiting, or after the first of the block in time, then
-        position) is a dead letter."""
+        """A features block of the bucket's pairs (each with an id; served examples with their
+        ``served_scores``, if any, and examples that carry their own label): each waits, but
+        one of a closed pair, a second (dead letter)."""
         self.log.record("features", (block,))
         out = Answers()
-        times = block.event_times if block.event_times is not None else np.zeros(len(block))
-        order = np.lexsort((block.positions, times)).tolist()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        taken, firsts, seen = [], [], set()
-        for r in order:
-            pair = pairs[r]
-            if pair in seen or pair in self.closed or pair in self.example_of:
+        rows = []
+        for r, pair in enumerate(pairs):
+            if pair in self.closed:
                 out.dead.append(DeadLetter(block.source, int(block.positions[r]),
                                            block.raw_record(r), SECOND_FEATURES))
             else:
-                seen.add(pair)
-                taken.append(r)
-                firsts.append(pair)
-        rows = np.asarray(taken, np.int64)
-        own = ~np.isnan(block.labels[rows])  # (learned with their own label, as in any run)
-        if own.any():
-            self._learned(block, rows[own], [p for p, o in zip(firsts, own.tolist()) if o], out)
-        if not own.all():
-            firsts = [p for p, o in zip(firsts, own.tolist()) if not o]
-            slots = self.served.add(block, rows[~own], firsts)
-            self.example_of.update(zip(firsts, slots.tolist()))
-            self._judge(firsts, out)
+                rows.append(r)
+        if rows:
+            taken = [pairs[r] for r in rows]
+            slots = self.served.add(block, np.asarray(rows, np.int64), taken)
+            for pair, slot in zip(taken, slots.tolist()):
+                first = self.first_of.get(pair)
+                if first is None:
+                    self.first_of[pair] = slot
+                    continue
+                if self._before(slot, first):
+                    self.first_of[pair], slot = slot, first
+                self.others_of.setdefault(pair, []).append(slot)
+            self._judge(list(dict.fromkeys(taken)), out)
         return out
 
-    def _learned(self, block, rows, pairs, out):
-        """Examples that carry their own label: answered joined at their own place, their
-        pairs closed, and the labels of theirs already waiting seconds (or never served,
-        those dated more than the wait before them)."""
-        times = (block.event_times[rows] if block.event_times is not None
-                 else np.full(len(rows), math.inf))
-        part = block.take(rows)
-        out.joined.append((replace(part, served_scores=None, restarts_midway=False),
-                           part.served_scores, times))
-        self._close(pairs, False, times)
-        waiting = []
-        for pair, time in zip(pairs, times.tolist()):
-            for slot in self.labels_of.pop(pair, ()):
-                waiting.append(slot)
-                # (as ``by_id.judge``: one dated more than the wait before it never joins it)
-                out.dead.append(self._label_dead(slot, NEVER_SERVED if time > float(
-                    self.queued.time[slot]) + self.wait else SECOND_LABEL))
-        if waiting:
-            self.queued.stop(np.asarray(waiting, np.int64))
-
-    def _label_dead(self, slot, reason):
-        block, row = self.queued.block_of(slot)
-        return DeadLetter(block.source, int(block.positions[row]), block.raw_record(row), reason)
+    def _before(self, a: int, b: int) -> bool:
+        """Whether served record ``a`` comes before ``b`` in the join's order."""
+        return int(self.served.order(np.array([b, a]))[0]) == 1
 
     def labels(self, block: ExampleBlock) -> Answers:
-        """A block of labels of the bucket's pairs (each with an id and a label): each joins its
-        example, waits for it, or is a dead letter (a closed pair's: a second, late, or never
-        served if dated more than the wait before its example)."""
+        """A block of labels of the bucket's pairs (each with an id and a label): each waits
+        until its outcome is certain, but one of a closed pair: a second, late, or never
+        served if dated more than the wait before its example (dead letters)."""
         self.log.record("labels", (block,))
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
@@ -263,8 +252,6 @@ class Bucket:
             closed = self.closed.get(pair)
             if closed is not None:
                 expired, came = closed
-                # (as ``by_id.judge``: dated more than the wait before its example, it never
-                # joined it, whatever did)
                 out.dead.append(DeadLetter(
                     block.source, int(block.positions[r]), block.raw_record(r),
                     NEVER_SERVED if came > times[r] + self.wait else
@@ -280,88 +267,138 @@ class Bucket:
         return out
 
     def advance(self, features_clock: float, labels_clock: float) -> Answers:
-        """Each input's clock (record time, s: no later record of it is dated before),
-        never moved back: what either is past answers (examples expired, labels never
-        served), and closed pairs both are twice the wait past are forgotten."""
-        clocks, out = self.clocks, Answers()
-        if features_clock <= clocks[FEATURES] and labels_clock <= clocks[LABELS]:
+        """Each input's clock (record time, s: no record of it still to come is dated
+        before), never moved back: the pairs whose outcome that makes certain are answered,
+        and closed pairs both clocks are twice the wait past are forgotten."""
+        (f_old, l_old), out = self.clocks, Answers()
+        f_new, l_new = max(f_old, features_clock), max(l_old, labels_clock)
+        if (f_new, l_new) == (f_old, l_old):
             return out
         self.log.record("advance", (features_clock, labels_clock))
-        clocks[FEATURES] = max(clocks[FEATURES], features_clock)
-        clocks[LABELS] = max(clocks[LABELS], labels_clock)
-        due = {self.served.pairs[s] for s in self.served.due(self.wait, clocks[LABELS])}
-        due.update(self.queued.pairs[s] for s in self.queued.due(self.wait, clocks[FEATURES]))
+        self.clocks = [f_new, l_new]
+        wait = self.wait
+        due = set(self.served.crossing(0, f_old, f_new))  # (its first record certain)
+        due.update(self.served.crossing(wait, l_old, l_new))  # (no label within can come)
+        due.update(self.queued.crossing(0, l_old, l_new))  # (no label before it can come)
+        due.update(self.queued.crossing(wait, f_old, f_new))  # (no features within can come)
         if due:
             self._judge(sorted(due, key=str), out)
         self._forget()
         return out
 
     def end(self) -> Answers:
-        """The end of the input: every example still waiting expires (at its time + the wait,
-        infinite without one), every label still waiting was never served."""
+        """The end of the input: every outcome is certain. Examples no label joined expire (at
+        their time + the wait, infinite without one), labels without their example were
+        never served."""
         self.log.record("end", ())
         self.ended = True
         out = Answers()
-        self._judge(list(self.example_of)
-                    + [p for p in self.labels_of if p not in self.example_of], out)
+        self._judge(list(dict.fromkeys([*self.first_of, *self.labels_of])), out)
         return out
 
     def _judge(self, pairs: list[tuple], out: Answers) -> None:
-        """Judge ``pairs`` (none closed) by their waiting records (``by_id.judge``), and answer
-        what is certain (the module's docstring)."""
-        examples = np.array([self.example_of.get(p, -1) for p in pairs], np.int64)
-        has_example = examples >= 0
-        e_code = np.flatnonzero(has_example)
-        e_slot = examples[has_example]
+        """Judge ``pairs`` (none closed) by the records of theirs that came (``by_id.judge``;
+        a pair whose earliest features record carries its own label is joined by it), and
+        answer what the clocks make certain: a pair's first features record once the features
+        clock is past it (no earlier one can come); a label joining it once the labels clock
+        is past the label (no label before it can come), and the labels after that one; a
+        label never served once the features clock is past its time + the wait; an example
+        expired, and its late labels, once the labels clock is past its time + the wait."""
+        served, queued, wait, ended = self.served, self.queued, self.wait, self.ended
+        f_clock, l_clock = self.clocks
+        firsts = np.array([self.first_of.get(p, -1) for p in pairs], np.int64)
+        e_code = np.flatnonzero(firsts >= 0)
+        e_slot = firsts[e_code]
+        certain = ended | (served.time[e_slot] < f_clock)
+        own = served.slots.own[e_slot]
+        code_own = np.zeros(len(pairs), bool)
+        code_own[e_code[own]] = True
+        e_code, e_slot, e_certain = e_code[~own], e_slot[~own], certain[~own]
+        own_done = firsts[np.flatnonzero(code_own)][certain[own]]
         l_slot = np.array([s for p in pairs for s in self.labels_of.get(p, ())], np.int64)
         l_code = np.repeat(np.arange(len(pairs)), [len(self.labels_of.get(p, ())) for p in pairs])
-        labels = self.queued
-        l_time = labels.time[l_slot]
-        order = np.lexsort((labels.slots.row[l_slot], labels.slots.page[l_slot], l_time))
-        l_slot, l_code, l_time = l_slot[order], l_code[order], l_time[order]
-        outcome, joins, joined = by_id.judge(e_code, self.served.time[e_slot], l_code, l_time,
-                                             self.wait)
-        ended, wait = self.ended, self.wait
-        f_clock, l_clock = self.clocks
-        # (an example no label joined expires once no label within the wait can come)
-        expires = ~joined & (ended | (self.served.time[e_slot] + wait < l_clock))
-        expired_codes = e_code[expires]
-        final = ((outcome == by_id.JOIN) | (outcome == by_id.SECOND)
-                 | ((outcome == by_id.NEVER) & (has_example[l_code]
-                                                | ended | (l_time + wait < f_clock)))
-                 | ((outcome == by_id.LATE) & np.isin(l_code, expired_codes)))
-        join_at = np.flatnonzero(outcome == by_id.JOIN)
-        if len(join_at):
-            e_of = np.searchsorted(e_code, l_code[join_at])
-            self._answer_joined(l_slot[join_at], e_slot[e_of], out)
-            self._close([pairs[c] for c in l_code[join_at].tolist()], False,
-                         self.served.time[e_slot[e_of]])
+        l_slot, l_code = l_slot[~code_own[l_code]], l_code[~code_own[l_code]]
+        order = queued.order(l_slot)
+        l_slot, l_code = l_slot[order], l_code[order]
+        l_time, e_time = queued.time[l_slot], served.time[e_slot]
+        outcome, _, joined = by_id.judge(e_code, e_time, l_code, l_time, wait)
+        code_certain = np.zeros(len(pairs), bool)
+        code_certain[e_code] = e_certain
+        joins = (outcome == by_id.JOIN) & code_certain[l_code] & (ended | (l_time < l_clock))
+        code_joined = np.zeros(len(pairs), bool)
+        code_joined[l_code[joins]] = True
+        expires = ~joined & e_certain & (ended | (e_time + wait < l_clock))
+        code_expired = np.zeros(len(pairs), bool)
+        code_expired[e_code[expires]] = True
+        final = (joins | ((outcome == by_id.SECOND) & code_joined[l_code])
+                 | ((outcome == by_id.NEVER) & (ended | (l_time + wait < f_clock)))
+                 | ((outcome == by_id.LATE) & code_expired[l_code]))
+        if joins.any():
+            e_of = e_slot[np.searchsorted(e_code, l_code[joins])]
+            self._answer_joined(l_slot[joins], e_of, out)
+            self._close([pairs[c] for c in l_code[joins].tolist()], False, served.time[e_of])
         if expires.any():
             self._answer_expired(e_slot[expires], out)
-            self._close([pairs[c] for c in expired_codes.tolist()], True,
-                        self.served.time[e_slot[expires]])
-        for n in np.flatnonzero(final & (outcome != by_id.JOIN)).tolist():
+            self._close([pairs[c] for c in e_code[expires].tolist()], True,
+                        e_time[expires])
+        for n in np.flatnonzero(final & ~joins).tolist():
             out.dead.append(self._label_dead(int(l_slot[n]), _REASONS[int(outcome[n])]))
-        stopped_examples = np.concatenate([e_slot[joined], e_slot[expires]])
-        for slot in stopped_examples.tolist():
-            del self.example_of[self.served.pairs[slot]]
-        if len(stopped_examples):
-            self.served.stop(stopped_examples)
-        stopped_labels = l_slot[final]
-        for slot in stopped_labels.tolist():
-            pair = labels.pairs[slot]
+        if len(own_done):
+            self._answer_own(own_done, out)
+        self._stop_labels(l_slot[final])
+        # (a pair whose first features record is certain: its others are seconds)
+        for slot in np.concatenate([e_slot[e_certain], own_done]).tolist():
+            for other in self.others_of.pop(served.pairs[slot], ()):
+                out.dead.append(self._dead(served, other, SECOND_FEATURES))
+                served.stop(np.array([other]))
+        for slot in np.concatenate([e_slot[code_joined[e_code] | expires], own_done]).tolist():
+            del self.first_of[served.pairs[slot]]
+            served.stop(np.array([slot]))
+        served.compact(self.first_of, self.others_of)
+        queued.compact(self.labels_of)
+
+    def _answer_own(self, slots: np.ndarray, out: Answers) -> None:
+        """Pairs whose first features record carries its own label: answered joined as they
+        are, closed, and their labels seconds (or never served, those dated more than the
+        wait before)."""
+        block, of = self.served.taken(slots)
+        times = self.served.time[slots]
+        for source in dict.fromkeys(of):
+            rows = np.flatnonzero(np.array(of, dtype=object) == source)
+            part = block.take(rows)
+            out.joined.append((replace(part, source=source, served_scores=None,
+                                       restarts_midway=False), part.served_scores, times[rows]))
+        pairs = [self.served.pairs[s] for s in slots.tolist()]
+        self._close(pairs, False, times)
+        for pair, time in zip(pairs, times.tolist()):
+            waiting = self.labels_of.pop(pair, [])
+            for slot in waiting:
+                out.dead.append(self._label_dead(slot, NEVER_SERVED if time > float(
+                    self.queued.time[slot]) + self.wait else SECOND_LABEL))
+            if waiting:
+                self.queued.stop(np.asarray(waiting, np.int64))
+
+    def _stop_labels(self, slots: np.ndarray) -> None:
+        for slot in slots.tolist():
+            pair = self.queued.pairs[slot]
             left = self.labels_of[pair]
             left.remove(slot)
             if not left:
                 del self.labels_of[pair]
-        if len(stopped_labels):
-            labels.stop(stopped_labels)
-        self.served.compact(self.example_of)
-        labels.compact(self.labels_of)
+        if len(slots):
+            self.queued.stop(slots)
+
+    def _label_dead(self, slot: int, reason: str) -> DeadLetter:
+        return self._dead(self.queued, slot, reason)
+
+    @staticmethod
+    def _dead(waiting: _Waiting, slot: int, reason: str) -> DeadLetter:
+        block, row = waiting.block_of(slot)
+        return DeadLetter(block.source, int(block.positions[row]), block.raw_record(row), reason)
 
     def _answer_joined(self, l_slots: np.ndarray, e_slots: np.ndarray, out: Answers) -> None:
         """Joined: each example's features with its label, at the label's place, per labels
-        source, in the labels' order."""
+        source."""
         features, _ = self.served.taken(e_slots)
         labels, of = self.queued.taken(l_slots)
         came = self.served.time[e_slots]
@@ -369,9 +406,8 @@ class Bucket:
         for source in dict.fromkeys(of):
             rows = np.flatnonzero(sources == source)
             part, label = features.take(rows), labels.take(rows)
-            times = label.event_times
             out.joined.append((replace(part, source=source, positions=label.positions,
-                                       labels=label.labels, event_times=times,
+                                       labels=label.labels, event_times=label.event_times,
                                        served_scores=None, restarts_midway=False),
                                part.served_scores, came[rows]))
 
