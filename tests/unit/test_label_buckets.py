@@ -10,6 +10,7 @@ import pytest
 
 from unitless.labels import by_id
 from unitless.labels.buckets import Bucket
+from unitless.labels.queue import LabelQueue
 from unitless.labels.reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
 from unitless.parse.jsonl import parse_records
 from unitless.pipelines.config import configure
@@ -136,7 +137,7 @@ def run(blocks, buckets, wait, rebuild_every=None):
     by_label, by_example, seconds, rows = {}, {}, [], {}
 
     def take(answers):
-        for block, scores, came in answers.joined:
+        for block, scores, came in answers.joined + answers.own:
             own = block.source.startswith("f/")
             for r in range(len(block)):
                 place = (block.source, int(block.positions[r]))
@@ -244,3 +245,71 @@ def test_bucket_numbers_are_stable_and_spread():
     # (the pair, not the key or the id alone)
     assert bucket_numbers(pa.array(["a"]), pa.array(["bc"]), 1 << 30)[0] != bucket_numbers(
         pa.array(["ab"]), pa.array(["c"]), 1 << 30)[0]
+
+
+@pytest.mark.parametrize("seed,expired_label,lag", [
+    (7, None, 0.0), (8, -1.0, 0.0), (9, -1.0, 30.0), (10, -1.0, -30.0)])
+def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expired_label, lag):
+    """Buckets and a ``LabelQueue`` together, the labels queued in their order while the
+    answers come as the buckets give them (the records between two clocks in any order):
+    each model learns its joined examples in label order and (with an expired label) its
+    expired examples at their expiry time's place, as a plain run over the joined records
+    in that order would; a learned example carries its label and the scores it was served
+    with."""
+    wait = 10.0
+    blocks = stream(seed, wait=wait, lag=lag)
+    by_label, by_example, _ = expected(blocks, wait)
+    about = {}  # place -> (model key, time, label)
+    for _, block in blocks:
+        for r, key in enumerate(block.keys.to_pylist()):
+            about[(block.source, int(block.positions[r]))] = (
+                key, float(block.event_times[r]), float(block.labels[r]))
+    want = {}
+    for place, (outcome, example) in by_label.items():
+        if outcome == by_id.JOIN:
+            key, time, label = about[place]
+            want.setdefault(key, []).append((time, 0, place, label, example))
+    for place, at in by_example.items():
+        if at != "joined" and expired_label is not None:
+            key = about[place][0]
+            want.setdefault(key, []).append((at, 1, place, expired_label, place))
+    want = {k: [item[2:] for item in sorted(v)] for k, v in want.items()}
+
+    buckets = [Bucket(wait) for _ in range(3)]
+    queue, learned = LabelQueue(expired_label), {}
+    newest = {("features", 0): -math.inf, ("features", 1): -math.inf, ("labels", 0): -math.inf}
+    rng, at = np.random.default_rng(seed), 0
+
+    def learn(items):
+        for key, block, scores, expired in items:
+            assert expired == (block.source.startswith("f/"))
+            for r in range(len(block)):
+                place = (block.source, int(block.positions[r]))
+                example = place if expired else (f"f/{int(scores[r, 1])}", int(scores[r, 0]))
+                learned.setdefault(key, []).append((place, float(block.labels[r]), example))
+
+    while at < len(blocks):
+        window = blocks[at:at + int(rng.integers(1, 9))]
+        at += len(window)
+        for kind, block in window:  # (the learning step's labels, in their order)
+            if kind == "labels":
+                queue.labels(block)
+        for kind, block in [window[j] for j in rng.permutation(len(window))]:
+            numbers = bucket_numbers(block.keys, block.ids, len(buckets))
+            for b in np.unique(numbers).tolist():
+                queue.answered(getattr(buckets[b], kind)(block.take(np.flatnonzero(numbers == b))))
+            learn(queue.release())
+        for kind, block in window:
+            source = (kind, int(block.source[2:]))
+            newest[source] = max(newest[source], float(block.event_times.max()))
+        clocks = (min(newest[("features", 0)], newest[("features", 1)]), newest[("labels", 0)])
+        for b in rng.permutation(len(buckets)).tolist():  # (each answering in its own time)
+            queue.answered(buckets[b].advance(*clocks))
+            learn(queue.release())
+        queue.advance(clocks[1])  # (once every bucket has applied the clock)
+        learn(queue.release())
+    for bucket in buckets:
+        queue.answered(bucket.end())
+    learn(queue.release(ended=True))
+    assert learned == want
+    assert queue.waiting == 0 and not queue.answers

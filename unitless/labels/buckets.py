@@ -15,7 +15,7 @@ the features clock is past it, and the others are seconds; then, as ``by_id.judg
   the features clock is past the label's time + the wait, was never served;
 * an example no label joined expires once the labels clock is past its time + the wait
   (``expired``), and the labels after that are late;
-* a pair whose first record carries its own label is joined by it (answered as it is);
+* a pair whose first record carries its own label is joined by it (answered as it is, ``own``);
 * a closed pair's later records are seconds (or late labels, if it expired; or never served,
   dated more than the wait before its example), until both clocks are twice the wait past the
   example and it is forgotten.
@@ -44,10 +44,12 @@ class Answers:
     joined, each with its label at the label's place: source, position and time, the scores
     it was served with [n, K] or None, its features record's time); ``expired``: per features
     source, (a block of the examples expired, at their own place and time, their scores, the
-    time they expired: time + wait); ``dead``: labels never served, second or late, and second
-    features records."""
+    time they expired: time + wait); ``own``: per features source, (a block of the examples
+    that carried their own label, as they are, their scores, their times); ``dead``: labels
+    never served, second or late, and second features records."""
     joined: list = field(default_factory=list)
     expired: list = field(default_factory=list)
+    own: list = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
 
 
@@ -366,8 +368,8 @@ class Bucket:
         for source in dict.fromkeys(of):
             rows = np.flatnonzero(np.array(of, dtype=object) == source)
             part = block.take(rows)
-            out.joined.append((replace(part, source=source, served_scores=None,
-                                       restarts_midway=False), part.served_scores, times[rows]))
+            out.own.append((replace(part, source=source, served_scores=None,
+                                    restarts_midway=False), part.served_scores, times[rows]))
         pairs = [self.served.pairs[s] for s in slots.tolist()]
         self._close(pairs, False, times)
         for pair, time in zip(pairs, times.tolist()):

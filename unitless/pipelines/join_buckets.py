@@ -190,7 +190,7 @@ class JoinBuckets(beam.DoFn):
 
 
 def _tagged(answers: Answers) -> Iterable[Any]:
-    for joined in answers.joined:
+    for joined in answers.joined + answers.own:
         yield beam.pvalue.TaggedOutput(JOINED, joined)
     for expired in answers.expired:
         yield beam.pvalue.TaggedOutput(EXPIRED, expired)
