@@ -32,6 +32,7 @@ import numpy as np
 
 from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id
+from .bucket_rows import Columns, Waiting
 from .call_log import CallLog
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
 
@@ -53,141 +54,20 @@ class Answers:
     dead: list[DeadLetter] = field(default_factory=list)
 
 
-class _Columns:
-    """Columns that grow by appending, in amortized time (room doubled when full): ``n`` rows
-    of each of ``names``."""
-
-    def __init__(self, **dtypes) -> None:
-        self.n = 0
-        self.columns = {name: np.zeros(16, dtype) for name, dtype in dtypes.items()}
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        try:
-            return self.__dict__["columns"][name][:self.__dict__["n"]]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def append(self, k: int, **values) -> np.ndarray:
-        """Append ``k`` rows (each column's values, or one for all); returns their indices."""
-        room = len(next(iter(self.columns.values())))
-        if self.n + k > room:
-            room = max(2 * room, self.n + k)
-            for name, column in self.columns.items():
-                grown = np.zeros(room, column.dtype)
-                grown[:self.n] = column[:self.n]
-                self.columns[name] = grown
-        for name, column in self.columns.items():
-            column[self.n:self.n + k] = values[name]
-        self.n += k
-        return np.arange(self.n - k, self.n)
-
-    def keep(self, rows: np.ndarray) -> None:
-        """Only ``rows``, in that order."""
-        for name, column in self.columns.items():
-            self.columns[name] = column[:self.n][rows].copy()
-        self.n = len(rows)
-
-
-class _Waiting:
-    """A bucket's records of one input that wait, by slot: columns (page, row, record time,
-    position, source, whether it carries its own label, alive) and the pair each is of; their
-    pages (the blocks they came in, held while any of their rows waits) and sources."""
-
-    def __init__(self) -> None:
-        self.slots = _Columns(page=np.int64, row=np.int64, time=np.float64, position=np.int64,
-                              source=np.int64, own=bool, alive=bool)
-        self.pairs: list[tuple] = []
-        self.pages: dict[int, list] = {}  # page -> [block, rows of it waiting]
-        self.next_page = 0
-        self.sources: dict[str, int] = {}  # source -> its code (in order of first sight)
-
-    @property
-    def time(self) -> np.ndarray:
-        return self.slots.time
-
-    def add(self, block: ExampleBlock, rows: np.ndarray, pairs: list[tuple]) -> np.ndarray:
-        """``rows`` of ``block`` start to wait, as one page; returns their slots."""
-        page, self.next_page = self.next_page, self.next_page + 1
-        self.pages[page] = [block, len(rows)]
-        self.pairs += pairs
-        return self.slots.append(
-            len(rows), page=page, row=rows, position=block.positions[rows], alive=True,
-            source=self.sources.setdefault(block.source, len(self.sources)),
-            own=~np.isnan(block.labels[rows]), time=block.event_times[rows]
-            if block.event_times is not None else math.inf)
-
-    def stop(self, slots: np.ndarray) -> None:
-        """The records at ``slots`` no longer wait (their pages go once none of theirs does)."""
-        self.slots.alive[slots] = False
-        pages, counts = np.unique(self.slots.page[slots], return_counts=True)
-        for page, n in zip(pages.tolist(), counts.tolist()):
-            held = self.pages[page]
-            held[1] -= n
-            if not held[1]:
-                del self.pages[page]
-
-    def crossing(self, offset: float, old: float, new: float) -> list[tuple]:
-        """The pairs of the records still waiting whose time + ``offset`` a clock moved from
-        ``old`` to ``new`` has just passed."""
-        at = self.slots.time + offset
-        return [self.pairs[s] for s in np.flatnonzero(
-            self.slots.alive & (at >= old) & (at < new)).tolist()]
-
-    def order(self, slots: np.ndarray) -> np.ndarray:
-        """The order of ``slots`` by (time, source, position): the order the join takes them."""
-        names = sorted(self.sources, key=self.sources.__getitem__)
-        rank = np.argsort(np.argsort(np.array(names, dtype=object)))
-        return np.lexsort((self.slots.position[slots], rank[self.slots.source[slots]],
-                           self.slots.time[slots]))
-
-    def block_of(self, slot: int) -> tuple[ExampleBlock, int]:
-        """(the block a slot's record came in, its row there)"""
-        return self.pages[int(self.slots.page[slot])][0], int(self.slots.row[slot])
-
-    def taken(self, slots: np.ndarray) -> tuple[ExampleBlock, list[str]]:
-        """(one block of the records at ``slots``, in that order, one take per page; the source
-        of each)."""
-        pages = self.slots.page[slots]
-        order = np.argsort(pages, kind="stable")
-        parts, starts = [], np.flatnonzero(np.r_[True, pages[order][1:] != pages[order][:-1]])
-        for at, stop in zip(starts.tolist(), starts[1:].tolist() + [len(order)]):
-            rows = order[at:stop]
-            parts.append(self.pages[int(pages[rows[0]])][0].take(self.slots.row[slots[rows]]))
-        block = parts[0] if len(parts) == 1 else ExampleBlock.stacked(parts)
-        if len(order) and (order != np.arange(len(order))).any():
-            block = block.take(np.argsort(order, kind="stable"))
-        return block, [self.pages[page][0].source for page in pages.tolist()]
-
-    def compact(self, *indexes: dict) -> None:
-        """Drop the slots that stopped waiting once they are most of them (``indexes``: pair ->
-        slot or slots, renumbered)."""
-        alive = self.slots.alive
-        if len(alive) < 1024 or alive.sum() * 4 > len(alive):
-            return
-        live = np.flatnonzero(alive)
-        renumber = {int(s): n for n, s in enumerate(live.tolist())}
-        self.slots.keep(live)
-        self.pairs = [self.pairs[s] for s in live.tolist()]
-        for index in indexes:
-            for pair, slots in index.items():
-                index[pair] = ([renumber[s] for s in slots] if isinstance(slots, list)
-                               else renumber[slots])
-
-
 class Bucket:
     """The examples and labels of one bucket's pairs that wait for each other, and the pairs it
     closed; ``wait`` in seconds of record time (None: everything waits for ``end``)."""
 
     def __init__(self, wait: Optional[float] = None) -> None:
         self.wait = math.inf if wait is None else float(wait)
-        self.served, self.queued = _Waiting(), _Waiting()
+        self.served, self.queued = Waiting(), Waiting()
         self.first_of: dict[tuple, int] = {}  # pair -> its earliest features record's slot
         self.others_of: dict[tuple, list[int]] = {}  # pair -> its later features records' slots
         self.labels_of: dict[tuple, list[int]] = {}  # pair -> its labels' slots
         # pair -> (whether it expired, else joined; its example's time)
         self.closed: dict[tuple, tuple[bool, float]] = {}
         # the time each closed pair is forgotten, and the pair
-        self.closing = _Columns(at=np.float64)
+        self.closing = Columns(at=np.float64)
         self.closing_pairs: list[tuple] = []
         self.clocks = [-math.inf, -math.inf]
         self.ended = False
@@ -233,7 +113,11 @@ class Bucket:
                 if self._before(slot, first):
                     self.first_of[pair], slot = slot, first
                 self.others_of.setdefault(pair, []).append(slot)
-            self._judge(list(dict.fromkeys(taken)), out)
+            # (a record dated at or after the features clock makes nothing certain: only one
+            # from a source that lags, or after the end)
+            behind = self.ended | (self.served.time[slots] < self.clocks[0])
+            self._judge(list(dict.fromkeys(p for p, b in zip(taken, behind.tolist()) if b)),
+                        out)
         return out
 
     def _before(self, a: int, b: int) -> bool:
@@ -265,7 +149,13 @@ class Bucket:
             slots = self.queued.add(block, np.asarray(rows, np.int64), taken)
             for pair, slot in zip(taken, slots.tolist()):
                 self.labels_of.setdefault(pair, []).append(slot)
-            self._judge(list(dict.fromkeys(taken)), out)
+            # (nor does a label dated at or after the labels clock, unless the features clock
+            # is past it by the wait: what else it could settle the clocks settled already)
+            time = self.queued.time[slots]
+            f_clock, l_clock = self.clocks
+            behind = self.ended | (time < l_clock) | (time + self.wait < f_clock)
+            self._judge(list(dict.fromkeys(p for p, b in zip(taken, behind.tolist()) if b)),
+                        out)
         return out
 
     def advance(self, features_clock: float, labels_clock: float) -> Answers:
@@ -299,6 +189,11 @@ class Bucket:
         return out
 
     def _judge(self, pairs: list[tuple], out: Answers) -> None:
+        """``_judged`` if there are any."""
+        if pairs:
+            self._judged(pairs, out)
+
+    def _judged(self, pairs: list[tuple], out: Answers) -> None:
         """Judge ``pairs`` (none closed) by the records of theirs that came (``by_id.judge``;
         a pair whose earliest features record carries its own label is joined by it), and
         answer what the clocks make certain: a pair's first features record once the features
@@ -306,58 +201,77 @@ class Bucket:
         is past the label (no label before it can come), and the labels after that one; a
         label never served once the features clock is past its time + the wait; an example
         expired, and its late labels, once the labels clock is past its time + the wait."""
-        served, queued, wait, ended = self.served, self.queued, self.wait, self.ended
-        f_clock, l_clock = self.clocks
-        firsts = np.array([self.first_of.get(p, -1) for p in pairs], np.int64)
-        e_code = np.flatnonzero(firsts >= 0)
-        e_slot = firsts[e_code]
-        certain = ended | (served.time[e_slot] < f_clock)
-        own = served.slots.own[e_slot]
-        code_own = np.zeros(len(pairs), bool)
-        code_own[e_code[own]] = True
-        e_code, e_slot, e_certain = e_code[~own], e_slot[~own], certain[~own]
-        own_done = firsts[np.flatnonzero(code_own)][certain[own]]
-        l_slot = np.array([s for p in pairs for s in self.labels_of.get(p, ())], np.int64)
-        l_code = np.repeat(np.arange(len(pairs)), [len(self.labels_of.get(p, ())) for p in pairs])
-        l_slot, l_code = l_slot[~code_own[l_code]], l_code[~code_own[l_code]]
-        order = queued.order(l_slot)
-        l_slot, l_code = l_slot[order], l_code[order]
-        l_time, e_time = queued.time[l_slot], served.time[e_slot]
+        e_code, e_slot, e_certain, own_done, l_slot, l_code = self._records(pairs)
+        wait, ended, (f_clock, l_clock) = self.wait, self.ended, self.clocks
+        l_time, e_time = self.queued.time[l_slot], self.served.time[e_slot]
         outcome, _, joined = by_id.judge(e_code, e_time, l_code, l_time, wait)
-        code_certain = np.zeros(len(pairs), bool)
-        code_certain[e_code] = e_certain
-        joins = (outcome == by_id.JOIN) & code_certain[l_code] & (ended | (l_time < l_clock))
-        code_joined = np.zeros(len(pairs), bool)
-        code_joined[l_code[joins]] = True
+
+        def of_pairs(codes):
+            marked = np.zeros(len(pairs), bool)
+            marked[codes] = True
+            return marked
+
+        joins = ((outcome == by_id.JOIN) & of_pairs(e_code[e_certain])[l_code]
+                 & (ended | (l_time < l_clock)))
+        code_joined = of_pairs(l_code[joins])
         expires = ~joined & e_certain & (ended | (e_time + wait < l_clock))
-        code_expired = np.zeros(len(pairs), bool)
-        code_expired[e_code[expires]] = True
         final = (joins | ((outcome == by_id.SECOND) & code_joined[l_code])
                  | ((outcome == by_id.NEVER) & (ended | (l_time + wait < f_clock)))
-                 | ((outcome == by_id.LATE) & code_expired[l_code]))
+                 | ((outcome == by_id.LATE) & of_pairs(e_code[expires])[l_code]))
         if joins.any():
             e_of = e_slot[np.searchsorted(e_code, l_code[joins])]
             self._answer_joined(l_slot[joins], e_of, out)
-            self._close([pairs[c] for c in l_code[joins].tolist()], False, served.time[e_of])
+            self._close([pairs[c] for c in l_code[joins].tolist()], False,
+                        self.served.time[e_of])
         if expires.any():
             self._answer_expired(e_slot[expires], out)
-            self._close([pairs[c] for c in e_code[expires].tolist()], True,
-                        e_time[expires])
+            self._close([pairs[c] for c in e_code[expires].tolist()], True, e_time[expires])
         for n in np.flatnonzero(final & ~joins).tolist():
             out.dead.append(self._label_dead(int(l_slot[n]), _REASONS[int(outcome[n])]))
         if len(own_done):
             self._answer_own(own_done, out)
         self._stop_labels(l_slot[final])
-        # (a pair whose first features record is certain: its others are seconds)
-        for slot in np.concatenate([e_slot[e_certain], own_done]).tolist():
-            for other in self.others_of.pop(served.pairs[slot], ()):
-                out.dead.append(self._dead(served, other, SECOND_FEATURES))
-                served.stop(np.array([other]))
-        for slot in np.concatenate([e_slot[code_joined[e_code] | expires], own_done]).tolist():
+        self._stop_features(e_slot[code_joined[e_code] | expires], own_done,
+                            e_slot[e_certain], out)
+
+    def _records(self, pairs: list[tuple]) -> tuple[np.ndarray, ...]:
+        """The records of ``pairs`` that came: (the pairs' codes, the slots of their first
+        features records and whether each is certain, but for those that carry their own
+        label: of them, the slots of the certain; the slots of their labels and their pairs'
+        codes, in the join's order)."""
+        served = self.served
+        firsts = np.array([self.first_of.get(p, -1) for p in pairs], np.int64)
+        e_code = np.flatnonzero(firsts >= 0)
+        e_slot = firsts[e_code]
+        certain = self.ended | (served.time[e_slot] < self.clocks[0])
+        own = served.slots.own[e_slot]
+        own_done = e_slot[own & certain]
+        code_own = np.zeros(len(pairs), bool)
+        code_own[e_code[own]] = True
+        l_slot = np.array([s for p in pairs for s in self.labels_of.get(p, ())], np.int64)
+        l_code = np.repeat(np.arange(len(pairs)), [len(self.labels_of.get(p, ())) for p in pairs])
+        mine = ~code_own[l_code]
+        l_slot, l_code = l_slot[mine], l_code[mine]
+        order = self.queued.order(l_slot)
+        return e_code[~own], e_slot[~own], certain[~own], own_done, l_slot[order], l_code[order]
+
+    def _stop_features(self, answered: np.ndarray, own_done: np.ndarray, certain: np.ndarray,
+                       out: Answers) -> None:
+        """The first features records ``answered`` and ``own_done`` stop waiting, their pairs'
+        too; so do the other records of the pairs whose first is ``certain`` (seconds)."""
+        served = self.served
+        stopped = np.concatenate([answered, own_done])
+        for slot in stopped.tolist():
             del self.first_of[served.pairs[slot]]
-            served.stop(np.array([slot]))
+        if self.others_of:
+            seconds = [other for slot in np.concatenate([certain, own_done]).tolist()
+                       for other in self.others_of.pop(served.pairs[slot], ())]
+            out.dead += [self._dead(served, other, SECOND_FEATURES) for other in seconds]
+            stopped = np.concatenate([stopped, np.asarray(seconds, np.int64)])
+        if len(stopped):
+            served.stop(stopped)
         served.compact(self.first_of, self.others_of)
-        queued.compact(self.labels_of)
+        self.queued.compact(self.labels_of)
 
     def _answer_own(self, slots: np.ndarray, out: Answers) -> None:
         """Pairs whose first features record carries its own label: answered joined as they
@@ -394,7 +308,7 @@ class Bucket:
         return self._dead(self.queued, slot, reason)
 
     @staticmethod
-    def _dead(waiting: _Waiting, slot: int, reason: str) -> DeadLetter:
+    def _dead(waiting: Waiting, slot: int, reason: str) -> DeadLetter:
         block, row = waiting.block_of(slot)
         return DeadLetter(block.source, int(block.positions[row]), block.raw_record(row), reason)
 
