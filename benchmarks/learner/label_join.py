@@ -6,7 +6,7 @@ Data: ``--examples`` served examples of 21 features and one model key, 5,000 a s
 time, in blocks of 500, each labeled 1 s after it (10 blocks behind), with a wait of an hour:
 every example waits and joins, the common case. The reference hands ``LabelJoin`` each features
 block (``features``) and labels block (``labels``) as the learning step does. The other run
-splits each block over B buckets (1 and 16; ``pipelines.join_buckets.bucket_numbers``), queues
+splits each block over B buckets (1, 4 and 16; ``pipelines.join_buckets.bucket_numbers``), queues
 the labels in a ``LabelQueue``, moves the clocks after each block (the features' and labels'
 newest times) and releases what the queue learns. Both end with every example learned. Runs
 alternate (reference, buckets, reference, ...), ``--repeats`` times each; CPU time of this
@@ -107,7 +107,7 @@ def main():
     n = 30_000 if args.quick else args.examples
     h = header()
     blocks = stream(n, args.seed)
-    runs = {"LabelJoin": [], "buckets 1": [], "buckets 16": []}
+    runs = {"LabelJoin": [], "buckets 1": [], "buckets 4": [], "buckets 16": []}
     for _ in range(args.repeats):
         for name in runs:
             seconds, learned = (timed(label_join, blocks) if name == "LabelJoin"

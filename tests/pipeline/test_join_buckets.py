@@ -1,17 +1,19 @@
 """The join keyed by example id as a Beam step (``pipelines/join_buckets.py``) on the FnApiRunner
 and Prism: a stream's served examples and labels, stamped by their reading order, spread over
 buckets with their clocks, give each label and example the outcome ``by_id.judge`` gives it
-over the whole input, each once, the joined examples with the scores they were served with."""
+over the whole input, each once, the joined examples with the scores they were served with;
+and the step's metrics count them, its largest value written to state under 1 MiB."""
 import math
 
 import apache_beam as beam
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
 from unitless.labels import by_id
-from unitless.labels.reasons import SECOND_FEATURES
+from unitless.labels.reasons import LATE_LABEL, SECOND_FEATURES
 from unitless.pipelines.join_buckets import DEAD, EXPIRED, JOINED, JoinById
 
 from tests.helpers.runners import pipeline
@@ -45,7 +47,8 @@ def ended(row, timestamp=beam.DoFn.TimestampParam):
 def join_by_id_checked(p, streaming=False, seed=6):
     """Build on pipeline ``p``: a stream's blocks (``stream``), stamped in their reading order
     (``streaming``: the watermark moved past each as it is read), through ``JoinById`` over 5
-    buckets, and the check that each record is answered once, as ``expected`` says."""
+    buckets, and the check that each record is answered once, as ``expected`` says. Returns
+    the answers expected (but the examples that carried their own label)."""
     blocks = stream(seed, n=500, wait=WAIT, lag=15.0)
     labels, examples, seconds = expected(blocks, WAIT)
     features_of = {place: example for place, (o, example) in labels.items() if o == by_id.JOIN}
@@ -87,10 +90,22 @@ def join_by_id_checked(p, streaming=False, seed=6):
             assert sum(expired) < len(expired) / 4, (sum(expired), len(expired))
 
     assert_that(rows, as_judged)
+    return want
 
 
 @pytest.mark.parametrize("runner,streaming", [("fnapi", False), ("prism", False),
                                               ("prism", True)])
 def test_join_by_id_answers_each_record_once_as_its_own_records_decide(runner, streaming):
-    with pipeline(runner, streaming) as p:
-        join_by_id_checked(p, streaming)
+    p = pipeline(runner, streaming)
+    want = join_by_id_checked(p, streaming)
+    result = p.run()
+    result.wait_until_finish()
+    found = {m.key.metric.name: m.committed for m in result.metrics().query(
+        MetricsFilter().with_namespace("unitless"))["counters"]}
+    assert found["examples_waiting_for_labels"] == 0  # (every start stopped by the end)
+    assert found["examples_expired_without_label"] == sum(r[0] == "expired" for r in want)
+    assert found["late_labels"] == sum(r[-1] == LATE_LABEL for r in want)
+    sizes = {m.key.metric.name: m.committed for m in result.metrics().query(
+        MetricsFilter().with_namespace("unitless"))["distributions"]}
+    assert sizes["label_delay_ms"].count == sum(r[0] == "joined" for r in want)
+    assert 0 < sizes["state_value_bytes"].max < 1 << 20

@@ -22,11 +22,12 @@ KEYS = ["k0", "k1", "k2"]
 REASON = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
 
 
-def stream(seed, n=1200, wait=10.0, timed=True, lag=0.0):
+def stream(seed, n=1200, wait=10.0, timed=True, lag=0.0, twice=0.02):
     """[(kind, block)]: ``n`` examples a tenth of a second apart over KEYS from two features
     sources read at their own paces, served (scores: their position) or carrying their own
     label; their labels from one source in time order, most 0.5-3 s after the example, some
-    before it, after the wait, twice, for unknown ids, or never; a few features records twice.
+    before it, after the wait, twice, for unknown ids, or never; features records twice (a
+    ``twice`` share, the second a little later, in either source).
     Blocks of each input in their order, the two inputs interleaved at random, the labels
     read ``lag`` seconds (of record time) behind the features."""
     rng = np.random.default_rng(seed)
@@ -37,7 +38,7 @@ def stream(seed, n=1200, wait=10.0, timed=True, lag=0.0):
         if rng.random() < 0.03:
             values["label"] = int(rng.integers(2))
         features.append((t, values))
-        if rng.random() < 0.02:
+        if rng.random() < twice:
             features.append((t + rng.uniform(0, 1), dict(values, x=1.0)))
         kind = rng.random()
         if kind < 0.05:
@@ -51,8 +52,9 @@ def stream(seed, n=1200, wait=10.0, timed=True, lag=0.0):
             labels.append((t + delay + rng.uniform(0, wait / 2), dict(label, label=0)))
     features.sort(key=lambda r: r[0])
     labels.sort(key=lambda r: r[0])
-    parts = [("features", s, [r for r, to in zip(features, rng.integers(2, size=len(features)))
-                              if to == s]) for s in range(2)] + [("labels", 0, labels)]
+    to = rng.integers(2, size=len(features))  # (each features record's source)
+    parts = [("features", s, [r for r, t in zip(features, to) if t == s]) for s in range(2)] + [
+        ("labels", 0, labels)]
     out = []
     for kind, s, records in parts:
         at = 0
@@ -191,11 +193,11 @@ def run(blocks, buckets, wait, rebuild_every=None):
     return by_label, by_example, sorted(seconds), rows
 
 
-@pytest.mark.parametrize("seed,wait,timed,lag", [
-    (0, 10.0, True, 0.0), (1, 10.0, True, 0.0), (2, 4.0, True, 0.0), (3, None, False, 0.0),
-    (4, 10.0, True, 30.0), (5, 10.0, True, -30.0)])
-def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag):
-    blocks = stream(seed, wait=wait or 10.0, timed=timed, lag=lag)
+@pytest.mark.parametrize("seed,wait,timed,lag,twice", [
+    (0, 10.0, True, 0.0, 0.02), (1, 10.0, True, 0.0, 0.02), (2, 4.0, True, 0.0, 0.02),
+    (3, None, False, 0.0, 0.02), (4, 10.0, True, 30.0, 0.02), (5, 10.0, True, -30.0, 0.3)])
+def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag, twice):
+    blocks = stream(seed, wait=wait or 10.0, timed=timed, lag=lag, twice=twice)
     want_labels, want_examples, want_seconds = expected(blocks, wait)
     joined_examples = {p: e for p, (o, e) in want_labels.items() if o == by_id.JOIN}
     results = [run(blocks, 1, wait), run(blocks, 7, wait, rebuild_every=11)]
@@ -255,7 +257,7 @@ def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expire
     each model learns its joined examples in label order and (with an expired label) its
     expired examples at their expiry time's place, as a plain run over the joined records
     in that order would; a learned example carries its label and the scores it was served
-    with."""
+    with; a queue rebuilt from its persisted log goes on as it would have."""
     wait = 10.0
     blocks = stream(seed, wait=wait, lag=lag)
     by_label, by_example, _ = expected(blocks, wait)
@@ -276,7 +278,7 @@ def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expire
     want = {k: [item[2:] for item in sorted(v)] for k, v in want.items()}
 
     buckets = [Bucket(wait) for _ in range(3)]
-    queue, learned = LabelQueue(expired_label), {}
+    queue, learned, persisted = LabelQueue(expired_label), {}, []
     newest = {("features", 0): -math.inf, ("features", 1): -math.inf, ("labels", 0): -math.inf}
     rng, at = np.random.default_rng(seed), 0
 
@@ -308,6 +310,10 @@ def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expire
             learn(queue.release())
         queue.advance(clocks[1])  # (once every bucket has applied the clock)
         learn(queue.release())
+        clear, entries = queue.log_entries()
+        persisted = ([] if clear else persisted) + entries
+        if rng.random() < 0.1:  # (a worker without it in memory)
+            queue = LabelQueue.rebuild(persisted)
     for bucket in buckets:
         queue.answered(bucket.end())
     learn(queue.release(ended=True))

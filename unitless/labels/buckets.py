@@ -26,14 +26,14 @@ model: a model's labels' queue and what it learns are the learning step's.
 """
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
 from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id
 from .bucket_rows import Columns, Waiting
-from .call_log import CallLog
+from .call_log import CallLog, Logged
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
 
 _REASONS = {by_id.NEVER: NEVER_SERVED, by_id.SECOND: SECOND_LABEL, by_id.LATE: LATE_LABEL}
@@ -54,7 +54,7 @@ class Answers:
     dead: list[DeadLetter] = field(default_factory=list)
 
 
-class Bucket:
+class Bucket(Logged):
     """The examples and labels of one bucket's pairs that wait for each other, and the pairs it
     closed; ``wait`` in seconds of record time (None: everything waits for ``end``)."""
 
@@ -72,16 +72,6 @@ class Bucket:
         self.clocks = [-math.inf, -math.inf]
         self.ended = False
         self.log = CallLog()  # (what persists it in Beam state: ``log_entries``)
-
-    def log_entries(self) -> tuple[bool, list[bytes]]:
-        """(whether to clear the persisted log first, entries to add to it): ``CallLog``."""
-        return self.log.entries(self)
-
-    @staticmethod
-    def rebuild(entries: Iterable[bytes]) -> Optional["Bucket"]:
-        """The bucket ``log_entries`` persisted (None for none): its calls replayed, whose
-        answers were given when they were made."""
-        return CallLog.rebuild(entries)
 
     @property
     def waiting(self) -> int:
@@ -277,11 +267,8 @@ class Bucket:
         """Pairs whose first features record carries its own label: answered joined as they
         are, closed, and their labels seconds (or never served, those dated more than the
         wait before)."""
-        block, of = self.served.taken(slots)
         times = self.served.time[slots]
-        for source in dict.fromkeys(of):
-            rows = np.flatnonzero(np.array(of, dtype=object) == source)
-            part = block.take(rows)
+        for source, rows, part in _by_source(*self.served.taken(slots)):
             out.own.append((replace(part, source=source, served_scores=None,
                                     restarts_midway=False), part.served_scores, times[rows]))
         pairs = [self.served.pairs[s] for s in slots.tolist()]
@@ -316,24 +303,17 @@ class Bucket:
         """Joined: each example's features with its label, at the label's place, per labels
         source."""
         features, _ = self.served.taken(e_slots)
-        labels, of = self.queued.taken(l_slots)
         came = self.served.time[e_slots]
-        sources = np.array(of, dtype=object)
-        for source in dict.fromkeys(of):
-            rows = np.flatnonzero(sources == source)
-            part, label = features.take(rows), labels.take(rows)
+        for source, rows, label in _by_source(*self.queued.taken(l_slots)):
+            part = features if len(rows) == len(features) else features.take(rows)
             out.joined.append((replace(part, source=source, positions=label.positions,
                                        labels=label.labels, event_times=label.event_times,
                                        served_scores=None, restarts_midway=False),
                                part.served_scores, came[rows]))
 
     def _answer_expired(self, e_slots: np.ndarray, out: Answers) -> None:
-        block, of = self.served.taken(e_slots)
         at = self.served.time[e_slots] + self.wait
-        sources = np.array(of, dtype=object)
-        for source in dict.fromkeys(of):
-            rows = np.flatnonzero(sources == source)
-            part = block.take(rows)
+        for source, rows, part in _by_source(*self.served.taken(e_slots)):
             out.expired.append((replace(part, source=source, served_scores=None,
                                         restarts_midway=False),
                                 part.served_scores, at[rows]))
@@ -358,3 +338,16 @@ class Bucket:
         kept = np.flatnonzero(~gone)
         self.closing.keep(kept)
         self.closing_pairs = [self.closing_pairs[n] for n in kept.tolist()]
+
+
+def _by_source(block: ExampleBlock, of: list[str]
+               ) -> Iterator[tuple[str, np.ndarray, ExampleBlock]]:
+    """(source, rows, the block of those rows) for each source ``of`` the block's rows."""
+    sources = set(of)
+    if len(sources) == 1:
+        yield of[0], np.arange(len(block)), block
+        return
+    named = np.array(of, dtype=object)
+    for source in dict.fromkeys(of):
+        rows = np.flatnonzero(named == source)
+        yield source, rows, block.take(rows)

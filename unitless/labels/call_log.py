@@ -88,3 +88,18 @@ class CallLog:
     def nbytes(self) -> int:
         """Bytes persisted: about what its owner holds, without walking it."""
         return (self.snapshot_bytes or 0) + self.call_bytes
+
+
+class Logged:
+    """An object that persists as its ``CallLog`` (``log``), each change a call it records."""
+    log: CallLog
+
+    def log_entries(self) -> tuple[bool, list[bytes]]:
+        """(whether to clear the persisted log first, entries to add to it): ``CallLog``."""
+        return self.log.entries(self)
+
+    @staticmethod
+    def rebuild(entries: Iterable[bytes]) -> Any:
+        """What ``log_entries`` persisted (None for none): its calls replayed, whose results
+        were used when they were made."""
+        return CallLog.rebuild(entries)

@@ -21,13 +21,14 @@ import numpy as np
 
 from ..parse.records import ExampleBlock
 from .buckets import Answers
+from .call_log import CallLog, Logged
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
 from .waiting import ToLearn
 
 _LABEL_REASONS = {NEVER_SERVED, SECOND_LABEL, LATE_LABEL}
 
 
-class LabelQueue:
+class LabelQueue(Logged):
     """A model group's labels waiting for their answers, and the answers waiting for their
     labels to reach their queue's head."""
 
@@ -40,6 +41,7 @@ class LabelQueue:
         self.expiring: dict[str, list] = {}
         self.clock = -math.inf
         self.taken = 0  # (a tie-break in the heaps: the order expiries came in)
+        self.log = CallLog()  # (what persists it in Beam state: ``log_entries``)
 
     @property
     def waiting(self) -> int:
@@ -49,6 +51,7 @@ class LabelQueue:
     def labels(self, block: ExampleBlock) -> None:
         """A labels block, as the learning step hands it on (each label with an id and a
         label; in order within its source): each queued in its model's queue."""
+        self.log.record("labels", (block,))
         times = (block.event_times if block.event_times is not None
                  else np.full(len(block), math.inf)).tolist()
         for key, position, time in zip(block.keys.to_pylist(), block.positions.tolist(), times):
@@ -58,6 +61,9 @@ class LabelQueue:
         """The buckets' answers: joined examples kept for their labels; dead letters of labels
         mark theirs passed; expired examples (with ``expired_label``) wait for their place.
         (Examples that carried their own label, ``Answers.own``, are not the queue's.)"""
+        if not (answers.joined or answers.expired or answers.dead):
+            return
+        self.log.record("answered", (answers,))
         for block, scores, _ in answers.joined:
             for r, position in enumerate(block.positions.tolist()):
                 self.answers[(block.source, position)] = (block, r, scores)
@@ -76,12 +82,15 @@ class LabelQueue:
     def advance(self, labels_clock: float) -> None:
         """Every expiry before ``labels_clock`` is answered and every label dated before it
         queued."""
-        self.clock = max(self.clock, labels_clock)
+        if labels_clock > self.clock:
+            self.log.record("advance", (labels_clock,))
+            self.clock = labels_clock
 
     def release(self, ended: bool = False) -> list[ToLearn]:
         """What each model learns now, in order: [(model key, block, the scores its examples
         were served with, expired)], runs of one labels source or of expired examples of one
         features source (``ended``: the input's end, every answer come)."""
+        self.log.record("release", (ended,))
         out: list[ToLearn] = []
         for key in list(self.queues.keys() | self.expiring.keys()):
             items = self._released(key, ended)

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimerSpec,
                                               on_timer)
@@ -28,9 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..labels.buckets import Answers, Bucket
+from ..labels.reasons import LATE_LABEL
 from ..labels.waiting import FEATURES, LABELS
 from ..parse.records import ExampleBlock
 from ..store.groups import group_numbers
+from .ordering import STATE_VALUE_BYTES
 
 KINDS = ("features", "labels")  # (the inputs, in the order of their clocks' indices)
 CLOCK = "clock"  # an element that moves a bucket's clocks
@@ -115,7 +118,10 @@ class JoinBuckets(beam.DoFn):
     The bucket persists as its log (``Bucket.log_entries``: each value under 1 MiB) and a token
     written with each change, by which a worker that holds it decoded knows it is the one in
     state (after a failed bundle, or on another worker, it is rebuilt from the log). Clocks
-    wait for the watermark to pass their stamp (``TICKS``); the end of the input ends it."""
+    wait for the watermark to pass their stamp (``TICKS``); the end of the input ends it.
+    Counted as the learning step counts its join (Beam metrics): examples waiting (starts
+    less stops, summed over workers), expired, late labels, each joined example's label delay,
+    and each value written to state (``STATE_VALUE_BYTES``)."""
     LOG = BagStateSpec("log", BytesCoder())
     TOKEN = ReadModifyWriteStateSpec("token", BytesCoder())
     TICKS = ReadModifyWriteStateSpec("ticks", PickleCoder())  # [(stamp µs, clocks)] waiting
@@ -124,6 +130,11 @@ class JoinBuckets(beam.DoFn):
 
     def __init__(self, wait: Optional[float]) -> None:
         self.wait = wait
+        self.waiting = Metrics.counter("unitless", "examples_waiting_for_labels")
+        self.expired = Metrics.counter("unitless", "examples_expired_without_label")
+        self.late = Metrics.counter("unitless", "late_labels")
+        self.label_delay = Metrics.distribution("unitless", "label_delay_ms")
+        self.state_value = Metrics.distribution("unitless", STATE_VALUE_BYTES)
 
     def setup(self) -> None:
         self.held: dict[str, tuple[bytes, Bucket]] = {}  # key -> (token, the bucket decoded)
@@ -141,9 +152,10 @@ class JoinBuckets(beam.DoFn):
             tick.set(Timestamp(micros=min(s for s, _ in waiting) + 1000))
             return
         bucket = self._bucket(key, log, token)
+        waiting = bucket.waiting
         answers = bucket.features(payload) if kind == KINDS[FEATURES] else bucket.labels(payload)
         self._store(key, bucket, log, token)
-        yield from _tagged(answers)
+        yield from self._answered(answers, bucket.waiting - waiting)
 
     @on_timer(TICK)
     def clocks_passed(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
@@ -157,20 +169,22 @@ class JoinBuckets(beam.DoFn):
             tick.set(Timestamp(micros=min(s for s, _ in later) + 1000))
         if due:
             bucket = self._bucket(key, log, token)
+            waiting = bucket.waiting
             answers = bucket.advance(max(c[FEATURES] for c in due), max(c[LABELS] for c in due))
             self._store(key, bucket, log, token)
-            yield from _tagged(answers)
+            yield from self._answered(answers, bucket.waiting - waiting)
 
     @on_timer(END)
     def input_ended(self, key=beam.DoFn.KeyParam, log=beam.DoFn.StateParam(LOG),
                     token=beam.DoFn.StateParam(TOKEN), ticks=beam.DoFn.StateParam(TICKS)):
         bucket = self._bucket(key, log, token)
+        waiting = bucket.waiting
         answers = bucket.end()
         log.clear()
         token.clear()
         ticks.clear()
         self.held.pop(key, None)
-        yield from _tagged(answers)
+        yield from self._answered(answers, bucket.waiting - waiting)
 
     def _bucket(self, key: str, log: Any, token: Any) -> Bucket:
         held, stored = self.held.get(key), token.read()
@@ -183,10 +197,23 @@ class JoinBuckets(beam.DoFn):
         if clear:
             log.clear()
         for entry in entries:
+            self.state_value.update(len(entry))
             log.add(entry)
         written = uuid.uuid4().bytes
         token.write(written)
         self.held[key] = (written, bucket)
+
+
+    def _answered(self, answers: Answers, waiting: int) -> Iterable[Any]:
+        """The answers, tagged, and counted (``waiting``: how many more examples wait)."""
+        self.waiting.inc(waiting)
+        self.expired.inc(sum(len(block) for block, _, _ in answers.expired))
+        self.late.inc(sum(d.reason == LATE_LABEL for d in answers.dead))
+        for block, _, came in answers.joined:
+            if block.event_times is not None:
+                for delay in (block.event_times - came)[np.isfinite(came)].tolist():
+                    self.label_delay.update(int(delay * 1000))
+        yield from _tagged(answers)
 
 
 def _tagged(answers: Answers) -> Iterable[Any]:
