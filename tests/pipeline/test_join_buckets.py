@@ -14,7 +14,7 @@ from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
 from unitless.labels import by_id
 from unitless.labels.reasons import LATE_LABEL, SECOND_FEATURES
-from unitless.pipelines.join_buckets import DEAD, EXPIRED, JOINED, JoinById
+from unitless.pipelines.join_buckets import DEAD, EXPIRED, JOINED, OWN, JoinById
 
 from tests.helpers.runners import pipeline
 from tests.unit.test_label_buckets import expected, stream
@@ -76,6 +76,7 @@ def join_by_id_checked(p, streaming=False, seed=6):
     out = inputs | JoinById(WAIT, buckets=5, sources={"features": ["f/0", "f/1"],
                                                       "labels": ["l/0"]})
     rows = ((out[JOINED] | "Joined" >> beam.FlatMap(joined_rows),
+             out[OWN] | "Own" >> beam.FlatMap(joined_rows),
              out[EXPIRED] | "Expired" >> beam.FlatMap(expired_rows),
              out[DEAD] | "Dead" >> beam.FlatMap(dead_rows)) | beam.Flatten()
             | beam.ParDo(ended))

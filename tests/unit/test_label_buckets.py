@@ -319,3 +319,71 @@ def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expire
     learn(queue.release(ended=True))
     assert learned == want
     assert queue.waiting == 0 and not queue.answers
+
+
+def small(rng):
+    """A few records of two ids over two features sources and a labels source, with many ties
+    and records far past the wait, and safe clocks for them: (wait, records, clocks)."""
+    wait, records, positions = float(rng.choice([1.0, 2.0])), [], {"f/0": 0, "f/1": 0, "l/0": 0}
+    times = [0, 0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8]
+    for _ in range(int(rng.integers(1, 12))):
+        kind = "features" if rng.random() < 0.5 else "labels"
+        source = ("f/0", "f/1")[rng.integers(2)] if kind == "features" else "l/0"
+        label = (None if kind == "features" and rng.random() < 0.75
+                 else float(rng.integers(2)))
+        records.append((kind, source, positions[source], float(rng.choice(times)),
+                        ("a", "b")[rng.integers(2)], label))
+        positions[source] += 1
+    clocks, f, l = [], -math.inf, -math.inf
+    for _ in range(int(rng.integers(0, 5))):
+        f, l = max(f, float(rng.choice(times))), max(l, float(rng.choice(times)))
+        clocks.append((f, l))
+    return wait, records, clocks
+
+
+def answered(wait, records, clocks, rng):
+    """The answers of one bucket fed ``records`` one by one, each before the first clock past
+    its time (safe) and otherwise whenever ``rng`` says, in any order: {place: answers}."""
+    bucket, out, waiting = Bucket(wait), {}, list(records)
+
+    def take(answers):
+        for key, rows in (("joined", answers.joined), ("expired", answers.expired),
+                          ("own", answers.own)):
+            for block, _, _ in rows:
+                for p in block.positions.tolist():
+                    out.setdefault((block.source, p), []).append(key)
+        for d in answers.dead:
+            out.setdefault((d.source, d.position), []).append(d.reason)
+
+    for f, l in [*clocks, (math.inf, math.inf)]:
+        due = [r for r in waiting if r[3] < (f if r[0] == "features" else l) or rng.random() < .3]
+        waiting = [r for r in waiting if r not in due]
+        for kind, source, position, time, i, label in [due[j] for j in rng.permutation(len(due))]:
+            values = {"id": i, "key": "k", "x": 1.0, **({} if label is None else {"label": label})}
+            block, _ = parse_records(SPEC, source, [(position, values)])
+            block.event_times = np.array([time])
+            block.served_scores = np.zeros((1, 1))
+            take(getattr(bucket, kind)(block))
+        if math.isfinite(f):
+            take(bucket.advance(f, l))
+    take(bucket.end())
+    return out
+
+
+def test_no_answer_depends_on_when_records_come_and_each_is_answered_once():
+    """Small streams with records far past the wait (a pair's records more than twice the wait
+    after its example are of a later example of the id, so that a bucket forgets closed pairs
+    without its answers depending on when): every order and timing of the records that keeps
+    the clocks safe gives the same answers, each label and each features record answered once
+    (a joined example by its label's answer)."""
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        wait, records, clocks = small(rng)
+        results = [answered(wait, records, clocks, rng) for _ in range(4)]
+        assert all(r == results[0] for r in results), (wait, records, clocks)
+        got = results[0]
+        places = [(source, position) for _, source, position, *_ in records]
+        assert all(len(a) == 1 for a in got.values()) and set(got) <= set(places)
+        labels = [p for (kind, *_), p in zip(records, places) if kind == "labels"]
+        assert all(p in got for p in labels)
+        assert sum(got[p] == ["joined"] for p in labels) == sum(p not in got for p in places)

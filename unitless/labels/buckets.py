@@ -16,13 +16,17 @@ the features clock is past it, and the others are seconds; then, as ``by_id.judg
 * an example no label joined expires once the labels clock is past its time + the wait
   (``expired``), and the labels after that are late;
 * a pair whose first record carries its own label is joined by it (answered as it is, ``own``);
-* a closed pair's later records are seconds (or late labels, if it expired; or never served,
-  dated more than the wait before its example), until both clocks are twice the wait past the
-  example and it is forgotten.
+* a pair's records dated more than twice the wait after its example are of a later example
+  of the id, judged apart, so that a bucket need not keep a pair for ever: it forgets a
+  closed pair once both clocks are past that; until then the pair's records are seconds (or
+  late labels, if it expired; or never served, dated more than the wait before it).
 
-So the answers are ``by_id.judge``'s over the whole input, however the records are ordered,
-interleaved or spread over buckets (tests/unit/test_label_buckets.py), and nothing is per
-model: a model's labels' queue and what it learns are the learning step's.
+So the answers are ``by_id.judge``'s over the whole input (but for a pair's records more than
+twice the wait after its example), however the records are ordered, interleaved or spread
+over buckets (tests/unit/test_label_buckets.py); a record dated behind its input's clock (a
+source read out of time order, or lagging by more than the clocks allow) is judged as it
+comes, and counted (``behind``). Nothing is per model: a model's labels' queue and what it
+learns are the learning step's.
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -64,13 +68,14 @@ class Bucket(Logged):
         self.first_of: dict[tuple, int] = {}  # pair -> its earliest features record's slot
         self.others_of: dict[tuple, list[int]] = {}  # pair -> its later features records' slots
         self.labels_of: dict[tuple, list[int]] = {}  # pair -> its labels' slots
-        # pair -> (whether it expired, else joined; its example's time)
-        self.closed: dict[tuple, tuple[bool, float]] = {}
+        # pair -> its closures, in order: (whether it expired, else joined; its example's time)
+        self.closed: dict[tuple, list[tuple[bool, float]]] = {}
         # the time each closed pair is forgotten, and the pair
         self.closing = Columns(at=np.float64)
         self.closing_pairs: list[tuple] = []
         self.clocks = [-math.inf, -math.inf]
         self.ended = False
+        self.behind = 0  # records that came dated behind their input's clock (not safe)
         self.log = CallLog()  # (what persists it in Beam state: ``log_entries``)
 
     @property
@@ -85,9 +90,11 @@ class Bucket(Logged):
         self.log.record("features", (block,))
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
+        times = _times(block)
+        self.behind += int((times < self.clocks[0]).sum())
         rows = []
-        for r, pair in enumerate(pairs):
-            if pair in self.closed:
+        for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
+            if self._closure(pair, time) is not None:
                 out.dead.append(DeadLetter(block.source, int(block.positions[r]),
                                            block.raw_record(r), SECOND_FEATURES))
             else:
@@ -122,15 +129,15 @@ class Bucket(Logged):
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
         rows, taken = [], []
-        times = (block.event_times if block.event_times is not None
-                 else np.full(len(block), math.inf)).tolist()
-        for r, pair in enumerate(pairs):
-            closed = self.closed.get(pair)
+        times = _times(block)
+        self.behind += int((times < self.clocks[1]).sum())
+        for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
+            closed = self._closure(pair, time)
             if closed is not None:
                 expired, came = closed
                 out.dead.append(DeadLetter(
                     block.source, int(block.positions[r]), block.raw_record(r),
-                    NEVER_SERVED if came > times[r] + self.wait else
+                    NEVER_SERVED if came > time + self.wait else
                     LATE_LABEL if expired else SECOND_LABEL))
             else:
                 rows.append(r)
@@ -179,11 +186,12 @@ class Bucket(Logged):
         return out
 
     def _judge(self, pairs: list[tuple], out: Answers) -> None:
-        """``_judged`` if there are any."""
-        if pairs:
-            self._judged(pairs, out)
+        """``_judged`` if there are any, and again those a later example of took the place of
+        the one they closed (``_stop_features``)."""
+        while pairs:
+            pairs = self._judged(pairs, out)
 
-    def _judged(self, pairs: list[tuple], out: Answers) -> None:
+    def _judged(self, pairs: list[tuple], out: Answers) -> list[tuple]:
         """Judge ``pairs`` (none closed) by the records of theirs that came (``by_id.judge``;
         a pair whose earliest features record carries its own label is joined by it), and
         answer what the clocks make certain: a pair's first features record once the features
@@ -221,8 +229,8 @@ class Bucket(Logged):
         if len(own_done):
             self._answer_own(own_done, out)
         self._stop_labels(l_slot[final])
-        self._stop_features(e_slot[code_joined[e_code] | expires], own_done,
-                            e_slot[e_certain], out)
+        return self._stop_features(e_slot[code_joined[e_code] | expires], own_done,
+                                   e_slot[e_certain], out)
 
     def _records(self, pairs: list[tuple]) -> tuple[np.ndarray, ...]:
         """The records of ``pairs`` that came: (the pairs' codes, the slots of their first
@@ -240,28 +248,55 @@ class Bucket(Logged):
         code_own[e_code[own]] = True
         l_slot = np.array([s for p in pairs for s in self.labels_of.get(p, ())], np.int64)
         l_code = np.repeat(np.arange(len(pairs)), [len(self.labels_of.get(p, ())) for p in pairs])
-        mine = ~code_own[l_code]
+        # (a label dated more than twice the wait after its pair's first features record is
+        # of a later example of the id: not judged with this one, ``_closure``)
+        horizon = np.full(len(pairs), math.inf)
+        horizon[e_code] = served.time[e_slot] + 2 * self.wait
+        mine = ~code_own[l_code] & (self.queued.time[l_slot] <= horizon[l_code])
         l_slot, l_code = l_slot[mine], l_code[mine]
         order = self.queued.order(l_slot)
         return e_code[~own], e_slot[~own], certain[~own], own_done, l_slot[order], l_code[order]
 
     def _stop_features(self, answered: np.ndarray, own_done: np.ndarray, certain: np.ndarray,
-                       out: Answers) -> None:
+                       out: Answers) -> list[tuple]:
         """The first features records ``answered`` and ``own_done`` stop waiting, their pairs'
-        too; so do the other records of the pairs whose first is ``certain`` (seconds)."""
-        served = self.served
+        too; so do the other records of the pairs whose first is ``certain`` (seconds), but
+        those dated more than twice the wait after it: the earliest of those is a later example
+        of the id, its pair's first once the first closed. Returns the pairs closed that have
+        such a record, or labels of such an example, to judge again."""
+        served, wait = self.served, self.wait
         stopped = np.concatenate([answered, own_done])
         for slot in stopped.tolist():
             del self.first_of[served.pairs[slot]]
+        again = []
         if self.others_of:
-            seconds = [other for slot in np.concatenate([certain, own_done]).tolist()
-                       for other in self.others_of.pop(served.pairs[slot], ())]
+            seconds = []
+            for slot in np.concatenate([certain, own_done]).tolist():
+                pair = served.pairs[slot]
+                others = self.others_of.pop(pair, [])
+                later = [o for o in others if served.time[o] > served.time[slot] + 2 * wait]
+                seconds += [o for o in others if o not in later]
+                if later:
+                    self.others_of[pair] = later
+            for slot in stopped.tolist():
+                pair = served.pairs[slot]
+                later = self.others_of.pop(pair, [])
+                if later:
+                    first = later[int(served.order(np.asarray(later, np.int64))[0])]
+                    self.first_of[pair] = first
+                    if len(later) > 1:
+                        self.others_of[pair] = [o for o in later if o != first]
+                    again.append(pair)
             out.dead += [self._dead(served, other, SECOND_FEATURES) for other in seconds]
             stopped = np.concatenate([stopped, np.asarray(seconds, np.int64)])
+        # (and those whose labels of a later example wait still, without it)
+        again += [p for p in map(served.pairs.__getitem__, stopped.tolist())
+                  if p in self.labels_of and p not in self.first_of]
         if len(stopped):
             served.stop(stopped)
         served.compact(self.first_of, self.others_of)
         self.queued.compact(self.labels_of)
+        return list(dict.fromkeys(again))
 
     def _answer_own(self, slots: np.ndarray, out: Answers) -> None:
         """Pairs whose first features record carries its own label: answered joined as they
@@ -275,11 +310,14 @@ class Bucket(Logged):
         self._close(pairs, False, times)
         for pair, time in zip(pairs, times.tolist()):
             waiting = self.labels_of.pop(pair, [])
-            for slot in waiting:
+            mine = [s for s in waiting if self.queued.time[s] <= time + 2 * self.wait]
+            if len(mine) < len(waiting):  # (of a later example of the id)
+                self.labels_of[pair] = [s for s in waiting if s not in mine]
+            for slot in mine:
                 out.dead.append(self._label_dead(slot, NEVER_SERVED if time > float(
                     self.queued.time[slot]) + self.wait else SECOND_LABEL))
-            if waiting:
-                self.queued.stop(np.asarray(waiting, np.int64))
+            if mine:
+                self.queued.stop(np.asarray(mine, np.int64))
 
     def _stop_labels(self, slots: np.ndarray) -> None:
         for slot in slots.tolist():
@@ -318,26 +356,42 @@ class Bucket(Logged):
                                         restarts_midway=False),
                                 part.served_scores, at[rows]))
 
+    def _closure(self, pair: tuple, time: float) -> Optional[tuple[bool, float]]:
+        """The closure of ``pair`` a record of it dated ``time`` falls under: the first whose
+        example is at most twice the wait before it (whether it expired, the example's time);
+        None: the record is of the pair afresh (or it never closed)."""
+        for closure in self.closed.get(pair, ()):
+            if time <= closure[1] + 2 * self.wait:
+                return closure
+        return None
+
     def _close(self, pairs: list[tuple], expired: bool, times: np.ndarray) -> None:
         for pair, time in zip(pairs, times.tolist()):
-            self.closed[pair] = (expired, time)
+            self.closed.setdefault(pair, []).append((expired, time))
         self.closing.append(len(pairs), at=times + 2 * self.wait)
         self.closing_pairs += pairs
 
     def _forget(self) -> None:
-        """Forget the closed pairs both clocks are twice the wait past (the features clock
-        alone while no label has come)."""
-        clocks = [c for c in self.clocks if c > -math.inf]
-        if not clocks or not self.closing.n:
+        """Forget the closures both clocks are twice the wait past: no record still to come
+        falls under them (``_closure``), so forgetting changes no answer."""
+        clock = min(self.clocks)
+        if clock == -math.inf or not self.closing.n:
             return
-        gone = self.closing.at < min(clocks)
+        gone = self.closing.at < clock
         if not gone.any():
             return
         for n in np.flatnonzero(gone).tolist():
-            del self.closed[self.closing_pairs[n]]
+            closures = self.closed[self.closing_pairs[n]]
+            closures.pop(0)  # (a pair's closures are forgotten in the order they closed)
+            if not closures:
+                del self.closed[self.closing_pairs[n]]
         kept = np.flatnonzero(~gone)
         self.closing.keep(kept)
         self.closing_pairs = [self.closing_pairs[n] for n in kept.tolist()]
+
+
+def _times(block: ExampleBlock) -> np.ndarray:
+    return block.event_times if block.event_times is not None else np.full(len(block), math.inf)
 
 
 def _by_source(block: ExampleBlock, of: list[str]

@@ -35,6 +35,7 @@ class LabelQueue(Logged):
     def __init__(self, expired_label: Optional[float] = None) -> None:
         self.expired_label = expired_label
         self.queues: dict[str, deque] = {}  # model key -> (source, position, time) in order
+        self.places: set[tuple] = set()  # (source, position) of the labels queued
         # (label source, position) -> (answer block, row, scores), None for a dead letter
         self.answers: dict[tuple, Optional[tuple]] = {}
         # model key -> heap of (expiry time, source, position, n, block, row, scores)
@@ -55,24 +56,27 @@ class LabelQueue(Logged):
         times = (block.event_times if block.event_times is not None
                  else np.full(len(block), math.inf)).tolist()
         for key, position, time in zip(block.keys.to_pylist(), block.positions.tolist(), times):
-            self.queues.setdefault(key, deque()).append((block.source, position, time))
+            if (block.source, position) not in self.places:  # (a label handed on twice: once)
+                self.places.add((block.source, position))
+                self.queues.setdefault(key, deque()).append((block.source, position, time))
 
     def answered(self, answers: Answers) -> None:
         """The buckets' answers: joined examples kept for their labels; dead letters of labels
         mark theirs passed; expired examples (with ``expired_label``) wait for their place.
-        (Examples that carried their own label, ``Answers.own``, are not the queue's.)"""
-        if not (answers.joined or answers.expired or answers.dead):
+        (Examples that carried their own label, ``Answers.own``, are not the queue's; a label
+        answered joined and a dead letter, handed on twice, is joined.)"""
+        mine = Answers(joined=answers.joined,
+                       dead=[d for d in answers.dead if d.reason in _LABEL_REASONS],
+                       expired=answers.expired if self.expired_label is not None else [])
+        if not (mine.joined or mine.expired or mine.dead):
             return
-        self.log.record("answered", (answers,))
-        for block, scores, _ in answers.joined:
+        self.log.record("answered", (mine,))
+        for block, scores, _ in mine.joined:
             for r, position in enumerate(block.positions.tolist()):
                 self.answers[(block.source, position)] = (block, r, scores)
-        for dead in answers.dead:
-            if dead.reason in _LABEL_REASONS:
-                self.answers[(dead.source, dead.position)] = None
-        if self.expired_label is None:
-            return
-        for block, scores, at in answers.expired:
+        for dead in mine.dead:
+            self.answers.setdefault((dead.source, dead.position), None)
+        for block, scores, at in mine.expired:
             for r, (key, position, time) in enumerate(zip(
                     block.keys.to_pylist(), block.positions.tolist(), at.tolist())):
                 self.taken += 1
@@ -90,10 +94,11 @@ class LabelQueue(Logged):
         """What each model learns now, in order: [(model key, block, the scores its examples
         were served with, expired)], runs of one labels source or of expired examples of one
         features source (``ended``: the input's end, every answer come)."""
-        self.log.record("release", (ended,))
         out: list[ToLearn] = []
-        for key in list(self.queues.keys() | self.expiring.keys()):
-            items = self._released(key, ended)
+        changed = False
+        for key in list(dict.fromkeys([*self.queues, *self.expiring])):
+            items, passed = self._released(key, ended)
+            changed |= passed
             start = 0
             for n in range(1, len(items) + 1):
                 if n == len(items) or items[n][:2] != items[start][:2]:
@@ -103,13 +108,16 @@ class LabelQueue(Logged):
                 del self.queues[key]
             if not self.expiring.get(key, True):
                 del self.expiring[key]
+        if changed:  # (logged once done: replayed, it does the same)
+            self.log.record("release", (ended,))
         return out
 
-    def _released(self, key: str, ended: bool) -> list[tuple]:
-        """Model ``key``'s items to learn now: (expired, source, block, row, scores, time)."""
+    def _released(self, key: str, ended: bool) -> tuple[list[tuple], bool]:
+        """Model ``key``'s items to learn now, (expired, source, block, row, scores, time), and
+        whether any label or expiry was passed."""
         queue, expiring = self.queues.get(key, deque()), self.expiring.get(key, [])
         gated = self.expired_label is not None and not ended
-        items = []
+        items, passed = [], False
         while queue or expiring:
             label = queue[0] if queue else None
             if expiring and (label is None or expiring[0][0] < label[2]):
@@ -118,6 +126,7 @@ class LabelQueue(Logged):
                     break
                 heapq.heappop(expiring)
                 items.append((True, source, block, row, scores, at))
+                passed = True
                 continue
             assert label is not None
             if gated and not label[2] <= self.clock:  # (an expiry before it may still come)
@@ -126,10 +135,12 @@ class LabelQueue(Logged):
                 break
             answer = self.answers.pop(label[:2])
             queue.popleft()
+            self.places.discard(label[:2])
+            passed = True
             if answer is not None:
                 block, row, scores = answer
                 items.append((False, label[0], block, row, scores, label[2]))
-        return items
+        return items, passed
 
     def _run(self, key: str, items: list[tuple]) -> ToLearn:
         """One block of consecutive items of one kind and source, and their scores."""

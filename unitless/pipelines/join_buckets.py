@@ -12,6 +12,7 @@ stamp of the blocks it was made from, and a bucket applies it once the watermark
 stamp, when every block read by then (and so every record dated before the clock, its sources
 being read in time order) has reached it."""
 import math
+import pickle
 import uuid
 from typing import Any, Iterable, Iterator, Optional
 
@@ -37,7 +38,9 @@ from .ordering import STATE_VALUE_BYTES
 
 KINDS = ("features", "labels")  # (the inputs, in the order of their clocks' indices)
 CLOCK = "clock"  # an element that moves a bucket's clocks
-JOINED, EXPIRED, DEAD = "joined", "expired", "dead"  # what ``JoinBuckets`` hands on
+# what ``JoinBuckets`` hands on: ``Answers``' joined, expired and own examples, dead letters
+JOINED, EXPIRED, OWN, DEAD = "joined", "expired", "own", "dead"
+MAX_TICKS = 16  # clocks a bucket holds waiting for the watermark (more: every other dropped)
 
 
 def bucket_numbers(keys: pa.Array, ids: pa.Array, buckets: int) -> np.ndarray:
@@ -76,9 +79,10 @@ def newest_time(block: ExampleBlock, kind: str) -> Iterator[tuple[str, tuple]]:
 class Clocks(beam.DoFn):
     """(the one key, (input index, source, newest record time)), stamped by its reader ->
     each input's clock, when either moves, to every one of ``buckets`` buckets: the oldest of
-    its ``sources``' newest times (-inf until each has one), or ``lag`` before the newest of
-    them when a source lags further (a quiet source must not hold what waits for ever).
-    Stamped with the newest stamp of the blocks seen, never moved back."""
+    its ``sources``' newest times (one not seen yet counting as -inf), but never more than
+    ``lag`` behind the newest of them (a quiet source, or one not read yet, must not hold what
+    waits for ever: its records then come behind the clock, judged as they come and counted,
+    ``Bucket.behind``). Stamped with the newest stamp of the blocks seen, never moved back."""
     NEWEST = ReadModifyWriteStateSpec("newest", PickleCoder())
 
     def __init__(self, sources: dict[str, list[str]], buckets: int, lag: float) -> None:
@@ -113,15 +117,17 @@ class Clocks(beam.DoFn):
 
 class JoinBuckets(beam.DoFn):
     """(bucket key, (kind, payload)) -> the bucket's answers, tagged: ``JOINED`` (block,
-    scores, example times), ``EXPIRED`` (block, scores, expiry times), ``DEAD`` (dead letters).
+    scores, example times), ``EXPIRED`` (block, scores, expiry times), ``OWN`` (block, scores,
+    times), ``DEAD`` (dead letters).
 
     The bucket persists as its log (``Bucket.log_entries``: each value under 1 MiB) and a token
     written with each change, by which a worker that holds it decoded knows it is the one in
     state (after a failed bundle, or on another worker, it is rebuilt from the log). Clocks
-    wait for the watermark to pass their stamp (``TICKS``); the end of the input ends it.
-    Counted as the learning step counts its join (Beam metrics): examples waiting (starts
-    less stops, summed over workers), expired, late labels, each joined example's label delay,
-    and each value written to state (``STATE_VALUE_BYTES``)."""
+    wait for the watermark to pass their stamp (``TICKS``, at most ``MAX_TICKS``: one dropped
+    is applied with the next, later); the end of the input ends it. Counted as the learning
+    step counts its join (Beam metrics): examples waiting (starts less stops, summed over
+    workers), expired, late labels, each joined example's label delay, records that came dated
+    behind their input's clock, and each value written to state (``STATE_VALUE_BYTES``)."""
     LOG = BagStateSpec("log", BytesCoder())
     TOKEN = ReadModifyWriteStateSpec("token", BytesCoder())
     TICKS = ReadModifyWriteStateSpec("ticks", PickleCoder())  # [(stamp µs, clocks)] waiting
@@ -134,6 +140,7 @@ class JoinBuckets(beam.DoFn):
         self.expired = Metrics.counter("unitless", "examples_expired_without_label")
         self.late = Metrics.counter("unitless", "late_labels")
         self.label_delay = Metrics.distribution("unitless", "label_delay_ms")
+        self.behind = Metrics.counter("unitless", "records_behind_join_clock")
         self.state_value = Metrics.distribution("unitless", STATE_VALUE_BYTES)
 
     def setup(self) -> None:
@@ -146,16 +153,19 @@ class JoinBuckets(beam.DoFn):
         key, (kind, payload) = element
         end.set(GlobalWindow().max_timestamp())
         if kind == CLOCK:
-            waiting = (ticks.read() or []) + [(timestamp.micros, payload)]
+            waiting = sorted((ticks.read() or []) + [(timestamp.micros, payload)])
+            if len(waiting) > MAX_TICKS:  # (a later clock is past an earlier one)
+                waiting = waiting[(len(waiting) - 1) % 2::2]  # (the last kept)
+            self.state_value.update(len(pickle.dumps(waiting)))
             ticks.write(waiting)
             # (past the stamp, not at it: another block stamped so may still be on its way)
-            tick.set(Timestamp(micros=min(s for s, _ in waiting) + 1000))
+            tick.set(Timestamp(micros=waiting[0][0] + 1000))
             return
         bucket = self._bucket(key, log, token)
-        waiting = bucket.waiting
+        counts = bucket.waiting, bucket.behind
         answers = bucket.features(payload) if kind == KINDS[FEATURES] else bucket.labels(payload)
         self._store(key, bucket, log, token)
-        yield from self._answered(answers, bucket.waiting - waiting)
+        yield from self._answered(answers, bucket, counts)
 
     @on_timer(TICK)
     def clocks_passed(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
@@ -169,25 +179,27 @@ class JoinBuckets(beam.DoFn):
             tick.set(Timestamp(micros=min(s for s, _ in later) + 1000))
         if due:
             bucket = self._bucket(key, log, token)
-            waiting = bucket.waiting
+            counts = bucket.waiting, bucket.behind
             answers = bucket.advance(max(c[FEATURES] for c in due), max(c[LABELS] for c in due))
             self._store(key, bucket, log, token)
-            yield from self._answered(answers, bucket.waiting - waiting)
+            yield from self._answered(answers, bucket, counts)
 
     @on_timer(END)
     def input_ended(self, key=beam.DoFn.KeyParam, log=beam.DoFn.StateParam(LOG),
                     token=beam.DoFn.StateParam(TOKEN), ticks=beam.DoFn.StateParam(TICKS)):
         bucket = self._bucket(key, log, token)
-        waiting = bucket.waiting
+        counts = bucket.waiting, bucket.behind
         answers = bucket.end()
         log.clear()
         token.clear()
         ticks.clear()
-        self.held.pop(key, None)
-        yield from self._answered(answers, bucket.waiting - waiting)
+        yield from self._answered(answers, bucket, counts)
 
     def _bucket(self, key: str, log: Any, token: Any) -> Bucket:
-        held, stored = self.held.get(key), token.read()
+        """The key's bucket as in state: the one this worker holds decoded if its token is the
+        one in state, else rebuilt from the log. Taken out of ``held`` until stored again (a
+        call that fails midway leaves it changed, and a retry must not use it)."""
+        held, stored = self.held.pop(key, None), token.read()
         if held is not None and stored is not None and held[0] == stored:
             return held[1]
         return (Bucket.rebuild(log.read()) if stored is not None else None) or Bucket(self.wait)
@@ -204,9 +216,12 @@ class JoinBuckets(beam.DoFn):
         self.held[key] = (written, bucket)
 
 
-    def _answered(self, answers: Answers, waiting: int) -> Iterable[Any]:
-        """The answers, tagged, and counted (``waiting``: how many more examples wait)."""
-        self.waiting.inc(waiting)
+    def _answered(self, answers: Answers, bucket: Bucket, counts: tuple[int, int]
+                  ) -> Iterable[Any]:
+        """The answers, tagged, and counted (``counts``: the bucket's examples waiting and
+        records behind its clocks before the call)."""
+        self.waiting.inc(bucket.waiting - counts[0])
+        self.behind.inc(bucket.behind - counts[1])
         self.expired.inc(sum(len(block) for block, _, _ in answers.expired))
         self.late.inc(sum(d.reason == LATE_LABEL for d in answers.dead))
         for block, _, came in answers.joined:
@@ -217,8 +232,10 @@ class JoinBuckets(beam.DoFn):
 
 
 def _tagged(answers: Answers) -> Iterable[Any]:
-    for joined in answers.joined + answers.own:
+    for joined in answers.joined:
         yield beam.pvalue.TaggedOutput(JOINED, joined)
+    for own in answers.own:
+        yield beam.pvalue.TaggedOutput(OWN, own)
     for expired in answers.expired:
         yield beam.pvalue.TaggedOutput(EXPIRED, expired)
     if answers.dead:
@@ -227,8 +244,8 @@ def _tagged(answers: Answers) -> Iterable[Any]:
 
 class JoinById(beam.PTransform):
     """{"features": served blocks, "labels": labels blocks} (PCollections of ExampleBlock,
-    stamped by their readers) -> {JOINED, EXPIRED, DEAD}: ``JoinBuckets`` over ``buckets``
-    buckets, each input's clock over its ``sources``."""
+    stamped by their readers) -> {JOINED, EXPIRED, OWN, DEAD}: ``JoinBuckets`` over
+    ``buckets`` buckets, each input's clock over its ``sources``."""
 
     def __init__(self, wait: Optional[float], buckets: int, sources: dict[str, list[str]],
                  lag: float = 3600.0) -> None:
@@ -247,5 +264,5 @@ class JoinById(beam.PTransform):
                   | "Clocks" >> beam.ParDo(Clocks(self.sources, self.buckets, self.lag)))
         return ((*keyed, clocks) | "To buckets" >> beam.Flatten()
                 | "Join buckets" >> beam.ParDo(JoinBuckets(self.wait)).with_outputs(
-                    JOINED, EXPIRED, DEAD))
+                    JOINED, EXPIRED, OWN, DEAD))
 
