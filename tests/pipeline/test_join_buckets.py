@@ -8,7 +8,7 @@ import math
 import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as Events  # (not "Test*": pytest)
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 
@@ -63,7 +63,7 @@ def join_by_id_checked(p, streaming=False, seed=6):
     # (the examples that carried their own label, answered joined as they are)
     own = sum(t == "joined" for t in examples.values()) - len(features_of)
     if streaming:
-        test_stream = TestStream()
+        test_stream = Events()
         for n, (kind, block) in enumerate(blocks):
             test_stream.add_elements([TimestampedValue((n, kind, block), n)])
             test_stream.advance_watermark_to(n + 0.5)
