@@ -94,7 +94,7 @@ class Bucket(Logged):
         self.behind += int((times < self.clocks[0]).sum())
         rows = []
         for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
-            if self._closure(pair, time) is not None:
+            if pair in self.closed and self._closure(pair, time) is not None:
                 out.dead.append(DeadLetter(block.source, int(block.positions[r]),
                                            block.raw_record(r), SECOND_FEATURES))
             else:
@@ -132,7 +132,7 @@ class Bucket(Logged):
         times = _times(block)
         self.behind += int((times < self.clocks[1]).sum())
         for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
-            closed = self._closure(pair, time)
+            closed = self._closure(pair, time) if pair in self.closed else None
             if closed is not None:
                 expired, came = closed
                 out.dead.append(DeadLetter(
