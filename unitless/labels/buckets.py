@@ -128,21 +128,22 @@ class Bucket(Logged):
         self.log.record("labels", (block,))
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        rows, taken = [], []
         times = _times(block)
         self.behind += int((times < self.clocks[1]).sum())
-        for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
-            closed = self._closure(pair, time) if pair in self.closed else None
-            if closed is not None:
-                expired, came = closed
+        closed = self.closed
+        refused = set()
+        for r in [r for r, pair in enumerate(pairs) if pair in closed]:
+            closure = self._closure(pairs[r], float(times[r]))
+            if closure is not None:
+                expired, came = closure
+                refused.add(r)
                 out.dead.append(DeadLetter(
                     block.source, int(block.positions[r]), block.raw_record(r),
-                    NEVER_SERVED if came > time + self.wait else
+                    NEVER_SERVED if came > times[r] + self.wait else
                     LATE_LABEL if expired else SECOND_LABEL))
-            else:
-                rows.append(r)
-                taken.append(pair)
-        if rows:
+        rows = [r for r in range(len(pairs)) if r not in refused] if refused else range(len(pairs))
+        taken = [pairs[r] for r in rows]
+        if taken:
             slots = self.queued.add(block, np.asarray(rows, np.int64), taken)
             for pair, slot in zip(taken, slots.tolist()):
                 self.labels_of.setdefault(pair, []).append(slot)
@@ -166,12 +167,13 @@ class Bucket(Logged):
         self.log.record("advance", (features_clock, labels_clock))
         self.clocks = [f_new, l_new]
         wait = self.wait
-        due = set(self.served.crossing(0, f_old, f_new))  # (its first record certain)
-        due.update(self.served.crossing(wait, l_old, l_new))  # (no label within can come)
-        due.update(self.queued.crossing(0, l_old, l_new))  # (no label before it can come)
-        due.update(self.queued.crossing(wait, f_old, f_new))  # (no features within can come)
+        due = dict.fromkeys([  # (in slot order: the same when its log is replayed)
+            *self.served.crossing(0, f_old, f_new),  # (its first record certain)
+            *self.served.crossing(wait, l_old, l_new),  # (no label within can come)
+            *self.queued.crossing(0, l_old, l_new),  # (no label before it can come)
+            *self.queued.crossing(wait, f_old, f_new)])  # (no features within can come)
         if due:
-            self._judge(sorted(due, key=str), out)
+            self._judge(list(due), out)
         self._forget()
         return out
 
