@@ -24,7 +24,6 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               on_timer)
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
