@@ -276,8 +276,10 @@ class Bucket(Logged):
             for slot in np.concatenate([certain, own_done]).tolist():
                 pair = served.pairs[slot]
                 others = self.others_of.pop(pair, [])
-                later = [o for o in others if served.time[o] > served.time[slot] + 2 * wait]
-                seconds += [o for o in others if o not in later]
+                beyond = (served.time[np.asarray(others, np.int64)]
+                          > served.time[slot] + 2 * wait).tolist()
+                later = [o for o, b in zip(others, beyond) if b]
+                seconds += [o for o, b in zip(others, beyond) if not b]
                 if later:
                     self.others_of[pair] = later
             for slot in stopped.tolist():
