@@ -30,7 +30,7 @@ learns are the learning step's.
 """
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -83,6 +83,11 @@ class Bucket(Logged):
         """Pairs whose features came and that are not answered yet."""
         return len(self.first_of)
 
+    def _horizon(self, time: Any) -> Any:
+        """The last time a record of a pair whose example is dated ``time`` is of that example
+        (twice the wait after it): a later one is of a later example of the id."""
+        return time + 2 * self.wait
+
     def features(self, block: ExampleBlock) -> Answers:
         """A features block of the bucket's pairs (each with an id; served examples with their
         ``served_scores``, if any, and examples that carry their own label): each waits, but
@@ -90,7 +95,7 @@ class Bucket(Logged):
         self.log.record("features", (block,))
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        times = _times(block)
+        times = record_times(block)
         self.behind += int((times < self.clocks[0]).sum())
         rows = []
         for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
@@ -128,7 +133,7 @@ class Bucket(Logged):
         self.log.record("labels", (block,))
         out = Answers()
         pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        times = _times(block)
+        times = record_times(block)
         self.behind += int((times < self.clocks[1]).sum())
         closed = self.closed
         refused = set()
@@ -253,7 +258,7 @@ class Bucket(Logged):
         # (a label dated more than twice the wait after its pair's first features record is
         # of a later example of the id: not judged with this one, ``_closure``)
         horizon = np.full(len(pairs), math.inf)
-        horizon[e_code] = served.time[e_slot] + 2 * self.wait
+        horizon[e_code] = self._horizon(served.time[e_slot])
         mine = ~code_own[l_code] & (self.queued.time[l_slot] <= horizon[l_code])
         l_slot, l_code = l_slot[mine], l_code[mine]
         order = self.queued.order(l_slot)
@@ -266,7 +271,7 @@ class Bucket(Logged):
         those dated more than twice the wait after it: the earliest of those is a later example
         of the id, its pair's first once the first closed. Returns the pairs closed that have
         such a record, or labels of such an example, to judge again."""
-        served, wait = self.served, self.wait
+        served = self.served
         stopped = np.concatenate([answered, own_done])
         for slot in stopped.tolist():
             del self.first_of[served.pairs[slot]]
@@ -277,7 +282,7 @@ class Bucket(Logged):
                 pair = served.pairs[slot]
                 others = self.others_of.pop(pair, [])
                 beyond = (served.time[np.asarray(others, np.int64)]
-                          > served.time[slot] + 2 * wait).tolist()
+                          > self._horizon(served.time[slot])).tolist()
                 later = [o for o, b in zip(others, beyond) if b]
                 seconds += [o for o, b in zip(others, beyond) if not b]
                 if later:
@@ -314,7 +319,7 @@ class Bucket(Logged):
         self._close(pairs, False, times)
         for pair, time in zip(pairs, times.tolist()):
             waiting = self.labels_of.pop(pair, [])
-            mine = [s for s in waiting if self.queued.time[s] <= time + 2 * self.wait]
+            mine = [s for s in waiting if self.queued.time[s] <= self._horizon(time)]
             if len(mine) < len(waiting):  # (of a later example of the id)
                 self.labels_of[pair] = [s for s in waiting if s not in mine]
             for slot in mine:
@@ -365,14 +370,14 @@ class Bucket(Logged):
         example is at most twice the wait before it (whether it expired, the example's time);
         None: the record is of the pair afresh (or it never closed)."""
         for closure in self.closed.get(pair, ()):
-            if time <= closure[1] + 2 * self.wait:
+            if time <= self._horizon(closure[1]):
                 return closure
         return None
 
     def _close(self, pairs: list[tuple], expired: bool, times: np.ndarray) -> None:
         for pair, time in zip(pairs, times.tolist()):
             self.closed.setdefault(pair, []).append((expired, time))
-        self.closing.append(len(pairs), at=times + 2 * self.wait)
+        self.closing.append(len(pairs), at=self._horizon(times))
         self.closing_pairs += pairs
 
     def _forget(self) -> None:
@@ -394,7 +399,8 @@ class Bucket(Logged):
         self.closing_pairs = [self.closing_pairs[n] for n in kept.tolist()]
 
 
-def _times(block: ExampleBlock) -> np.ndarray:
+def record_times(block: ExampleBlock) -> np.ndarray:
+    """A block's record times (s), infinite where its source has none."""
     return block.event_times if block.event_times is not None else np.full(len(block), math.inf)
 
 

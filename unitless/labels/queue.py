@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ..parse.records import ExampleBlock
-from .buckets import Answers
+from .buckets import Answers, record_times
 from .call_log import CallLog, Logged
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
 from .waiting import ToLearn
@@ -53,8 +53,7 @@ class LabelQueue(Logged):
         """A labels block, as the learning step hands it on (each label with an id and a
         label; in order within its source): each queued in its model's queue."""
         self.log.record("labels", (block,))
-        times = (block.event_times if block.event_times is not None
-                 else np.full(len(block), math.inf)).tolist()
+        times = record_times(block).tolist()
         for key, position, time in zip(block.keys.to_pylist(), block.positions.tolist(), times):
             if (block.source, position) not in self.places:  # (a label handed on twice: once)
                 self.places.add((block.source, position))
