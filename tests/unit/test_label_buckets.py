@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from unitless.labels import by_id
+from unitless.labels.bucket_rows import InTime, _first_at
 from unitless.labels.buckets import Bucket
 from unitless.labels.queue import LabelQueue
 from unitless.labels.reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
@@ -186,6 +187,14 @@ def run(blocks, buckets, wait, rebuild_every=None):
             persist(b)
             if rebuild_every and n % rebuild_every == 0:
                 spread[b] = Bucket.rebuild(persisted[b])
+    if wait is not None and all(b.event_times is not None for _, b in blocks):
+        # (clocks past every record by more than twice the wait make every outcome certain:
+        # the clocks answer all, the end nothing)
+        past = max(newest.values()) + 3 * wait
+        for bucket in spread:
+            take(bucket.advance(past, past))
+            ended = bucket.end()
+            assert not (ended.joined or ended.expired or ended.own or ended.dead)
     for bucket in spread:
         take(bucket.end())
         assert bucket.waiting == 0 and not bucket.labels_of and not bucket.others_of
@@ -196,7 +205,10 @@ def run(blocks, buckets, wait, rebuild_every=None):
 @pytest.mark.parametrize("seed,wait,timed,lag,twice", [
     (0, 10.0, True, 0.0, 0.02), (1, 10.0, True, 0.0, 0.02), (2, 4.0, True, 0.0, 0.02),
     (3, None, False, 0.0, 0.02), (4, 10.0, True, 30.0, 0.02), (5, 10.0, True, -30.0, 0.3)])
-def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag, twice):
+def test_buckets_answer_each_record_as_its_own_records_decide(seed, wait, timed, lag, twice,
+                                                             monkeypatch):
+    # (slots leave the tail in runs of a few: their merges, searches and renumbering in use)
+    monkeypatch.setattr(InTime, "TAIL", 4)
     blocks = stream(seed, wait=wait or 10.0, timed=timed, lag=lag, twice=twice)
     want_labels, want_examples, want_seconds = expected(blocks, wait)
     joined_examples = {p: e for p, (o, e) in want_labels.items() if o == by_id.JOIN}
@@ -234,6 +246,23 @@ def test_a_label_waits_for_its_example_and_the_clocks_decide_what_never_comes():
     assert [(d.source, d.position, d.reason) for d in dead] == [
         (first.source, int(first.positions[0]), NEVER_SERVED)]
     assert not bucket.labels_of and not bucket.queued.pages
+
+
+def test_a_clock_finds_the_slots_it_passes_as_the_sums_are_rounded():
+    """``InTime``'s search for the first time whose sum with an offset reaches a bound agrees
+    with comparing every sum, where rounding moves the sum across the bound, among ties, and
+    with infinite times, offsets and bounds."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        times = np.sort(np.concatenate([
+            rng.choice([0.1, 0.2, 0.3, 1e16, 1e16 + 2, 2.5], rng.integers(0, 6)),
+            rng.normal(0, 10.0 ** rng.integers(0, 17), rng.integers(0, 6)),
+            [math.inf] * rng.integers(0, 2)]))
+        offset = float(rng.choice([0.0, 0.7, 3600.0, 1.0, math.inf]))
+        bound = float(rng.choice([*(times + offset), 0.8, 1e16 + 3600, -math.inf, math.inf]))
+        reached = times + offset >= bound
+        assert _first_at(times, offset, bound) == (
+            int(np.argmax(reached)) if reached.any() else len(times)), (times, offset, bound)
 
 
 def test_bucket_numbers_are_stable_and_spread():

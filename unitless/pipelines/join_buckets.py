@@ -24,6 +24,7 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               on_timer)
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,9 +65,52 @@ def by_bucket(block: ExampleBlock, kind: str, buckets: int) -> Iterator[tuple[st
     numbers = bucket_numbers(block.keys, block.ids, buckets)
     for number in sorted(set(numbers[has_id].tolist())):
         rows = (has_id & (numbers == number)).nonzero()[0]
-        piece = block.take(rows)
+        piece = block.take(rows).compact()  # (held and logged by its bucket: fewer bytes)
         piece.raw = None if block.raw is None else [block.raw[r] for r in rows.tolist()]
         yield bucket_key(number, buckets), (kind, piece)
+
+
+class ByBucket(beam.DoFn):
+    """A features or labels block -> ``by_bucket``'s pieces, the blocks of one source a bundle
+    holds gathered first, until they hold ``ROWS_PER_BUCKET`` records a bucket or
+    ``GATHER_BYTES``: a bucket's call costs about the same whatever its piece's length
+    (benchmarks/results/label_join.md), and a reader's block cut over many buckets leaves
+    pieces a few rows long. A gathered piece is stamped with the earliest stamp of its blocks:
+    the bundle holds the step's output watermark there until it ends, so no piece comes behind
+    the watermark, and a clock stamped with any of its blocks' stamps is applied after it."""
+    ROWS_PER_BUCKET = 512
+    GATHER_BYTES = 64 << 20
+
+    def __init__(self, kind: str, buckets: int) -> None:
+        self.kind, self.buckets = kind, buckets
+
+    def start_bundle(self) -> None:
+        self.gathered: dict[tuple, list] = {}  # (source, window) -> [blocks, rows, bytes, stamp]
+
+    def process(self, block, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+        group = (block.source, window)
+        entry = self.gathered.setdefault(group, [[], 0, 0, timestamp])
+        entry[0].append(block)
+        entry[1] += len(block)
+        entry[2] += block.nbytes
+        entry[3] = min(entry[3], timestamp)
+        if entry[1] >= self.ROWS_PER_BUCKET * self.buckets or entry[2] >= self.GATHER_BYTES:
+            yield from self._split(group, self.gathered.pop(group))
+
+    def finish_bundle(self):
+        while self.gathered:
+            group = next(iter(self.gathered))
+            yield from self._split(group, self.gathered.pop(group))
+
+    def _split(self, group: tuple, entry: list) -> Iterator[WindowedValue]:
+        blocks, _, _, stamp = entry
+        block = blocks[0]
+        if len(blocks) > 1:
+            block = ExampleBlock.stacked(blocks)
+            raws = [b.raw for b in blocks]
+            block.raw = None if any(r is None for r in raws) else [r for raw in raws for r in raw]
+        for keyed in by_bucket(block, self.kind, self.buckets):
+            yield WindowedValue(keyed, stamp, (group[1],))
 
 
 def newest_time(block: ExampleBlock, kind: str) -> Iterator[tuple[str, tuple]]:
@@ -256,8 +300,8 @@ class JoinById(beam.PTransform):
         keyed, times = [], []
         for kind in KINDS:
             blocks = inputs[kind]
-            keyed.append(blocks | f"By bucket ({kind})" >> beam.FlatMap(
-                by_bucket, kind=kind, buckets=self.buckets))
+            keyed.append(blocks | f"By bucket ({kind})" >> beam.ParDo(
+                ByBucket(kind, self.buckets)))
             times.append(blocks | f"Newest ({kind})" >> beam.FlatMap(newest_time, kind=kind))
         clocks = (tuple(times) | "Times" >> beam.Flatten()
                   | "Clocks" >> beam.ParDo(Clocks(self.sources, self.buckets, self.lag)))
