@@ -193,6 +193,7 @@ def run(blocks, buckets, wait, rebuild_every=None):
         past = max(newest.values()) + 3 * wait
         for bucket in spread:
             take(bucket.advance(past, past))
+            assert not bucket.closed.of_pair  # (every closure forgotten: no record can fall under it)
             ended = bucket.end()
             assert not (ended.joined or ended.expired or ended.own or ended.dead)
     for bucket in spread:

@@ -1,10 +1,15 @@
-"""What a bucket of the join keyed by example id (``buckets.Bucket``) holds of the records that
-wait: columns that grow in amortized time (``Columns``), each input's waiting records by slot
-with the blocks they came in (``Waiting``), and their slots in record-time order (``InTime``),
-so that a clock costs what it passes, not what waits."""
+"""What a bucket of the join keyed by example id (``buckets.Bucket``) holds, as columns changed
+many rows at a time, none a row at a time in Python: columns that grow in amortized time
+(``Columns``); each (model key, id) pair as a number (``PairCodes``); each input's waiting
+records by slot with the blocks they came in (``Waiting``); records in record-time order
+(``InTime``), so that a clock costs what it passes, not what waits; each pair's records of a
+kind as a list (``Chains``); and the pairs closed (``Closures``)."""
+import itertools
 import math
+from typing import Optional
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ..parse.records import ExampleBlock
 
@@ -45,15 +50,134 @@ class Columns:
         self.n = len(rows)
 
 
+class PairCodes:
+    """A number for each (model key, id) pair a bucket holds anything of, from 0 in order of
+    first sight; those of pairs it holds nothing of any more are dropped (``keep``)."""
+
+    def __init__(self) -> None:
+        self.code_of: dict[str, int] = {}  # "model key\x1fid" -> its number
+        self.names: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def codes(self, block: ExampleBlock) -> np.ndarray:
+        """The number of each record's pair (new pairs numbered next)."""
+        names = pc.binary_join_element_wise(block.keys.fill_null(""), block.ids.fill_null(""),
+                                            "\x1f").to_numpy(zero_copy_only=False)
+        codes = np.fromiter(map(self.code_of.get, names, itertools.repeat(-1)), np.int64,
+                            len(names))
+        new = codes < 0
+        if new.any():
+            fresh = list(dict.fromkeys(names[new].tolist()))
+            self.code_of.update(zip(fresh, range(len(self.names), len(self.names) + len(fresh))))
+            self.names += fresh
+            codes[new] = np.fromiter(map(self.code_of.__getitem__, names[new]), np.int64,
+                                     int(new.sum()))
+        return codes
+
+    def keep(self, live: np.ndarray) -> np.ndarray:
+        """Keep the pairs numbered ``live`` (ascending), numbered again from 0; returns each old
+        number's new one (-1: dropped)."""
+        numbers = np.full(len(self.names), -1, np.int64)
+        numbers[live] = np.arange(len(live))
+        self.names = [self.names[c] for c in live.tolist()]
+        self.code_of = dict(zip(self.names, range(len(self.names))))
+        return numbers
+
+
+class Chains:
+    """Lists of items (numbers from 0: slots, rows) by owner (a pair's number), linked through
+    arrays: each owner's first and last item, each item's next; changed many at a time."""
+
+    def __init__(self) -> None:
+        self.head = np.full(16, -1, np.int64)
+        self.tail = np.full(16, -1, np.int64)
+        self.next = np.full(16, -1, np.int64)
+
+    def __bool__(self) -> bool:
+        return bool((self.head >= 0).any())
+
+    def room(self, owners: int, items: int = 0) -> None:
+        """Room for owners numbered below ``owners`` and items below ``items``."""
+        if owners > len(self.head):
+            grow = max(2 * len(self.head), owners) - len(self.head)
+            self.head = np.append(self.head, np.full(grow, -1, np.int64))
+            self.tail = np.append(self.tail, np.full(grow, -1, np.int64))
+        if items > len(self.next):
+            grow = max(2 * len(self.next), items) - len(self.next)
+            self.next = np.append(self.next, np.full(grow, -1, np.int64))
+
+    def push(self, owners: np.ndarray, items: np.ndarray) -> None:
+        """Append ``items`` (each new) to their ``owners``' lists."""
+        if not len(items):
+            return
+        self.room(int(owners.max()) + 1, int(items.max()) + 1)
+        order = np.lexsort((items, owners))
+        owners, items = owners[order], items[order]
+        last = np.r_[owners[1:] != owners[:-1], True]
+        first = np.r_[True, last[:-1]]
+        self.next[items] = -1
+        self.next[items[~last]] = items[1:][~last[:-1]]
+        groups, tails = owners[first], self.tail[owners[first]]
+        has = tails >= 0
+        self.next[tails[has]] = items[first][has]
+        self.head[groups[~has]] = items[first][~has]
+        self.tail[groups] = items[last]
+
+    def items(self, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the items of ``owners`` (each once), the index in ``owners`` of each one's owner),
+        by owner, then item."""
+        got, at = [], []
+        index = np.arange(len(owners))
+        item = self.head[owners] if len(owners) else np.zeros(0, np.int64)
+        while len(item):
+            live = item >= 0
+            item, index = item[live], index[live]
+            got.append(item)
+            at.append(index)
+            item = self.next[item]
+        if not got:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        items, owner = np.concatenate(got), np.concatenate(at)
+        order = np.lexsort((items, owner))
+        return items[order], owner[order]
+
+    def remove(self, owners: np.ndarray, items: np.ndarray) -> None:
+        """Take ``items`` (of ``owners``, each's) out of their lists."""
+        if not len(items):
+            return
+        owners = np.unique(owners)
+        held, at = self.items(owners)
+        kept = ~np.isin(held, items)
+        self.head[owners] = self.tail[owners] = -1
+        self.push(owners[at[kept]], held[kept])
+
+    def renumber_items(self, numbers: np.ndarray) -> None:
+        """Each item ``i`` is ``numbers[i]`` now (none dropped is in a list)."""
+        self.room(0, len(numbers))
+        for ends in (self.head, self.tail):
+            held = ends >= 0
+            ends[held] = numbers[ends[held]]
+        live = np.flatnonzero(numbers >= 0)
+        following = self.next[live]
+        self.next = np.full(max(16, len(live)), -1, np.int64)
+        self.next[:len(live)] = np.where(following >= 0, numbers[following], -1)
+
+    def renumber_owners(self, live: np.ndarray) -> None:
+        """Only the owners ``live`` (ascending, each with its list), numbered again from 0."""
+        self.head, self.tail = self.head[live], self.tail[live]
+        self.room(16)
+
+
 class Waiting:
     """A bucket's records of one input that wait, by slot: columns (page, row, record time,
-    position, source, whether it carries its own label, alive) and the pair each is of; their
-    pages (the blocks they came in, held while any of their rows waits) and sources."""
+    position, source, whether it carries its own label, alive, its pair's number); their pages
+    (the blocks they came in, held while any of their rows waits) and sources."""
 
     def __init__(self) -> None:
         self.slots = Columns(page=np.int64, row=np.int64, time=np.float64, position=np.int64,
-                              source=np.int64, own=bool, alive=bool)
-        self.pairs: list[tuple] = []
+                              source=np.int64, own=bool, alive=bool, code=np.int64)
         self.pages: dict[int, list] = {}  # page -> [block, rows of it waiting]
         self.next_page = 0
         self.sources: dict[str, int] = {}  # source -> its code (in order of first sight)
@@ -63,13 +187,14 @@ class Waiting:
     def time(self) -> np.ndarray:
         return self.slots.time
 
-    def add(self, block: ExampleBlock, rows: np.ndarray, pairs: list[tuple]) -> np.ndarray:
-        """``rows`` of ``block`` start to wait, as one page; returns their slots."""
+    def add(self, block: ExampleBlock, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """``rows`` of ``block`` (of the pairs numbered ``codes``) start to wait, as one page;
+        returns their slots."""
         page, self.next_page = self.next_page, self.next_page + 1
         self.pages[page] = [block, len(rows)]
-        self.pairs += pairs
         slots = self.slots.append(
             len(rows), page=page, row=rows, position=block.positions[rows], alive=True,
+            code=codes,
             source=self.sources.setdefault(block.source, len(self.sources)),
             own=~np.isnan(block.labels[rows]), time=block.event_times[rows]
             if block.event_times is not None else math.inf)
@@ -86,12 +211,11 @@ class Waiting:
             if not held[1]:
                 del self.pages[page]
 
-    def crossing(self, offset: float, old: float, new: float) -> list[tuple]:
-        """The pairs of the records still waiting whose time + ``offset`` a clock moved from
-        ``old`` to ``new`` has just passed."""
+    def crossing(self, offset: float, old: float, new: float) -> np.ndarray:
+        """The pairs' numbers of the records still waiting whose time + ``offset`` a clock
+        moved from ``old`` to ``new`` has just passed, in slot order (as they came)."""
         slots = self.in_time.crossing(offset, old, new)
-        slots = np.sort(slots[self.slots.alive[slots]])  # (in slot order, as they came)
-        return [self.pairs[s] for s in slots.tolist()]
+        return self.slots.code[np.sort(slots[self.slots.alive[slots]])]
 
     def order(self, slots: np.ndarray) -> np.ndarray:
         """The order of ``slots`` by (time, source, position): the order the join takes them."""
@@ -99,6 +223,12 @@ class Waiting:
         rank = np.argsort(np.argsort(np.array(names, dtype=object)))
         return np.lexsort((self.slots.position[slots], rank[self.slots.source[slots]],
                            self.slots.time[slots]))
+
+    def order_rank(self, slots: np.ndarray) -> np.ndarray:
+        """Each of ``slots``' rank in the join's order (``order``)."""
+        rank = np.empty(len(slots), np.int64)
+        rank[self.order(slots)] = np.arange(len(slots))
+        return rank
 
     def block_of(self, slot: int) -> tuple[ExampleBlock, int]:
         """(the block a slot's record came in, its row there)"""
@@ -118,23 +248,82 @@ class Waiting:
             block = block.take(np.argsort(order, kind="stable"))
         return block, [self.pages[page][0].source for page in pages.tolist()]
 
-    def compact(self, *indexes: dict) -> None:
-        """Drop the slots that stopped waiting once they are most of them (``indexes``: pair ->
-        slot or slots, renumbered)."""
-        alive = self.slots.alive
-        if len(alive) < 1024 or alive.sum() * 4 > len(alive):
+    def compact(self) -> Optional[np.ndarray]:
+        """Drop the slots that stopped waiting once they are most of them; returns each old
+        slot's new number (-1: dropped), None if none was."""
+        return _compact(self.slots, self.in_time)
+
+
+def _compact(rows: Columns, in_time: "InTime") -> Optional[np.ndarray]:
+    """Drop the rows no longer ``alive`` once they are most of them (and from ``in_time``);
+    returns each old row's new number (-1: dropped), None if none was."""
+    alive = rows.alive
+    if len(alive) < 1024 or alive.sum() * 4 > len(alive):
+        return None
+    live = np.flatnonzero(alive)
+    numbers = np.full(len(alive), -1, np.int64)
+    numbers[live] = np.arange(len(live))
+    in_time.renumber(numbers)
+    rows.keep(live)
+    return numbers
+
+
+class Closures:
+    """The closures of a bucket's pairs: rows (the pair's number, whether it expired, its
+    example's time, the time after which no record falls under it, alive), each pair's in the
+    order they closed (``of_pair``), forgotten once a clock is past that time (``forget``)."""
+
+    def __init__(self) -> None:
+        self.rows = Columns(code=np.int64, expired=bool, time=np.float64, horizon=np.float64,
+                            alive=bool)
+        self.of_pair = Chains()
+        self.in_time = InTime()
+        self.forgotten_to = -math.inf  # (the clock of the last ``forget``)
+        self.overdue = np.zeros(0, np.int64)  # (rows closed behind it already)
+
+    def add(self, codes: np.ndarray, expired: bool, times: np.ndarray, horizons: np.ndarray
+            ) -> None:
+        rows = self.rows.append(len(codes), code=codes, expired=expired, time=times,
+                                horizon=horizons, alive=True)
+        self.of_pair.push(codes, rows)
+        self.in_time.add(horizons, rows, self.rows.alive)
+        self.overdue = np.append(self.overdue, rows[horizons < self.forgotten_to])
+
+    def of(self, codes: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """For each record (its pair's number, its time): the first closure of its pair whose
+        horizon it is not after (the row), -1 if none."""
+        found = np.full(len(codes), -1, np.int64)
+        self.of_pair.room(int(codes.max()) + 1 if len(codes) else 0)
+        records = np.flatnonzero(self.of_pair.head[codes] >= 0)
+        if not len(records):
+            return found
+        owners, owner = np.unique(codes[records], return_inverse=True)
+        rows, at = self.of_pair.items(owners)  # (a pair's in the order they closed)
+        starts, counts = np.searchsorted(at, np.arange(len(owners))), np.bincount(at)
+        times, horizon = times[records], self.rows.horizon
+        for k in range(int(counts.max())):
+            open_ = (found[records] < 0) & (k < counts[owner])
+            row = rows[starts[owner[open_]] + k]
+            under = times[open_] <= horizon[row]
+            found[records[open_][under]] = row[under]
+        return found
+
+    def forget(self, clock: float) -> None:
+        """Forget the closures ``clock`` is past the horizon of (no record still to come falls
+        under them)."""
+        if clock <= self.forgotten_to:
             return
-        live = np.flatnonzero(alive)
-        renumber = {int(s): n for n, s in enumerate(live.tolist())}
-        numbers = np.full(len(alive), -1, np.int64)
-        numbers[live] = np.arange(len(live))
-        self.in_time.renumber(numbers)
-        self.slots.keep(live)
-        self.pairs = [self.pairs[s] for s in live.tolist()]
-        for index in indexes:
-            for pair, slots in index.items():
-                index[pair] = ([renumber[s] for s in slots] if isinstance(slots, list)
-                               else renumber[slots])
+        rows = np.concatenate([self.in_time.crossing(0.0, self.forgotten_to, clock),
+                               self.overdue])
+        self.forgotten_to, self.overdue = clock, np.zeros(0, np.int64)
+        rows = rows[self.rows.alive[rows]]
+        if not len(rows):
+            return
+        self.rows.alive[rows] = False
+        self.of_pair.remove(self.rows.code[rows], rows)
+        numbers = _compact(self.rows, self.in_time)
+        if numbers is not None:
+            self.of_pair.renumber_items(numbers)
 
 
 class InTime:

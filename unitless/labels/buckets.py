@@ -36,7 +36,7 @@ import numpy as np
 
 from ..parse.records import DeadLetter, ExampleBlock
 from . import by_id
-from .bucket_rows import Columns, Waiting
+from .bucket_rows import Chains, Closures, PairCodes, Waiting
 from .call_log import CallLog, Logged
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
 
@@ -60,33 +60,39 @@ class Answers:
 
 class Bucket(Logged):
     """The examples and labels of one bucket's pairs that wait for each other, and the pairs it
-    closed; ``wait`` in seconds of record time (None: everything waits for ``end``)."""
+    closed; ``wait`` in seconds of record time (None: everything waits for ``end``). Each pair
+    is a number (``PairCodes``), and what it holds of it columns (bucket_rows.py)."""
 
     def __init__(self, wait: Optional[float] = None) -> None:
         self.wait = math.inf if wait is None else float(wait)
         self.served, self.queued = Waiting(), Waiting()
-        self.first_of: dict[tuple, int] = {}  # pair -> its earliest features record's slot
-        self.others_of: dict[tuple, list[int]] = {}  # pair -> its later features records' slots
-        self.labels_of: dict[tuple, list[int]] = {}  # pair -> its labels' slots
-        # pair -> its closures, in order: (whether it expired, else joined; its example's time)
-        self.closed: dict[tuple, list[tuple[bool, float]]] = {}
-        # the time each closed pair is forgotten, and the pair
-        self.closing = Columns(at=np.float64)
-        self.closing_pairs: list[tuple] = []
+        self.codes = PairCodes()
+        self.first = np.full(16, -1, np.int64)  # pair -> its earliest features record's slot
+        self.others_of = Chains()  # pair -> its later features records' slots
+        self.labels_of = Chains()  # pair -> its labels' slots
+        self.closed = Closures()  # pair -> its closures, in order
+        self.waiting = 0  # pairs whose features came and that are not answered yet
+        self.live = 0  # (pairs numbered when ``_forget_pairs`` last dropped those gone)
         self.clocks = [-math.inf, -math.inf]
         self.ended = False
         self.behind = 0  # records that came dated behind their input's clock (not safe)
         self.log = CallLog()  # (what persists it in Beam state: ``log_entries``)
 
-    @property
-    def waiting(self) -> int:
-        """Pairs whose features came and that are not answered yet."""
-        return len(self.first_of)
-
     def _horizon(self, time: Any) -> Any:
         """The last time a record of a pair whose example is dated ``time`` is of that example
         (twice the wait after it): a later one is of a later example of the id."""
         return time + 2 * self.wait
+
+    def _codes(self, block: ExampleBlock) -> np.ndarray:
+        """The numbers of the pairs of a block's records, with room for each."""
+        codes = self.codes.codes(block)
+        n = len(self.codes)
+        if n > len(self.first):
+            self.first = np.append(self.first, np.full(max(n, 2 * len(self.first))
+                                                       - len(self.first), -1, np.int64))
+        for chains in (self.others_of, self.labels_of, self.closed.of_pair):
+            chains.room(n)
+        return codes
 
     def features(self, block: ExampleBlock) -> Answers:
         """A features block of the bucket's pairs (each with an id; served examples with their
@@ -94,37 +100,34 @@ class Bucket(Logged):
         one of a closed pair, a second (dead letter)."""
         self.log.record("features", (block,))
         out = Answers()
-        pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        times = record_times(block)
+        codes, times = self._codes(block), record_times(block)
         self.behind += int((times < self.clocks[0]).sum())
-        rows = []
-        for r, (pair, time) in enumerate(zip(pairs, times.tolist())):
-            if pair in self.closed and self._closure(pair, time) is not None:
-                out.dead.append(DeadLetter(block.source, int(block.positions[r]),
-                                           block.raw_record(r), SECOND_FEATURES))
-            else:
-                rows.append(r)
-        if rows:
-            taken = [pairs[r] for r in rows]
-            slots = self.served.add(block, np.asarray(rows, np.int64), taken)
-            for pair, slot in zip(taken, slots.tolist()):
-                first = self.first_of.get(pair)
-                if first is None:
-                    self.first_of[pair] = slot
-                    continue
-                if self._before(slot, first):
-                    self.first_of[pair], slot = slot, first
-                self.others_of.setdefault(pair, []).append(slot)
+        closed = self.closed.of(codes, times) >= 0
+        out.dead += [DeadLetter(block.source, int(block.positions[r]), block.raw_record(r),
+                                SECOND_FEATURES) for r in np.flatnonzero(closed).tolist()]
+        rows = np.flatnonzero(~closed)
+        if len(rows):
+            slots = self.served.add(block, rows, codes[rows])
+            self._place(codes[rows], slots)
             # (a record dated at or after the features clock makes nothing certain: only one
             # from a source that lags, or after the end)
             behind = self.ended | (self.served.time[slots] < self.clocks[0])
-            self._judge(list(dict.fromkeys(p for p, b in zip(taken, behind.tolist()) if b)),
-                        out)
+            self._judge(_in_order(codes[rows][behind]), out)
         return out
 
-    def _before(self, a: int, b: int) -> bool:
-        """Whether served record ``a`` comes before ``b`` in the join's order."""
-        return int(self.served.order(np.array([b, a]))[0]) == 1
+    def _place(self, codes: np.ndarray, slots: np.ndarray) -> None:
+        """New features records ``slots`` of pairs ``codes``: each pair's earliest record (in
+        the join's order) is its first, the others its later ones."""
+        old = self.first[codes]
+        had = np.unique(codes[old >= 0])
+        candidates = np.concatenate([slots, self.first[had]])
+        owners = np.concatenate([codes, had])
+        order = np.lexsort((self.served.order_rank(candidates), owners))
+        owners, candidates = owners[order], candidates[order]
+        earliest = np.r_[True, owners[1:] != owners[:-1]]
+        self.waiting += len(np.unique(codes)) - len(had)
+        self.first[owners[earliest]] = candidates[earliest]
+        self.others_of.push(owners[~earliest], candidates[~earliest])
 
     def labels(self, block: ExampleBlock) -> Answers:
         """A block of labels of the bucket's pairs (each with an id and a label): each waits
@@ -132,33 +135,26 @@ class Bucket(Logged):
         served if dated more than the wait before its example (dead letters)."""
         self.log.record("labels", (block,))
         out = Answers()
-        pairs = list(zip(block.keys.to_pylist(), block.ids.to_pylist()))
-        times = record_times(block)
+        codes, times = self._codes(block), record_times(block)
         self.behind += int((times < self.clocks[1]).sum())
-        closed = self.closed
-        refused = set()
-        for r in [r for r, pair in enumerate(pairs) if pair in closed]:
-            closure = self._closure(pairs[r], float(times[r]))
-            if closure is not None:
-                expired, came = closure
-                refused.add(r)
-                out.dead.append(DeadLetter(
-                    block.source, int(block.positions[r]), block.raw_record(r),
-                    NEVER_SERVED if came > times[r] + self.wait else
-                    LATE_LABEL if expired else SECOND_LABEL))
-        rows = [r for r in range(len(pairs)) if r not in refused] if refused else range(len(pairs))
-        taken = [pairs[r] for r in rows]
-        if taken:
-            slots = self.queued.add(block, np.asarray(rows, np.int64), taken)
-            for pair, slot in zip(taken, slots.tolist()):
-                self.labels_of.setdefault(pair, []).append(slot)
+        closure = self.closed.of(codes, times)
+        rows = self.closed.rows
+        for r in np.flatnonzero(closure >= 0).tolist():
+            c = int(closure[r])
+            out.dead.append(DeadLetter(
+                block.source, int(block.positions[r]), block.raw_record(r),
+                NEVER_SERVED if rows.time[c] > times[r] + self.wait else
+                LATE_LABEL if rows.expired[c] else SECOND_LABEL))
+        kept = np.flatnonzero(closure < 0)
+        if len(kept):
+            slots = self.queued.add(block, kept, codes[kept])
+            self.labels_of.push(codes[kept], slots)
             # (nor does a label dated at or after the labels clock, unless the features clock
             # is past it by the wait: what else it could settle the clocks settled already)
             time = self.queued.time[slots]
             f_clock, l_clock = self.clocks
             behind = self.ended | (time < l_clock) | (time + self.wait < f_clock)
-            self._judge(list(dict.fromkeys(p for p, b in zip(taken, behind.tolist()) if b)),
-                        out)
+            self._judge(_in_order(codes[kept][behind]), out)
         return out
 
     def advance(self, features_clock: float, labels_clock: float) -> Answers:
@@ -172,14 +168,14 @@ class Bucket(Logged):
         self.log.record("advance", (features_clock, labels_clock))
         self.clocks = [f_new, l_new]
         wait = self.wait
-        due = dict.fromkeys([  # (in slot order: the same when its log is replayed)
-            *self.served.crossing(0, f_old, f_new),  # (its first record certain)
-            *self.served.crossing(wait, l_old, l_new),  # (no label within can come)
-            *self.queued.crossing(0, l_old, l_new),  # (no label before it can come)
-            *self.queued.crossing(wait, f_old, f_new)])  # (no features within can come)
-        if due:
-            self._judge(list(due), out)
-        self._forget()
+        due = _in_order(np.concatenate([  # (in slot order: the same when its log is replayed)
+            self.served.crossing(0, f_old, f_new),  # (its first record certain)
+            self.served.crossing(wait, l_old, l_new),  # (no label within can come)
+            self.queued.crossing(0, l_old, l_new),  # (no label before it can come)
+            self.queued.crossing(wait, f_old, f_new)]))  # (no features within can come)
+        self._judge(due, out)
+        self.closed.forget(min(self.clocks))
+        self._forget_pairs()
         return out
 
     def end(self) -> Answers:
@@ -189,16 +185,17 @@ class Bucket(Logged):
         self.log.record("end", ())
         self.ended = True
         out = Answers()
-        self._judge(list(dict.fromkeys([*self.first_of, *self.labels_of])), out)
+        n = len(self.codes)
+        self._judge(np.flatnonzero((self.first[:n] >= 0) | (self.labels_of.head[:n] >= 0)), out)
         return out
 
-    def _judge(self, pairs: list[tuple], out: Answers) -> None:
+    def _judge(self, pairs: np.ndarray, out: Answers) -> None:
         """``_judged`` if there are any, and again those a later example of took the place of
         the one they closed (``_stop_features``)."""
-        while pairs:
+        while len(pairs):
             pairs = self._judged(pairs, out)
 
-    def _judged(self, pairs: list[tuple], out: Answers) -> list[tuple]:
+    def _judged(self, pairs: np.ndarray, out: Answers) -> np.ndarray:
         """Judge ``pairs`` (none closed) by the records of theirs that came (``by_id.judge``;
         a pair whose earliest features record carries its own label is joined by it), and
         answer what the clocks make certain: a pair's first features record once the features
@@ -226,11 +223,10 @@ class Bucket(Logged):
         if joins.any():
             e_of = e_slot[np.searchsorted(e_code, l_code[joins])]
             self._answer_joined(l_slot[joins], e_of, out)
-            self._close([pairs[c] for c in l_code[joins].tolist()], False,
-                        self.served.time[e_of])
+            self._close(pairs[l_code[joins]], False, self.served.time[e_of])
         if expires.any():
             self._answer_expired(e_slot[expires], out)
-            self._close([pairs[c] for c in e_code[expires].tolist()], True, e_time[expires])
+            self._close(pairs[e_code[expires]], True, e_time[expires])
         for n in np.flatnonzero(final & ~joins).tolist():
             out.dead.append(self._label_dead(int(l_slot[n]), _REASONS[int(outcome[n])]))
         if len(own_done):
@@ -239,13 +235,13 @@ class Bucket(Logged):
         return self._stop_features(e_slot[code_joined[e_code] | expires], own_done,
                                    e_slot[e_certain], out)
 
-    def _records(self, pairs: list[tuple]) -> tuple[np.ndarray, ...]:
-        """The records of ``pairs`` that came: (the pairs' codes, the slots of their first
-        features records and whether each is certain, but for those that carry their own
-        label: of them, the slots of the certain; the slots of their labels and their pairs'
-        codes, in the join's order)."""
+    def _records(self, pairs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The records of ``pairs`` that came: (the indices in ``pairs`` of those with a first
+        features record, its slot and whether it is certain, but for those that carry their
+        own label: of them, the slots of the certain; the slots of their labels and their
+        pairs' indices, in the join's order)."""
         served = self.served
-        firsts = np.array([self.first_of.get(p, -1) for p in pairs], np.int64)
+        firsts = self.first[pairs]
         e_code = np.flatnonzero(firsts >= 0)
         e_slot = firsts[e_code]
         certain = self.ended | (served.time[e_slot] < self.clocks[0])
@@ -253,10 +249,9 @@ class Bucket(Logged):
         own_done = e_slot[own & certain]
         code_own = np.zeros(len(pairs), bool)
         code_own[e_code[own]] = True
-        l_slot = np.array([s for p in pairs for s in self.labels_of.get(p, ())], np.int64)
-        l_code = np.repeat(np.arange(len(pairs)), [len(self.labels_of.get(p, ())) for p in pairs])
+        l_slot, l_code = self.labels_of.items(pairs)
         # (a label dated more than twice the wait after its pair's first features record is
-        # of a later example of the id: not judged with this one, ``_closure``)
+        # of a later example of the id: not judged with this one, ``Closures.of``)
         horizon = np.full(len(pairs), math.inf)
         horizon[e_code] = self._horizon(served.time[e_slot])
         mine = ~code_own[l_code] & (self.queued.time[l_slot] <= horizon[l_code])
@@ -265,7 +260,7 @@ class Bucket(Logged):
         return e_code[~own], e_slot[~own], certain[~own], own_done, l_slot[order], l_code[order]
 
     def _stop_features(self, answered: np.ndarray, own_done: np.ndarray, certain: np.ndarray,
-                       out: Answers) -> list[tuple]:
+                       out: Answers) -> np.ndarray:
         """The first features records ``answered`` and ``own_done`` stop waiting, their pairs'
         too; so do the other records of the pairs whose first is ``certain`` (seconds), but
         those dated more than twice the wait after it: the earliest of those is a later example
@@ -273,39 +268,43 @@ class Bucket(Logged):
         such a record, or labels of such an example, to judge again."""
         served = self.served
         stopped = np.concatenate([answered, own_done])
-        for slot in stopped.tolist():
-            del self.first_of[served.pairs[slot]]
-        again = []
+        stopped_pairs = served.slots.code[stopped]
+        self.first[stopped_pairs] = -1
+        self.waiting -= len(stopped)
+        again = np.zeros(0, np.int64)
         if self.others_of:
-            seconds = []
-            for slot in np.concatenate([certain, own_done]).tolist():
-                pair = served.pairs[slot]
-                others = self.others_of.pop(pair, [])
-                beyond = (served.time[np.asarray(others, np.int64)]
-                          > self._horizon(served.time[slot])).tolist()
-                later = [o for o, b in zip(others, beyond) if b]
-                seconds += [o for o, b in zip(others, beyond) if not b]
-                if later:
-                    self.others_of[pair] = later
-            for slot in stopped.tolist():
-                pair = served.pairs[slot]
-                later = self.others_of.pop(pair, [])
-                if later:
-                    first = later[int(served.order(np.asarray(later, np.int64))[0])]
-                    self.first_of[pair] = first
-                    if len(later) > 1:
-                        self.others_of[pair] = [o for o in later if o != first]
-                    again.append(pair)
-            out.dead += [self._dead(served, other, SECOND_FEATURES) for other in seconds]
-            stopped = np.concatenate([stopped, np.asarray(seconds, np.int64)])
+            firsts = np.concatenate([certain, own_done])
+            others, at = self.others_of.items(served.slots.code[firsts])
+            seconds = others[served.time[others] <= self._horizon(served.time[firsts[at]])]
+            self.others_of.remove(served.slots.code[seconds], seconds)
+            later, at = self.others_of.items(stopped_pairs)
+            if len(later):
+                order = np.lexsort((served.order_rank(later), at))
+                earliest = order[np.r_[True, at[order][1:] != at[order][:-1]]]
+                promoted, again = later[earliest], stopped_pairs[at[earliest]]
+                self.others_of.remove(again, promoted)
+                self.first[again] = promoted
+                self.waiting += len(promoted)
+            out.dead += [self._dead(served, slot, SECOND_FEATURES) for slot in seconds.tolist()]
+            stopped = np.concatenate([stopped, seconds])
         # (and those whose labels of a later example wait still, without it)
-        again += [p for p in map(served.pairs.__getitem__, stopped.tolist())
-                  if p in self.labels_of and p not in self.first_of]
+        left = served.slots.code[stopped]
+        left = left[(self.labels_of.head[left] >= 0) & (self.first[left] < 0)]
         if len(stopped):
             served.stop(stopped)
-        served.compact(self.first_of, self.others_of)
-        self.queued.compact(self.labels_of)
-        return list(dict.fromkeys(again))
+        self._compact()
+        return _in_order(np.concatenate([again, left]))
+
+    def _compact(self) -> None:
+        """Drop the slots that stopped waiting once they are most of them."""
+        numbers = self.served.compact()
+        if numbers is not None:
+            held = self.first >= 0
+            self.first[held] = numbers[self.first[held]]
+            self.others_of.renumber_items(numbers)
+        numbers = self.queued.compact()
+        if numbers is not None:
+            self.labels_of.renumber_items(numbers)
 
     def _answer_own(self, slots: np.ndarray, out: Answers) -> None:
         """Pairs whose first features record carries its own label: answered joined as they
@@ -315,27 +314,20 @@ class Bucket(Logged):
         for source, rows, part in _by_source(*self.served.taken(slots)):
             out.own.append((replace(part, source=source, served_scores=None,
                                     restarts_midway=False), part.served_scores, times[rows]))
-        pairs = [self.served.pairs[s] for s in slots.tolist()]
+        pairs = self.served.slots.code[slots]
         self._close(pairs, False, times)
-        for pair, time in zip(pairs, times.tolist()):
-            waiting = self.labels_of.pop(pair, [])
-            mine = [s for s in waiting if self.queued.time[s] <= self._horizon(time)]
-            if len(mine) < len(waiting):  # (of a later example of the id)
-                self.labels_of[pair] = [s for s in waiting if s not in mine]
-            for slot in mine:
-                out.dead.append(self._label_dead(slot, NEVER_SERVED if time > float(
-                    self.queued.time[slot]) + self.wait else SECOND_LABEL))
-            if mine:
-                self.queued.stop(np.asarray(mine, np.int64))
+        labels, at = self.labels_of.items(pairs)
+        label_times = self.queued.time[labels]
+        mine = label_times <= self._horizon(times[at])  # (else of a later example of the id)
+        never = times[at] > label_times + self.wait
+        for slot, was_never in zip(labels[mine].tolist(), never[mine].tolist()):
+            out.dead.append(self._label_dead(slot, NEVER_SERVED if was_never else SECOND_LABEL))
+        if mine.any():
+            self._stop_labels(labels[mine])
 
     def _stop_labels(self, slots: np.ndarray) -> None:
-        for slot in slots.tolist():
-            pair = self.queued.pairs[slot]
-            left = self.labels_of[pair]
-            left.remove(slot)
-            if not left:
-                del self.labels_of[pair]
         if len(slots):
+            self.labels_of.remove(self.queued.slots.code[slots], slots)
             self.queued.stop(slots)
 
     def _label_dead(self, slot: int, reason: str) -> DeadLetter:
@@ -365,38 +357,27 @@ class Bucket(Logged):
                                         restarts_midway=False),
                                 part.served_scores, at[rows]))
 
-    def _closure(self, pair: tuple, time: float) -> Optional[tuple[bool, float]]:
-        """The closure of ``pair`` a record of it dated ``time`` falls under: the first whose
-        example is at most twice the wait before it (whether it expired, the example's time);
-        None: the record is of the pair afresh (or it never closed)."""
-        for closure in self.closed.get(pair, ()):
-            if time <= self._horizon(closure[1]):
-                return closure
-        return None
+    def _close(self, pairs: np.ndarray, expired: bool, times: np.ndarray) -> None:
+        self.closed.add(pairs, expired, times, self._horizon(times))
 
-    def _close(self, pairs: list[tuple], expired: bool, times: np.ndarray) -> None:
-        for pair, time in zip(pairs, times.tolist()):
-            self.closed.setdefault(pair, []).append((expired, time))
-        self.closing.append(len(pairs), at=self._horizon(times))
-        self.closing_pairs += pairs
-
-    def _forget(self) -> None:
-        """Forget the closures both clocks are twice the wait past: no record still to come
-        falls under them (``_closure``), so forgetting changes no answer."""
-        clock = min(self.clocks)
-        if clock == -math.inf or not self.closing.n:
+    def _forget_pairs(self) -> None:
+        """Drop the numbers of the pairs it holds nothing of (no record waiting, no closure),
+        once they are most of those numbered."""
+        n = len(self.codes)
+        if n < 1024 or n < 4 * self.live:
             return
-        gone = self.closing.at < clock
-        if not gone.any():
-            return
-        for n in np.flatnonzero(gone).tolist():
-            closures = self.closed[self.closing_pairs[n]]
-            closures.pop(0)  # (a pair's closures are forgotten in the order they closed)
-            if not closures:
-                del self.closed[self.closing_pairs[n]]
-        kept = np.flatnonzero(~gone)
-        self.closing.keep(kept)
-        self.closing_pairs = [self.closing_pairs[n] for n in kept.tolist()]
+        live = np.flatnonzero((self.first[:n] >= 0) | (self.others_of.head[:n] >= 0)
+                              | (self.labels_of.head[:n] >= 0)
+                              | (self.closed.of_pair.head[:n] >= 0))
+        numbers = self.codes.keep(live)
+        self.live = len(live)
+        for codes in (self.served.slots.code, self.queued.slots.code, self.closed.rows.code):
+            held = codes >= 0  # (a record or closure gone may be of a pair dropped before)
+            codes[held] = numbers[codes[held]]
+        self.first = self.first[live]
+        self.others_of.renumber_owners(live)
+        self.labels_of.renumber_owners(live)
+        self.closed.of_pair.renumber_owners(live)
 
 
 def record_times(block: ExampleBlock) -> np.ndarray:
@@ -415,3 +396,9 @@ def _by_source(block: ExampleBlock, of: list[str]
     for source in dict.fromkeys(of):
         rows = np.flatnonzero(named == source)
         yield source, rows, block.take(rows)
+
+
+def _in_order(codes: np.ndarray) -> np.ndarray:
+    """``codes`` each once, in the order of its first place."""
+    _, first = np.unique(codes, return_index=True)
+    return codes[np.sort(first)]
