@@ -10,7 +10,7 @@ import pytest
 
 from unitless.labels import by_id
 from unitless.labels.bucket_rows import InTime, _first_at
-from unitless.labels.buckets import Bucket
+from unitless.labels.buckets import Answers, Bucket
 from unitless.labels.queue import LabelQueue
 from unitless.labels.reasons import LATE_LABEL, NEVER_SERVED, SECOND_FEATURES, SECOND_LABEL
 from unitless.parse.jsonl import parse_records
@@ -349,6 +349,28 @@ def test_the_queue_learns_each_models_joined_records_in_label_order(seed, expire
     learn(queue.release(ended=True))
     assert learned == want
     assert queue.waiting == 0 and not queue.answers
+
+
+def test_the_queue_puts_an_expiry_before_the_first_label_dated_after_it():
+    """A model's labels handed on out of time order, and expiries dated as labels are: an
+    expired example is learned before the first label not learned yet that is dated after it
+    (one of the same time first), as two queues merge."""
+    def block(source, rows):  # rows: (position, id, time)
+        made, _ = parse_records(SPEC, source, [(p, {"id": i, "key": "k", "x": 1.0, "label": 1})
+                                               for p, i, _ in rows])
+        made.event_times = np.array([t for *_, t in rows])
+        return made
+
+    queue = LabelQueue(expired_label=0.0)
+    labels = block("l/0", [(0, "a", 4.0), (1, "b", 1.0), (2, "c", 1.0), (3, "d", 5.0)])
+    queue.labels(labels)
+    expired = block("f/0", [(0, "e", 0.0), (1, "f", 0.0), (2, "g", 0.0)])
+    queue.answered(Answers(joined=[(labels, np.zeros((4, 1)), np.zeros(4))],
+                           expired=[(expired, np.zeros((3, 1)), np.array([2.0, 5.0, 6.0]))]))
+    learned = [(b.source, int(p)) for _, b, _, _ in queue.release(ended=True)
+               for p in b.positions]
+    assert learned == [("f/0", 0), ("l/0", 0), ("l/0", 1), ("l/0", 2), ("l/0", 3), ("f/0", 1),
+                       ("f/0", 2)]
 
 
 def small(rng):

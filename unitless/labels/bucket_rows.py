@@ -310,12 +310,11 @@ class Closures:
 
     def forget(self, clock: float) -> None:
         """Forget the closures ``clock`` is past the horizon of (no record still to come falls
-        under them)."""
-        if clock <= self.forgotten_to:
-            return
-        rows = np.concatenate([self.in_time.crossing(0.0, self.forgotten_to, clock),
-                               self.overdue])
-        self.forgotten_to, self.overdue = clock, np.zeros(0, np.int64)
+        under them): those closed behind it already too (``overdue``)."""
+        rows, self.overdue = self.overdue, np.zeros(0, np.int64)
+        if clock > self.forgotten_to:
+            rows = np.concatenate([self.in_time.crossing(0.0, self.forgotten_to, clock), rows])
+            self.forgotten_to = clock
         rows = rows[self.rows.alive[rows]]
         if not len(rows):
             return

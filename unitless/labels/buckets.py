@@ -120,8 +120,10 @@ class Bucket(Logged):
         the join's order) is its first, the others its later ones."""
         old = self.first[codes]
         had = np.unique(codes[old >= 0])
-        candidates = np.concatenate([slots, self.first[had]])
-        owners = np.concatenate([codes, had])
+        # (the first so far before the new: of two records that tie, a record read twice,
+        # the one that came first stays)
+        candidates = np.concatenate([self.first[had], slots])
+        owners = np.concatenate([had, codes])
         order = np.lexsort((self.served.order_rank(candidates), owners))
         owners, candidates = owners[order], candidates[order]
         earliest = np.r_[True, owners[1:] != owners[:-1]]
@@ -275,7 +277,7 @@ class Bucket(Logged):
         if self.others_of:
             firsts = np.concatenate([certain, own_done])
             others, at = self.others_of.items(served.slots.code[firsts])
-            seconds = others[served.time[others] <= self._horizon(served.time[firsts[at]])]
+            seconds = others[~(served.time[others] > self._horizon(served.time[firsts[at]]))]
             self.others_of.remove(served.slots.code[seconds], seconds)
             later, at = self.others_of.items(stopped_pairs)
             if len(later):
