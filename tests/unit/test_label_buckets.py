@@ -266,6 +266,24 @@ def test_a_clock_finds_the_slots_it_passes_as_the_sums_are_rounded():
             int(np.argmax(reached)) if reached.any() else len(times)), (times, offset, bound)
 
 
+def test_a_bucket_tells_pairs_apart_whatever_their_characters():
+    """(model key, id) pairs whose key and id, run together, read the same are two pairs: the
+    label of one does not join the example of the other."""
+    def block(source, key, i, label):
+        made, _ = parse_records(SPEC, source, [(0, {"id": i, "key": key, "x": 1.0,
+                                                    **({} if label is None else {"label": 1})})])
+        made.event_times = np.array([0.0])
+        made.served_scores = np.zeros((1, 1))
+        return made
+
+    bucket = Bucket(1.0)
+    bucket.features(block("f/0", "a\x1fb", "c", None))
+    bucket.labels(block("l/0", "a", "b\x1fc", 1))
+    ended = bucket.end()
+    assert not ended.joined and [d.reason for d in ended.dead] == [NEVER_SERVED]
+    assert [len(b) for b, _, _ in ended.expired] == [1]
+
+
 def test_bucket_numbers_are_stable_and_spread():
     import pyarrow as pa
     keys = pa.array([f"k{i % 3}" for i in range(3000)])

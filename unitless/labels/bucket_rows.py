@@ -9,6 +9,7 @@ import math
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..parse.records import ExampleBlock
@@ -55,7 +56,7 @@ class PairCodes:
     first sight; those of pairs it holds nothing of any more are dropped (``keep``)."""
 
     def __init__(self) -> None:
-        self.code_of: dict[str, int] = {}  # "model key\x1fid" -> its number
+        self.code_of: dict[str, int] = {}  # "key length:model key:id" -> its number
         self.names: list[str] = []
 
     def __len__(self) -> int:
@@ -63,8 +64,11 @@ class PairCodes:
 
     def codes(self, block: ExampleBlock) -> np.ndarray:
         """The number of each record's pair (new pairs numbered next)."""
-        names = pc.binary_join_element_wise(block.keys.fill_null(""), block.ids.fill_null(""),
-                                            "\x1f").to_numpy(zero_copy_only=False)
+        keys = block.keys.fill_null("")
+        # (the key's length first: no key and id run together as another pair's)
+        names = pc.binary_join_element_wise(pc.cast(pc.utf8_length(keys), pa.string()), keys,
+                                            block.ids.fill_null(""), ":"
+                                            ).to_numpy(zero_copy_only=False)
         codes = np.fromiter(map(self.code_of.get, names, itertools.repeat(-1)), np.int64,
                             len(names))
         new = codes < 0
@@ -94,9 +98,10 @@ class Chains:
         self.head = np.full(16, -1, np.int64)
         self.tail = np.full(16, -1, np.int64)
         self.next = np.full(16, -1, np.int64)
+        self.held = 0  # (items in lists)
 
     def __bool__(self) -> bool:
-        return bool((self.head >= 0).any())
+        return self.held > 0
 
     def room(self, owners: int, items: int = 0) -> None:
         """Room for owners numbered below ``owners`` and items below ``items``."""
@@ -113,6 +118,7 @@ class Chains:
         if not len(items):
             return
         self.room(int(owners.max()) + 1, int(items.max()) + 1)
+        self.held += len(items)
         order = np.lexsort((items, owners))
         owners, items = owners[order], items[order]
         last = np.r_[owners[1:] != owners[:-1], True]
@@ -151,6 +157,7 @@ class Chains:
         held, at = self.items(owners)
         kept = ~np.isin(held, items)
         self.head[owners] = self.tail[owners] = -1
+        self.held -= len(held)
         self.push(owners[at[kept]], held[kept])
 
     def renumber_items(self, numbers: np.ndarray) -> None:
@@ -182,6 +189,7 @@ class Waiting:
         self.next_page = 0
         self.sources: dict[str, int] = {}  # source -> its code (in order of first sight)
         self.in_time = InTime()
+        self.live = 0  # (slots alive)
 
     @property
     def time(self) -> np.ndarray:
@@ -199,10 +207,12 @@ class Waiting:
             own=~np.isnan(block.labels[rows]), time=block.event_times[rows]
             if block.event_times is not None else math.inf)
         self.in_time.add(self.slots.time[slots], slots, self.slots.alive)
+        self.live += len(slots)
         return slots
 
     def stop(self, slots: np.ndarray) -> None:
         """The records at ``slots`` no longer wait (their pages go once none of theirs does)."""
+        self.live -= int(self.slots.alive[slots].sum())
         self.slots.alive[slots] = False
         pages, counts = np.unique(self.slots.page[slots], return_counts=True)
         for page, n in zip(pages.tolist(), counts.tolist()):
@@ -251,14 +261,15 @@ class Waiting:
     def compact(self) -> Optional[np.ndarray]:
         """Drop the slots that stopped waiting once they are most of them; returns each old
         slot's new number (-1: dropped), None if none was."""
-        return _compact(self.slots, self.in_time)
+        return _compact(self.slots, self.in_time, self.live)
 
 
-def _compact(rows: Columns, in_time: "InTime") -> Optional[np.ndarray]:
-    """Drop the rows no longer ``alive`` once they are most of them (and from ``in_time``);
-    returns each old row's new number (-1: dropped), None if none was."""
+def _compact(rows: Columns, in_time: "InTime", alive_rows: int) -> Optional[np.ndarray]:
+    """Drop the rows no longer ``alive`` (``alive_rows`` of them are) once they are most of
+    them (and from ``in_time``); returns each old row's new number (-1: dropped), None if none
+    was."""
     alive = rows.alive
-    if len(alive) < 1024 or alive.sum() * 4 > len(alive):
+    if len(alive) < 1024 or alive_rows * 4 > len(alive):
         return None
     live = np.flatnonzero(alive)
     numbers = np.full(len(alive), -1, np.int64)
@@ -320,7 +331,7 @@ class Closures:
             return
         self.rows.alive[rows] = False
         self.of_pair.remove(self.rows.code[rows], rows)
-        numbers = _compact(self.rows, self.in_time)
+        numbers = _compact(self.rows, self.in_time, self.of_pair.held)
         if numbers is not None:
             self.of_pair.renumber_items(numbers)
 
