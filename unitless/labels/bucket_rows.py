@@ -229,8 +229,7 @@ class Waiting:
 
     def order(self, slots: np.ndarray) -> np.ndarray:
         """The order of ``slots`` by (time, source, position): the order the join takes them."""
-        names = sorted(self.sources, key=self.sources.__getitem__)
-        rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+        rank = name_ranks(self.sources)
         return np.lexsort((self.slots.position[slots], rank[self.slots.source[slots]],
                            self.slots.time[slots]))
 
@@ -264,12 +263,24 @@ class Waiting:
         return _compact(self.slots, self.in_time, self.live)
 
 
+def name_ranks(numbers: dict[str, int]) -> np.ndarray:
+    """For each name's number (``numbers``: name -> 0, 1, ...), its rank among the names
+    sorted: sources are ordered by name, wherever they are numbered."""
+    names = sorted(numbers, key=numbers.__getitem__)
+    return np.argsort(np.argsort(np.array(names, dtype=object)))
+
+
+def mostly_gone(rows: int, alive: int) -> bool:
+    """Whether rows of which ``alive`` are still alive are worth compacting: most are gone."""
+    return rows >= 1024 and alive * 4 <= rows
+
+
 def _compact(rows: Columns, in_time: "InTime", alive_rows: int) -> Optional[np.ndarray]:
     """Drop the rows no longer ``alive`` (``alive_rows`` of them are) once they are most of
     them (and from ``in_time``); returns each old row's new number (-1: dropped), None if none
     was."""
     alive = rows.alive
-    if len(alive) < 1024 or alive_rows * 4 > len(alive):
+    if not mostly_gone(len(alive), alive_rows):
         return None
     live = np.flatnonzero(alive)
     numbers = np.full(len(alive), -1, np.int64)

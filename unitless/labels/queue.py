@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..parse.records import ExampleBlock
-from .bucket_rows import Columns
+from .bucket_rows import Columns, mostly_gone, name_ranks
 from .buckets import Answers, record_times
 from .call_log import CallLog, Logged
 from .reasons import LATE_LABEL, NEVER_SERVED, SECOND_LABEL
@@ -190,8 +190,7 @@ class LabelQueue(Logged):
         still come)."""
         rows, expiring = self.rows, self.expiring
         gated = self.expired_label is not None and not ended
-        names = sorted(self.sources, key=self.sources.__getitem__)
-        rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+        rank = name_ranks(self.sources)
         expired = expired[np.lexsort((expiring.taken[expired], expiring.position[expired],
                                       rank[expiring.source[expired]], expiring.time[expired]))]
         l_time, e_time = rows.time[labels], expiring.time[expired]
@@ -233,7 +232,7 @@ class LabelQueue(Logged):
         """Drop the labels and expiries passed once they are most of them."""
         for columns in (self.rows, self.expiring):
             alive = columns.alive
-            if len(alive) >= 1024 and alive.sum() * 4 <= len(alive):
+            if mostly_gone(len(alive), int(alive.sum())):
                 columns.keep(np.flatnonzero(alive))
                 if columns is self.rows:
                     self.places = dict(zip(self._places(np.arange(columns.n)).tolist(),
