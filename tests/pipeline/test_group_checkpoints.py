@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from unitless.cli.main import main
-from unitless.learner import read_metadata
+from unitless.learner import from_arrow, read_metadata
 from unitless.store import by_group, catalog, per_key
 from unitless.store.checkpoint_file import seal, table_to_bytes
 from unitless.store.group_writer import GroupWriter, taken
@@ -260,6 +260,44 @@ def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp
         for name in ("examples_seen", "cumulative_loss", "scalars", "input_positions"):
             assert meta_got[name] == meta_want[name], (key, name)
     assert "300 examples learned" in capsys.readouterr().out.rsplit("model key", 1)[1]
+
+
+def test_a_resumed_run_decodes_only_the_models_with_something_new(tmp_path, monkeypatch):
+    """--resume reads its input again: the models whose examples there they learned before skip
+    them without their learners decoded; those with new examples are decoded and learn them;
+    every model ends where one run over the whole input ends, bit for bit."""
+    rng = np.random.default_rng(5)
+
+    def lines(n, keys):
+        return [f"u{i % keys},{rng.normal() * 1e3:.6f},{rng.normal() * 1e-3:.9f},"
+                f"{int(rng.random() < .5)}" for i in range(n)]
+    first, later = ["user,x1,x2,label", *lines(480, 12)], lines(60, 3)  # (new: u0 to u2)
+    data = tmp_path / "data.csv"
+    common = ["--input", str(data), "--model-key-column", "user",
+              "--dead-letter", str(tmp_path / "dead")]
+    data.write_text("\n".join(first) + "\n")
+    assert main(["train", "--model-dir", str(tmp_path / "resumed"),
+                 "--predictions", str(tmp_path / "p1"), *common]) == 0
+    data.write_text("\n".join(first + later) + "\n")
+    assert main(["train", "--model-dir", str(tmp_path / "one"),
+                 "--predictions", str(tmp_path / "p2"), *common]) == 0
+    decoded = []
+
+    def counted(table):
+        decoded.append(read_metadata(table)["model_key"])
+        return from_arrow(table)
+    monkeypatch.setattr(by_group, "from_arrow", counted)
+    assert main(["train", "--model-dir", str(tmp_path / "resumed"), "--resume",
+                 "--predictions", str(tmp_path / "p3"), *common]) == 0
+    assert sorted(decoded) == ["u0", "u1", "u2"]
+    keys = catalog.model_keys(str(tmp_path / "one"))
+    assert keys == catalog.model_keys(str(tmp_path / "resumed")) and len(keys) == 12
+    for key in keys:
+        got, want = (catalog.load_latest(str(tmp_path / run), key)[1]
+                     for run in ("resumed", "one"))
+        assert got.equals(want.replace_schema_metadata(got.schema.metadata)), key
+        for name in ("examples_seen", "cumulative_loss", "scalars", "input_positions"):
+            assert read_metadata(got)[name] == read_metadata(want)[name], (key, name)
 
 
 def test_resuming_with_another_number_of_model_groups_is_refused(tmp_path, capsys):

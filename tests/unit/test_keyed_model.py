@@ -50,6 +50,50 @@ def test_a_replayed_block_is_skipped_up_to_the_last_learned_position():
     assert predictions.column("examples_seen").to_pylist() == [5, 6]
 
 
+def test_a_model_read_back_dormant_learns_only_what_its_checkpoint_has_not():
+    """A resumed model known by its checkpoint's metadata alone (``ModelGroup.dormant``, its
+    learner not decoded) skips what it learned; decoded once it has something new, it learns
+    that, as the decoded model would; a decoded model that is not the checkpoint read first
+    fails the run (what was skipped was skipped by the other)."""
+    rows = [f'{{"id": "e{i}", "label": {1 if i % 2 else -1}, "x": {i}.5}}' for i in range(6)]
+    m = model()
+    m.learn_block(jsonl_block(rows[:4]))
+    saved = m.to_table()
+
+    def group_with_dormant():
+        group = ModelGroup()
+        group.dormant[""] = KeyedModel.from_metadata(json.loads(  # (the blocks' model key)
+            saved.schema.metadata[b"unitless"]), None)
+        return group
+
+    def learn(group, block, woken):
+        read_back = lambda key, _: woken.append(key) or KeyedModel.from_table(saved)  # noqa: E731
+        return group.learn(block, lambda k: group.model(k, read_back),
+                           known_of=lambda k: group.models.get(k) or group.dormant[k])
+
+    group, woken = group_with_dormant(), []
+    replayed = jsonl_block(rows[:4])
+    predictions, dead, skipped, models = learn(group, replayed, woken)
+    assert (predictions, skipped, models, woken) == (None, 4, [], [])
+    replayed.span = (1, 9)  # (made up: read whole to line 9, so learned through it)
+    group.learned(replayed)
+    assert group.dormant[""].through == {"src": 9}
+    predictions, dead, skipped, models = learn(group, jsonl_block(rows), woken)
+    assert skipped == 4 and woken == [""] and not group.dormant
+    assert models[0].through == {"src": 9}  # (kept when it was decoded)
+    assert predictions.column("examples_seen").to_pylist() == [5, 6]
+    m.learn_block(jsonl_block(rows))
+    assert to_arrow(models[0].state).equals(to_arrow(m.state))
+    group = group_with_dormant()
+    group.dormant[""].checkpoint_id = "k@3"  # (as if a checkpoint before it were read first)
+    try:
+        learn(group, jsonl_block(rows), [])
+    except RuntimeError as err:
+        assert "not the one read before" in str(err)
+    else:
+        raise AssertionError("a model read back other than the one that skipped was taken")
+
+
 def test_a_partition_block_continues_a_model_only_right_after_what_it_learned_there():
     """Offsets 1..10 of a Kafka-like partition, read whole (span 0..12: the reader started at
     0, and 11 and 12 were refused or were another key's); cut into parts of 3, each part's span

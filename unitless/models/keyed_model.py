@@ -96,12 +96,18 @@ class KeyedModel:
     @classmethod
     def from_table(cls, table: pa.Table, state: Any = None) -> "KeyedModel":
         """The model of a checkpoint's table (``state``: its learner, if decoded already)."""
-        meta = read_metadata(table)
+        return cls.from_metadata(read_metadata(table), from_arrow(table) if state is None
+                                 else state)
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any], state: Any) -> "KeyedModel":
+        """The model of a checkpoint's metadata and learner ``state`` (None: what it learned
+        only, its learner not decoded: ``ModelGroup.dormant``)."""
         positions = {k: int(v) for k, v in (meta.get("input_positions") or {}).items()}
         # (a checkpoint from before learning on arrival: its positions are where to restart)
         restart = meta.get("restart_positions", positions)
         passed = set(meta.get("watermark_passed") or ())
-        return cls(meta.get("model_key", ""), from_arrow(table) if state is None else state,
+        return cls(meta.get("model_key", ""), state,
                    positions, int(meta.get("checkpoint_examples", -1)), time.time(),
                    meta.get("checkpoint_id"), float(meta.get("errors", 0.0)),
                    {k: int(v) for k, v in (meta.get("unlearned_sources") or {}).items()},

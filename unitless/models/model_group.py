@@ -38,6 +38,10 @@ class ModelGroup:
         # log beside the group's state (``LabelJoin.log_entries``), not in ``to_bytes``
         self.join = join
         self.token: Optional[str] = None
+        # model keys -> their models as their checkpoints left them, learners not decoded: read
+        # back by a resumed run for what they learned, until they learn (``model``); not in
+        # ``to_bytes``, read back again if lost (``saved_models.known_model``)
+        self.dormant: dict[str, "KeyedModel"] = {}
 
     def _adopt(self, model):
         """The model's learner becomes a row of the group's ``many`` (a LearnerState is moved
@@ -63,6 +67,16 @@ class ModelGroup:
         model = self.models.get(key)
         if model is None:
             model = new(key, self.evicted.get(key))
+            dormant = self.dormant.pop(key, None)
+            if dormant is not None:
+                if (dormant.checkpoint_id, dormant.positions) != (model.checkpoint_id,
+                                                                 model.positions):
+                    # (what it skipped as learned was skipped by the checkpoint read first)
+                    raise RuntimeError(
+                        f"model {key!r} read back from its checkpoint is not the one read "
+                        f"before ({model.checkpoint_id!r}, not {dormant.checkpoint_id!r}): its "
+                        "newest checkpoint could not be decoded, or its checkpoints changed")
+                model.through = dormant.through  # (moved on by the blocks it skipped)
             self._adopt(model)
             self.models[key] = model
             self.evicted.pop(key, None)  # (only once it is back: ``new`` may fail)
@@ -81,35 +95,35 @@ class ModelGroup:
 
     def learn(self, block: ExampleBlock, model_of: Callable[[str], "KeyedModel"],
               served: Optional[list] = None, served_scores: Optional[np.ndarray] = None,
-              tracked: bool = True
+              tracked: bool = True, known_of: Optional[Callable[[str], "KeyedModel"]] = None
               ) -> tuple[Optional[pa.Table], list[DeadLetter], int, list["KeyedModel"]]:
         """Learn the block's new examples, each by its model key's model (``model_of(key)``),
         in the block's order, all in one call (``ManyStates.learn``): (predictions table,
-        dead letters, skipped, the models of the block's keys). With a list ``served``, append
-        to it (the examples served, their scores [n, K]); with ``served_scores`` (the block's
-        examples were served before, with those scores [n, K]: ``--labels``), report the loss
-        of each at its label (``served_loss``).
+        dead letters, skipped, the models of the block's keys that learn). With a list
+        ``served``, append to it (the examples served, their scores [n, K]); with
+        ``served_scores`` (the block's examples were served before, with those scores [n, K]:
+        ``--labels``), report the loss of each at its label (``served_loss``).
 
-        Examples at or before the position their model already learned from their source are
-        skipped (a replay after a restart; ``KeyedModel.learns_to`` records the rest); examples
-        the learner refuses (``learn_or_refuse``) become dead letters and never touch the model;
-        examples without a label are served in their place in the order, not learned. A block
-        without a source, or not ``tracked`` (served examples learned with ``--expired-label``,
-        whose positions were passed when they were served), is learned whole."""
+        Examples at or before the position their model learned from their source are skipped
+        (a replay after a restart; of a model with nothing new only ``known_of(key)``, what it
+        learned, is asked: ``saved_models.known_model``); examples the learner refuses become
+        dead letters and never touch the model; examples without a label are served in their
+        place in the order, not learned. A block without a source, or not ``tracked`` (served
+        examples learned with ``--expired-label``, passed when served), is learned whole."""
         if not len(block):
             return None, [], 0, []
         encoded = block.keys.dictionary_encode()
-        models = [model_of(k) for k in encoded.dictionary.to_pylist()]
+        keys = encoded.dictionary.to_pylist()
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        skipped = 0
-        if block.source is not None and tracked:
-            keep = _fresh(block, models, codes)
+        if block.source is None or not tracked:
+            models, skipped = [model_of(k) for k in keys], 0
+        else:
+            keep, models, codes = _fresh(block, keys, codes, model_of, known_of or model_of)
             skipped = len(block) - len(keep)
-            if skipped:
-                if not skipped < len(block):
-                    return None, [], skipped, models
-                block, codes = block.take(keep), codes[keep]
-                served_scores = None if served_scores is None else served_scores[keep]
+            if skipped == len(block):
+                return None, [], skipped, models
+            block = block.take(keep) if skipped else block
+            served_scores = None if served_scores is None else served_scores[keep]
         rows = np.array([m.state.row for m in models], dtype=np.int64)[codes]
         assert self.many is not None
         kept, result, refused, seen = self.many.learn(rows, block.batch(), block.served)
@@ -170,11 +184,12 @@ class ModelGroup:
         """The group learned ``block``: where the block's source was read whole over its span
         (``ExampleBlock.span``), it held every example of every model key of the group there,
         so each model that had learned all of its own up to the span's start has learned all
-        of them through its end, whether the block held any of them or not."""
+        of them through its end, whether the block held any of them or not (a ``dormant``
+        model too: it had nothing new there, or it would have been decoded to learn it)."""
         if block.span is None or block.source is None:
             return
         first, last = block.span
-        for model in self.models.values():
+        for model in [*self.models.values(), *self.dormant.values()]:
             done = model.through.get(block.source)
             if done is not None and done >= first - 1:
                 model.through[block.source] = max(done, last)
@@ -211,15 +226,20 @@ class ModelGroup:
         return cls(found) if isinstance(found, dict) else cls(*found)
 
 
-def _fresh(block, models, codes):
-    """The rows of the block's examples after the position each one's model (``models[code]``)
-    learned from the block's source; each model records where it learns to
-    (``KeyedModel.learns_to``)."""
-    source, span = block.source, block.span
-    done = np.array([m.positions.get(source, -1) for m in models], dtype=np.int64)
+def _fresh(block, keys, codes, model_of, known_of):
+    """(the rows of the block's examples after the position each one's model learned from the
+    block's source, as ``known_of(key)`` says; the models of the keys with any, ``model_of``'s,
+    each recording where it learns to, ``KeyedModel.learns_to``; the kept rows' model numbers
+    among them)."""
+    done = np.array([known_of(k).positions.get(block.source, -1) for k in keys], np.int64)
     fresh = block.positions > done[codes]
-    last = np.full(len(models), -1, dtype=np.int64)
+    last = np.full(len(keys), -1, dtype=np.int64)
     np.maximum.at(last, codes[fresh], block.positions[fresh])
-    for c in np.flatnonzero(last > done):
-        models[c].learns_to(source, int(last[c]), span)
-    return np.flatnonzero(fresh)
+    learning = np.flatnonzero(last >= 0)
+    models = [model_of(keys[c]) for c in learning.tolist()]
+    for model, through in zip(models, last[learning].tolist()):
+        model.learns_to(block.source, through, block.span)
+    renumbered = np.full(len(keys), -1, dtype=np.int64)
+    renumbered[learning] = np.arange(len(learning))
+    keep = np.flatnonzero(fresh)
+    return keep, models, renumbered[codes[keep]]

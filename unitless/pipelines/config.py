@@ -6,7 +6,8 @@ Options have one name and one default each, in one table (options.py): the comma
 once, and returns a ``TrainConfig``; a bad option is a ValueError with a one-line reason.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union, cast
+from functools import lru_cache
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 from ..connectors.kafka import CLIENT_SETTING, is_kafka
 from ..connectors.kafka_clients import choose
@@ -238,8 +239,35 @@ def learner_check(cfg: TrainConfig) -> LearnerCheck:
 
 def new_learner(cfg: TrainConfig) -> LearnerState:
     """A fresh learner state for this configuration."""
-    return new_state(cfg.algorithm, 1 << cfg.spec.bits, cfg.loss, cfg.n_classes,
-                     bias_index(cfg.spec.bits) if cfg.spec.bias else -1, **cfg.hyperparameters)
+    *settings, hyperparameters = _learner_args(cfg)
+    return new_state(*settings, **dict(hyperparameters))
+
+
+def _learner_args(cfg):
+    """``new_state``'s arguments for this configuration, hashable: (algorithm, dim, loss,
+    classes, bias index, ((hyperparameter, value), ...))."""
+    return (cfg.algorithm, 1 << cfg.spec.bits, cfg.loss, cfg.n_classes,
+            bias_index(cfg.spec.bits) if cfg.spec.bias else -1,
+            tuple(sorted(cfg.hyperparameters.items())))
+
+
+class _Settings(NamedTuple):
+    algorithm: str
+    loss: str
+    dim: int
+    bias_index: int
+    n_classes: int
+    hyperparameters: tuple  # ((name, value), ...), sorted
+
+
+@lru_cache(maxsize=8)
+def _learner_settings(*args):
+    """What ``check_resume`` compares of a fresh learner of ``_learner_args`` (made once: a
+    resumed run checks every model it reads back)."""
+    *settings, hyperparameters = args
+    fresh = new_state(*settings, **dict(hyperparameters))
+    return _Settings(fresh.algorithm, fresh.loss, fresh.dim, fresh.bias_index, fresh.n_classes,
+                     tuple(sorted(fresh.hyperparameters.items())))
 
 
 def check_resume(cfg: TrainConfig, meta: Mapping[str, Any], path: str) -> None:
@@ -247,7 +275,7 @@ def check_resume(cfg: TrainConfig, meta: Mapping[str, Any], path: str) -> None:
     read from ``path``) is not the learner this configuration would train: --resume continues a
     model, it does not change it. Hyperparameters may change with
     ``allow_hyperparameter_change``; the rest never can."""
-    fresh = new_learner(cfg)
+    fresh = _learner_settings(*_learner_args(cfg))
     dim, bias_index = int(meta["dim"]), int(meta["bias_index"])
     settings = [("--algorithm", meta["algorithm"], fresh.algorithm),
                 ("--loss", meta["loss"], fresh.loss),
@@ -256,7 +284,7 @@ def check_resume(cfg: TrainConfig, meta: Mapping[str, Any], path: str) -> None:
                 ("--classes", meta["n_classes"], fresh.n_classes)]
     if not cfg.allow_hyperparameter_change:
         settings += [(f"--{name.replace('_', '-')}", meta["hyperparameters"].get(name), value)
-                     for name, value in sorted(fresh.hyperparameters.items())]
+                     for name, value in fresh.hyperparameters]
     for flag, was, now in settings:
         if was != now:
             hint = ("" if flag in ("--algorithm", "--loss", "--bits", "--no-bias", "--classes")

@@ -27,7 +27,7 @@ from .decoded import DecodedModels
 from .delivery import Delivery
 from .io.dead_letters import DEAD
 from .labels_steps import LabelsSteps
-from .saved_models import new_keyed_model
+from .saved_models import known_model, new_keyed_model
 
 if TYPE_CHECKING:
     from .ordering import Stored
@@ -130,6 +130,10 @@ class LearnBlocks(LabelsSteps):
             model.saved_join = None
         return model
 
+    def _known(self, group, model_key):
+        """The group's model of ``model_key`` for what it learned (``known_model``)."""
+        return known_model(self.cfg, group, model_key, self.group_files, partial(self._of, group))
+
     def _new_model(self, model_key, evicted=None):
         if evicted is None:
             return new_keyed_model(self.cfg, model_key, self.group_files, self.fresh)
@@ -168,7 +172,7 @@ class LearnBlocks(LabelsSteps):
     def continues(self, group: ModelGroup, block: ExampleBlock) -> bool:
         """Each model the block holds examples of has learned all of its own before them
         (``KeyedModel.continues``: the block in position order, each model past its start)."""
-        return in_span_order(block) and all(self._of(group, k).learned_before(block)
+        return in_span_order(block) and all(self._known(group, k).learned_before(block)
                                             for k in block.keys.unique().to_pylist())
 
     def enter_source(self, key: str, block: ExampleBlock, stored: "Stored") -> None:
@@ -270,12 +274,12 @@ class LearnBlocks(LabelsSteps):
               ) -> Iterator[Any]:
         """Learn a block of the group's model keys, handed on at ``at`` (µs; see ``InOrder``):
         each key's examples by its own model, in parts of up to ``chunk_size``."""
-        if block.source is not None:
-            self._seen_at(group, block, at)
         if self.cfg.labels:
             yield from self._join(group, block)
         else:
             yield from self._take_served(group, block)
+        if block.source is not None:  # (after: a model read back that learned nothing is not)
+            self._seen_at(group, block, at)
         group.learned(block)
         self.delivery.publish(group, block.keys.unique().to_pylist())
 
@@ -350,7 +354,7 @@ class LearnBlocks(LabelsSteps):
         """The block's models were last seen at ``at`` (µs on the watermark's clock; None: the
         end of the input, which moves no model's clock), for --model-ttl."""
         if at is not None:
-            for k in block.keys.unique().to_pylist():
+            for k in [k for k in block.keys.unique().to_pylist() if k not in group.dormant]:
                 model = self._of(group, k)
                 model.last_seen = max(at, model.last_seen or at)
 
@@ -380,8 +384,9 @@ class LearnBlocks(LabelsSteps):
             yield beam.pvalue.TaggedOutput(DEAD, dead)
 
     def _learn(self, group, block, served=None, served_scores=None, tracked=True):
-        predictions, dead, skipped, models = group.learn(block, lambda k: self._of(group, k),
-                                                         served, served_scores, tracked)
+        predictions, dead, skipped, models = group.learn(
+            block, partial(self._of, group), served, served_scores, tracked,
+            partial(self._known, group))
         if skipped:
             self.replayed.inc(skipped)
             yield beam.pvalue.TaggedOutput(ACCOUNTS, Tally(replayed=skipped))
@@ -393,9 +398,10 @@ class LearnBlocks(LabelsSteps):
             self.delivery.write_predictions(predictions)
             self._log(models[-1], predictions.num_rows)
             yield predictions
-        # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
-        # join's state with the model's, and they agree only then)
-        checkpointed = not self.cfg.labels and self._checkpoint_due(models, group)
+        # (the block's models but those read back with nothing new, never behind; --labels: once
+        # the join's call is learned whole, ``_join``: a checkpoint keeps its state with theirs)
+        checkpointed = not self.cfg.labels and self._checkpoint_due(
+            [group.models[k] for k in block.keys.unique().to_pylist() if k in group.models], group)
         if not checkpointed:
             self.delivery.flush_if_full()
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from ..connectors.storage import join, list_dir, read_bytes
 from ..learner.state import METADATA_KEY, LearnerState
-from .checkpoint_file import (CHECKSUM_FIELD, check_table, one_line, read_schema,
-                              table_from_bytes)
+from ..learner import from_arrow
+from .checkpoint_file import CHECKSUM_FIELD, RowChecksums, one_line, read_schema, table_from_bytes
 from .groups import group_counts, groups_dir
 
 log = logging.getLogger("unitless")
@@ -97,15 +97,38 @@ def _as_part(read):
     return reading
 
 
+class _Part:
+    """A part as read: its table, its models (``_part_index``), and, once one is checked, the
+    checksums of its rows (``RowChecksums``: its columns converted once for all its models)
+    and which models' checksums held. A resumed run checks each model it reads back, and
+    its start reads every model's metadata, checked, before its workers read the same models
+    (in one process, on the FnApiRunner): each is hashed once."""
+
+    def __init__(self, table: pa.Table, models: list) -> None:
+        self.table, self.models = table, models
+        self.checksums: Optional[RowChecksums] = None
+        self.checked: set = set()
+
+    def check(self, index: int) -> None:
+        """ValueError unless the ``index``-th model's checksum holds."""
+        if index not in self.checked:
+            if self.checksums is None:
+                self.checksums = RowChecksums(self.table.drop_columns([MODEL_KEY]))
+            first_row, rows, meta = self.models[index]
+            self.checksums.check(meta, first_row, rows)
+            self.checked.add(index)
+
+
 @_as_part
 def _read_part(path):
-    """(table, ``_part_index``) of a part, its table checked whole."""
+    """The part at ``path`` (``_Part``), its table checked whole."""
     table = table_from_bytes(read_bytes(path))
     table.validate(full=True)
-    return table, _part_index(table.schema.metadata)
+    return _Part(table, _part_index(table.schema.metadata))
 
 
-_parts = _Kept(_read_part, 256 << 20, lambda found: found[0].nbytes)
+# (weighed twice its table: its ``RowChecksums`` convert its columns once more)
+_parts = _Kept(_read_part, 256 << 20, lambda found: 2 * found.table.nbytes)
 # parts' ``_part_index`` read from their schemas alone (what readers of metadata need)
 _indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)), 4096)
 
@@ -114,32 +137,52 @@ def load_located(part_path: str, index: int, key: Optional[str] = None,
                  checksum: Optional[str] = None,
                  decode: bool = True) -> Tuple[pa.Table, Optional[LearnerState]]:
     """(table, LearnerState) of the ``index``-th model of a part: its table as its own
-    checkpoint file held it, checked (``check_table``; not ``decode``d: its checksum only, and
-    no state); ValueError unless it is valid, of model ``key`` when given, and, given the
-    manifest's ``checksum``, the state the manifest names."""
-    part, models = _parts.get(part_path)
-    if not 0 <= index < len(models):
+    checkpoint file held it, checked as ``check_table`` checks one (not ``decode``d: its
+    checksum only, and no state); ValueError unless it is valid, of model ``key`` when given,
+    and, given the manifest's ``checksum``, the state the manifest names."""
+    part, first_row, rows, meta = _located(part_path, index, key, checksum)
+    table = part.table.slice(first_row, rows).drop_columns([MODEL_KEY]).replace_schema_metadata(
+        {METADATA_KEY: json.dumps(meta).encode()})
+    try:
+        return table, from_arrow(table) if decode else None
+    except (TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as err:
+        raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
+
+
+def located_metadata(part_path: str, index: int, key: Optional[str] = None,
+                     checksum: Optional[str] = None) -> Dict[str, Any]:
+    """The metadata of the ``index``-th model of a part, checked as ``load_located`` checks
+    it without ``decode`` (the part's own dict: not to be changed), with no table made."""
+    return _located(part_path, index, key, checksum)[3]
+
+
+def _located(part_path, index, key, checksum):
+    """(``_Part``, first row, rows, metadata) of the ``index``-th model of a part, its checksum
+    checked; ValueError as ``load_located`` says."""
+    part = _parts.get(part_path)
+    if not 0 <= index < len(part.models):
         raise ValueError(f"the part holds no model {index}")
-    first_row, rows, meta = models[index]
-    if not 0 <= first_row <= first_row + rows <= part.num_rows:
+    first_row, rows, meta = part.models[index]
+    if not 0 <= first_row <= first_row + rows <= part.table.num_rows:
         raise ValueError(f"rows {first_row}-{first_row + rows} are not in the part")
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
     if key is not None and meta.get(MODEL_KEY) != key:
         raise ValueError(f"it holds model {meta.get(MODEL_KEY)!r}, not {key!r}")
     if checksum is not None and meta.get(CHECKSUM_FIELD) != checksum:
         raise ValueError("it is not the state its manifest names")
-    table = part.slice(first_row, rows).drop_columns([MODEL_KEY]).replace_schema_metadata(
-        {METADATA_KEY: json.dumps(meta).encode()})
     try:
-        return table, check_table(table, decode)
+        part.check(index)
     except (TypeError, KeyError, IndexError, OverflowError, pa.ArrowException) as err:
         raise ValueError(f"{type(err).__name__}: {one_line(err)}") from None
+    return part, first_row, rows, meta
 
 
 def part_metadata(part_path: str, index: int) -> Dict[str, Any]:
     """The metadata of a part's ``index``-th model as its schema holds it (unverified);
     ValueError unless it reads as a part holding one."""
     kept = _parts.get(part_path, read=False)
-    models = kept[1] if kept is not None else _indices.get(part_path)
+    models = kept.models if kept is not None else _indices.get(part_path)
     if not 0 <= index < len(models):
         raise ValueError(f"the part holds no model {index}")
     return models[index][2]
@@ -154,8 +197,9 @@ def part_models(part_path: str) -> List[Tuple[int, Optional[str], int]]:
 
 def part_rows(part_path: str, indices: Sequence[int]) -> pa.Table:
     """The rows of the part's ``indices``-th models, ``model_key`` column first (unverified)."""
-    part, models = _parts.get(part_path)
-    return pa.concat_tables([part.slice(models[i][0], models[i][1]) for i in indices]
+    part = _parts.get(part_path)
+    return pa.concat_tables([part.table.slice(part.models[i][0], part.models[i][1])
+                             for i in indices]
                             ).replace_schema_metadata(None)
 
 
@@ -244,23 +288,42 @@ class GroupCheckpoints:
         ``load_entries``)."""
         return load_entries([(self.directory, entry) for entry in self.entries(key)], key)
 
+    def metadata(self, key: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """(locator, metadata) of the model's newest state here whose checksum holds, or None
+        (``load_entries`` without ``decode``, no table made: ``located_metadata``)."""
+        return load_metadata([(self.directory, entry) for entry in self.entries(key)], key)
 
-def load_entries(entries: Iterable[Tuple[str, Entry]], key: str, decode: bool = True
+
+def load_entries(entries: Iterable[Tuple[str, Entry]], key: str
                  ) -> Optional[Tuple[str, pa.Table, Optional[LearnerState]]]:
     """(locator, table, LearnerState) of the first valid of the model's entries, [(group
     directory, entry)], or None; each invalid one is skipped with a warning naming it and
-    why (not ``decode``d: checked by its checksum only, no state)."""
+    why."""
+    found = _first_valid(entries, key, load_located)
+    return None if found is None else (found[0], *found[1])
+
+
+def load_metadata(entries: Iterable[Tuple[str, Entry]], key: str
+                  ) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """(locator, metadata) of the first of the model's entries whose checksum holds (its
+    learner not decoded, no table made: ``located_metadata``), or None."""
+    return _first_valid(entries, key, located_metadata)
+
+
+def _first_valid(entries, key, read):
+    """(locator, ``read(part path, index, key, checksum)``) of the first of the model's
+    entries it reads (``load_entries``), or None."""
     for directory, (part, index, meta) in entries:
         path = join(directory, part)
         try:
-            table, state = load_located(path, index, key, meta.get(CHECKSUM_FIELD), decode)
+            found = read(path, index, key, meta.get(CHECKSUM_FIELD))
         except FileNotFoundError:
             log.warning("ignoring checkpoint %s: its part is gone", locator(path, index))
             continue
         except ValueError as err:
             log.warning("ignoring checkpoint %s: %s", locator(path, index), err)
             continue
-        return locator(path, index), table, state
+        return locator(path, index), found
     return None
 
 

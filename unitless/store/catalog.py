@@ -13,8 +13,8 @@ from ..connectors.storage import join, list_dir
 from ..learner import LearnerState, read_metadata
 from . import per_key
 from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
-                       is_part, load_entries, load_located, locator, part_metadata, part_models,
-                       part_rows)
+                       is_part, load_entries, load_located, load_metadata, locator, part_metadata,
+                       part_models, part_rows)
 from .groups import GROUPS, group_counts, group_dir, group_key
 from .checkpoint_file import kept_reads, once_per_run
 from .shards import SHARD_DIR, SHARDS, shard_counts
@@ -64,11 +64,14 @@ def load_latest_learner(model_dir: str, key: str
 def latest_metadata(model_dir: str, key: str) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(where, metadata) of the model's newest checkpoint whose checksum holds (a part's rows
     are checked, not decoded: what a resumed run's start reads of every model), or None.
-    Within ``read_once`` read once."""
+    Within ``read_once`` read once. The metadata is the one its part's reader keeps: not to be
+    changed."""
     def read():
-        found = (load_entries(_entries(model_dir, key), key, decode=False)
-                 or per_key.load_latest(model_dir, key))
-        return None if found is None else (found[0], read_metadata(found[1]))
+        found = load_metadata(_entries(model_dir, key), key)
+        if found is None:
+            found = per_key.load_latest(model_dir, key)
+            found = None if found is None else (found[0], read_metadata(found[1]))
+        return found
     return once_per_run("metadata", (model_dir, key), read)
 
 

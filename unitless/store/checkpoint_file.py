@@ -45,12 +45,31 @@ def checksum(table: pa.Table) -> str:
     meta = read_metadata(table)
     if not isinstance(meta, dict):
         raise ValueError("its metadata is not a JSON object")
-    return _checksum(table, meta)
+    return RowChecksums(table).of(meta, 0, table.num_rows)
 
 
-def _checksum(table, meta):
-    """``checksum`` of the table with metadata ``meta`` (a dict)."""
-    return _digest(_columns(table), _canonical(meta), 0, table.num_rows)
+class RowChecksums:
+    """``checksum``s of row ranges of one table (several models' rows: a part's, or what
+    ``seal_many`` seals), its columns converted once for them all: converting a model at a
+    time, pyarrow's per-column calls cost more than the hashing."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.columns = _columns(table)
+
+    def of(self, meta: Dict[str, Any], first: int, count: int) -> str:
+        """The checksum of rows ``first`` to ``first + count`` with metadata ``meta``."""
+        return _digest(self.columns, _canonical(meta), first, count)
+
+    def check(self, meta: Any, first: int, count: int) -> None:
+        """ValueError (the reason, one line) unless ``meta`` is a JSON object holding the
+        checksum of rows ``first`` to ``first + count`` with it."""
+        if not isinstance(meta, dict):
+            raise ValueError("its metadata is not a JSON object")
+        stored = meta.get(CHECKSUM_FIELD)
+        if stored is None:
+            raise ValueError("it has no checksum")
+        if stored != self.of(meta, first, count):
+            raise ValueError("its checksum does not match its contents (the file is damaged)")
 
 
 def _canonical(meta):
@@ -111,20 +130,19 @@ def seal_many(models: Iterable[Tuple[str, TableRows, Dict[str, Any]]]
     stored)]: each model's metadata (a dict, whatever the table's schema holds) given its
     model key and the checksum ``seal`` gives its rows, and the JSON a sealed table's schema
     holds of it (bytes). Each table's columns are converted once for all the models whose
-    rows it holds (converting a model at a time, pyarrow's per-column calls cost more than
-    the hashing)."""
-    columns: Dict[int, list] = {}  # id(table) -> its ``_columns`` (its models' tables are held)
+    rows it holds (``RowChecksums``)."""
+    checksums: Dict[int, RowChecksums] = {}  # id(table) -> (its models' tables are held)
     sealed = []
     for key, rows, meta in models:
         if meta.get("model_key", key) != key:
             raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
                              f"as model {key!r}")
         meta = {**meta, "model_key": key}
-        found = columns.get(id(rows.table))
+        found = checksums.get(id(rows.table))
         if found is None:
-            found = columns[id(rows.table)] = _columns(rows.table)
+            found = checksums[id(rows.table)] = RowChecksums(rows.table)
         canonical = _canonical(meta)
-        digest = _digest(found, canonical, rows.first, rows.count)
+        digest = _digest(found.columns, canonical, rows.first, rows.count)
         # stored as it is hashed, the checksum added before its closing brace (never "{}": it
         # holds the model key)
         meta[CHECKSUM_FIELD] = digest
@@ -201,14 +219,7 @@ def check_table(table: pa.Table, decode: bool = True) -> Optional[LearnerState]:
     """Raise ValueError (the reason, one line) unless the table is a valid checkpoint: its
     checksum present and matching, and, when ``decode``, its model accepted by ``from_arrow``;
     returns that model (a LearnerState), or None when not ``decode``."""
-    meta = read_metadata(table)
-    if not isinstance(meta, dict):
-        raise ValueError("its metadata is not a JSON object")
-    stored = meta.get(CHECKSUM_FIELD)
-    if stored is None:
-        raise ValueError("it has no checksum")
-    if stored != checksum(table):
-        raise ValueError("its checksum does not match its contents (the file is damaged)")
+    RowChecksums(table).check(read_metadata(table), 0, table.num_rows)
     return from_arrow(table) if decode else None
 
 
