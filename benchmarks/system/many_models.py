@@ -264,11 +264,13 @@ def _resumed_line(data):
     bits, key, _ = name.split()
     fresh = data["runs"][f"{bits} {key}"]
     return (f"Resumed (`--resume`, {bits.replace('b', '--bits ')}, {int(key[1:]):,} keys "
-            f"round-robin) over the same input, nothing new: {r['wall_s']:.1f} s wall, peak RSS "
-            f"{r['max_rss_mib']:.0f} MiB, every example skipped as learned (the run that wrote "
-            f"the checkpoints: {fresh['wall_s']:.1f} s). Each key's latest checkpoint is read "
-            "and verified once as the run starts (its settings, where to restart its sources), "
-            "and once more by its model.")
+            f"round-robin) over the same input, nothing new: {r['wall_s']:.1f} s wall "
+            f"({r['wall_s'] / _single(data['runs'], int(bits[1:]))['wall_s']:.2f}× the single "
+            f"key's), peak RSS {r['max_rss_mib']:.0f} MiB, every example skipped as learned "
+            f"(the run that wrote the checkpoints: {fresh['wall_s']:.1f} s). Each key's latest "
+            "checkpoint's metadata is read and its checksum checked once, as the run starts (its "
+            "settings, where to restart its sources); a model is decoded only once it has "
+            "something new to learn (here none is).")
 
 
 def _verdicts(R, bits):

@@ -17,7 +17,8 @@ import pyarrow as pa
 from ..connectors.storage import join, list_dir, read_bytes
 from ..learner.state import METADATA_KEY, LearnerState
 from ..learner import from_arrow
-from .checkpoint_file import CHECKSUM_FIELD, RowChecksums, one_line, read_schema, table_from_bytes
+from .checkpoint_file import (CHECKSUM_FIELD, RowChecksums, once_per_run, one_line, read_schema,
+                              table_from_bytes)
 from .groups import group_counts, groups_dir
 
 log = logging.getLogger("unitless")
@@ -375,12 +376,19 @@ def _read_manifest(path):
 
 
 def group_checkpoints(model_dir: str) -> List[Tuple[int, GroupCheckpoints]]:
-    """[(G, GroupCheckpoints)] of every group directory under model_dir."""
+    """[(G, GroupCheckpoints)] of every group directory under model_dir (within ``read_once``
+    each directory's the run's one: ``group_view``)."""
     found = []
     for groups in group_counts(model_dir):
         root = groups_dir(model_dir, groups)
-        found += [(groups, GroupCheckpoints(join(root, name))) for name in list_dir(root)[1]]
+        found += [(groups, group_view(join(root, name))) for name in list_dir(root)[1]]
     return found
+
+
+def group_view(directory: str) -> GroupCheckpoints:
+    """The group directory's GroupCheckpoints: within ``read_once`` listed and its manifests
+    read once (a resumed run's start lists every model, then reads each one's newest)."""
+    return once_per_run("group", directory, lambda: GroupCheckpoints(directory))
 
 
 # --- writing -----------------------------------------------------------------------------------

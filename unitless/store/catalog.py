@@ -13,8 +13,8 @@ from ..connectors.storage import join, list_dir
 from ..learner import LearnerState, read_metadata
 from . import per_key
 from .by_group import (FIGURES, LOCATOR, GroupCheckpoints, examples_of, group_checkpoints,
-                       is_part, load_entries, load_located, load_metadata, locator, part_metadata,
-                       part_models, part_rows)
+                       group_view, is_part, load_entries, load_located, load_metadata, locator,
+                       part_metadata, part_models, part_rows)
 from .groups import GROUPS, group_counts, group_dir, group_key
 from .checkpoint_file import kept_reads, once_per_run
 from .shards import SHARD_DIR, SHARDS, shard_counts
@@ -30,7 +30,7 @@ def _views(model_dir, key, fresh=False):
                 for g in group_counts(model_dir)]
     directories = [group_dir(model_dir, g, group_key(key, g)) for g in
                    once_per_run("group counts", model_dir, lambda: group_counts(model_dir))]
-    return [once_per_run("group", d, lambda: GroupCheckpoints(d)) for d in directories]
+    return [group_view(d) for d in directories]
 
 
 def _entries(model_dir, key, fresh=False):
