@@ -15,7 +15,8 @@ from unitless.cli.main import main
 from unitless.learner import from_arrow, read_metadata
 from unitless.store import by_group, catalog, per_key
 from unitless.store.checkpoint_file import seal, table_to_bytes
-from unitless.store.group_writer import GroupWriter, taken
+from unitless.store.by_group import GroupCheckpoints
+from unitless.store.group_writer import COMPACT_PARTS, GroupWriter, taken
 from unitless.store.groups import group_dir, group_key, group_keys
 from unitless.models.keyed_model import KeyedModel
 
@@ -79,6 +80,29 @@ def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_p
         assert same_model(table, model)
         assert catalog.read_checkpoint(where).equals(table)
         assert same_model(KeyedModel.from_table(table).to_table(), model)  # (decoded, too)
+
+
+def test_a_group_whose_manifest_names_too_many_parts_is_written_again_as_one(
+        tmp_path, monkeypatch):
+    """Each model checkpointed alone leaves a part of its own; once a group's manifest would
+    name more than COMPACT_PARTS, a write puts every model of the group in one part, each
+    the state it had, copied as its checksum vouches for it (no learner decoded)."""
+    model_dir = str(tmp_path / "models")
+    writer = GroupWriter(model_dir, GROUPS)
+    together = [k for k in map(str, range(400)) if group_key(k, GROUPS) == group_key("0", GROUPS)]
+    models = [trained_model(k, n=30, seed=i) for i, k in enumerate(together[:COMPACT_PARTS + 2])]
+    decoded = []
+    monkeypatch.setattr(by_group, "from_arrow", lambda table: decoded.append(table))
+    for model in models:
+        write_groups(writer, model)
+    newest = GroupCheckpoints(group_dir(model_dir, GROUPS, group_key("0", GROUPS))).newest()
+    assert len({part for part, _, _ in newest.values()}) == 1 and len(newest) == len(models)
+    assert decoded == []
+    monkeypatch.undo()
+    for model in models:
+        table = catalog.load_latest(model_dir, model.key)[1]
+        assert same_model(table, model), model.key
+        assert same_model(KeyedModel.from_table(table).to_table(), model)
 
 
 def test_unchanged_models_keep_their_part_and_old_files_go_with_keep(tmp_path):

@@ -123,14 +123,15 @@ class GroupWriter:
 
     def _compacted(self, directory, entries, sealed):
         """``sealed`` and every other model of the group, read back from their parts, to be
-        written as one part (a group's manifest names at most COMPACT_PARTS parts)."""
+        written as one part (a group's manifest names at most COMPACT_PARTS parts): each
+        copied as its checksum vouches for it, its learner not decoded."""
         fresh = {model_key for model_key, *_ in sealed}
         for model_key, (part, index, meta) in sorted(entries.items()):
             if model_key in fresh:
                 continue
             try:
                 table, _ = load_located(join(directory, part), index, model_key,
-                                        meta.get(CHECKSUM_FIELD))
+                                        meta.get(CHECKSUM_FIELD), decode=False)
             except (OSError, ValueError) as err:
                 log.warning("model %r keeps its checkpoint in %s: %s", model_key, part, err)
                 return sealed
