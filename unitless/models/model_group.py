@@ -99,7 +99,7 @@ class ModelGroup:
               ) -> tuple[Optional[pa.Table], list[DeadLetter], int, list["KeyedModel"]]:
         """Learn the block's new examples, each by its model key's model (``model_of(key)``),
         in the block's order, all in one call (``ManyStates.learn``): (predictions table,
-        dead letters, skipped, the models of the block's keys that learn). With a list
+        dead letters, skipped, the models of the block's keys but ``dormant``). With a list
         ``served``, append to it (the examples served, their scores [n, K]); with
         ``served_scores`` (the block's examples were served before, with those scores [n, K]:
         ``--labels``), report the loss of each at its label (``served_loss``).
@@ -118,7 +118,7 @@ class ModelGroup:
         if block.source is None or not tracked:
             models, skipped = [model_of(k) for k in keys], 0
         else:
-            keep, models, codes = _fresh(block, keys, codes, model_of, known_of or model_of)
+            keep, models, codes = self._fresh(block, keys, codes, model_of, known_of or model_of)
             skipped = len(block) - len(keep)
             if skipped == len(block):
                 return None, [], skipped, models
@@ -153,6 +153,27 @@ class ModelGroup:
             model.errors += float(errors[c])
             model.served += int(served_by[c])
         return table, dead, skipped, models
+
+    def _fresh(self, block, keys, codes, model_of, known_of):
+        """(the rows of the block's examples after the position each one's model learned
+        from the block's source, as ``known_of(key)`` says; the models of the keys,
+        ``model_of``'s, but those ``dormant`` with nothing new, each that learns recording
+        where it learns to, ``KeyedModel.learns_to``; the kept rows' model numbers among
+        them)."""
+        done = np.array([known_of(k).positions.get(block.source, -1) for k in keys], np.int64)
+        fresh = block.positions > done[codes]
+        last = np.full(len(keys), -1, dtype=np.int64)
+        np.maximum.at(last, codes[fresh], block.positions[fresh])
+        awake = np.array([k not in self.dormant for k in keys], bool)
+        wanted = np.flatnonzero((last >= 0) | awake)
+        models = [model_of(keys[c]) for c in wanted.tolist()]
+        for model, through in zip(models, last[wanted].tolist()):
+            if through >= 0:
+                model.learns_to(block.source, through, block.span)
+        renumbered = np.full(len(keys), -1, dtype=np.int64)
+        renumbered[wanted] = np.arange(len(wanted))
+        keep = np.flatnonzero(fresh)
+        return keep, models, renumbered[codes[keep]]
 
     def checkpoints(self, models: list["KeyedModel"], metadata: list[dict[str, Any]]
                     ) -> list[tuple[TableRows, dict[str, Any]]]:
@@ -224,22 +245,3 @@ class ModelGroup:
         # (earlier versions kept the models alone: state a runner's savepoint or an updated
         # job carries over)
         return cls(found) if isinstance(found, dict) else cls(*found)
-
-
-def _fresh(block, keys, codes, model_of, known_of):
-    """(the rows of the block's examples after the position each one's model learned from the
-    block's source, as ``known_of(key)`` says; the models of the keys with any, ``model_of``'s,
-    each recording where it learns to, ``KeyedModel.learns_to``; the kept rows' model numbers
-    among them)."""
-    done = np.array([known_of(k).positions.get(block.source, -1) for k in keys], np.int64)
-    fresh = block.positions > done[codes]
-    last = np.full(len(keys), -1, dtype=np.int64)
-    np.maximum.at(last, codes[fresh], block.positions[fresh])
-    learning = np.flatnonzero(last >= 0)
-    models = [model_of(keys[c]) for c in learning.tolist()]
-    for model, through in zip(models, last[learning].tolist()):
-        model.learns_to(block.source, through, block.span)
-    renumbered = np.full(len(keys), -1, dtype=np.int64)
-    renumbered[learning] = np.arange(len(learning))
-    keep = np.flatnonzero(fresh)
-    return keep, models, renumbered[codes[keep]]

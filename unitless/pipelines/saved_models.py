@@ -56,18 +56,21 @@ def saved_keyed_model(cfg: TrainConfig, key: str, checkpoints: GroupWriter,
 
 
 def known_model(cfg: TrainConfig, group: ModelGroup, key: str, checkpoints: GroupWriter,
-                of: Callable[[str], KeyedModel]) -> KeyedModel:
+                fresh: LearnerState, of: Callable[..., KeyedModel]) -> KeyedModel:
     """The group's model of ``key`` as far as what it has learned goes (its positions): its
     own (``of(key)``), or, resumed, its latest checkpoint's without its learner decoded, kept
     in ``group.dormant`` until it has something new to learn: a resumed run reads its inputs
     again, and a model whose examples it learned before need not be decoded to skip them
-    (not with --labels, whose join is given each model's share as it is read back)."""
+    (not with --labels, whose join is given each model's share as it is read back). A key
+    with no checkpoint is given ``fresh`` (``new_keyed_model``'s), its checkpoints not looked
+    up again: ``of(key, model)``."""
     model = group.models.get(key) or group.dormant.get(key)
     if model is not None:
         return model
     if cfg.resume and not cfg.labels and key not in group.evicted:
         model = saved_keyed_model(cfg, key, checkpoints, decode=False)
-        if model is not None:
-            group.dormant[key] = model
-            return model
+        if model is None:
+            return of(key, KeyedModel(key, fresh))
+        group.dormant[key] = model
+        return model
     return of(key)

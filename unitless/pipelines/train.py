@@ -132,7 +132,8 @@ class LearnBlocks(LabelsSteps):
 
     def _known(self, group, model_key):
         """The group's model of ``model_key`` for what it learned (``known_model``)."""
-        return known_model(self.cfg, group, model_key, self.group_files, partial(self._of, group))
+        return known_model(self.cfg, group, model_key, self.group_files, self.fresh,
+                           partial(self._of, group))
 
     def _new_model(self, model_key, evicted=None):
         if evicted is None:
@@ -398,10 +399,9 @@ class LearnBlocks(LabelsSteps):
             self.delivery.write_predictions(predictions)
             self._log(models[-1], predictions.num_rows)
             yield predictions
-        # (the block's models but those read back with nothing new, never behind; --labels: once
-        # the join's call is learned whole, ``_join``: a checkpoint keeps its state with theirs)
-        checkpointed = not self.cfg.labels and self._checkpoint_due(
-            [group.models[k] for k in block.keys.unique().to_pylist() if k in group.models], group)
+        # (--labels: once the join's call is learned whole, ``_join``: a checkpoint keeps the
+        # join's state with the model's, and they agree only then)
+        checkpointed = not self.cfg.labels and self._checkpoint_due(models, group)
         if not checkpointed:
             self.delivery.flush_if_full()
 
