@@ -4,11 +4,11 @@
 # progress goes to stderr). Idempotent: nothing is fetched or built when the cache already holds
 # the jar built from the current deploy/flink/pom.xml.
 #
-# Beam's own shaded job-server jars are not on the reachable Maven mirror, so the jars of
-# deploy/flink/pom.xml (Beam's Flink 1.19 runner 2.70.0 and what it needs: about 160 jars,
-# 160 MB) are copied into CACHE_DIR/libs with `mvn dependency:copy-dependencies`, and the job
-# server jar is a jar holding only a manifest: Main-Class FlinkJobServerDriver, Class-Path the
-# libs. Use it as `--flink_job_server_jar JAR --flink_version 1.19`, or run it yourself:
+# Beam's shaded job-server jars are not on the reachable Maven mirror, so the jars of
+# deploy/flink/pom.xml (Beam's Flink 1.19 runner 2.70.0, what it needs, Flink's RocksDB state
+# backend: 165 jars, 200 MB) go to CACHE_DIR/libs (`mvn dependency:copy-dependencies`), and the
+# job server jar holds only a manifest: Main-Class FlinkJobServerDriver, Class-Path the libs.
+# Use it as `--flink_job_server_jar JAR --flink_version 1.19`, or run it yourself:
 # `java -jar JAR --job-port 8099 --flink-master [local]` (see deploy/flink/job_server.py).
 #
 # Usage: deploy/flink/build_job_server.sh [--dir CACHE_DIR] [--force]

@@ -11,7 +11,7 @@ PARALLELISM = 2
 
 @pytest.fixture(scope="session")
 def flink_jar():
-    """The job server jar: built (Maven fetch, about 160 MB, cached) on a fresh machine."""
+    """The job server jar: built (Maven fetch, about 200 MB, cached) on a fresh machine."""
     return job_server_jar(timeout=1800)
 
 

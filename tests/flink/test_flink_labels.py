@@ -2,8 +2,8 @@
 batch mode, whose groupBy may hand a key's blocks over in any order, and two timestamped topics
 with --label-wait and --expired-label; each model equals the plain run over its joined records in
 label order, bit for bit, as on the FnApiRunner and Prism; and the kill campaign over those topics
-(a bounded topic is Flink's batch mode). And the join keyed by example id, spread over two
-subtasks (``JoinById``)."""
+(a bounded topic is Flink's batch mode); a wait in Flink's streaming mode with its RocksDB state
+backend. And the join keyed by example id, spread over two subtasks (``JoinById``)."""
 import os
 
 import apache_beam as beam
@@ -41,3 +41,20 @@ def test_killed_and_resumed_on_flink_the_join_learns_every_label_once(broker, fl
     Flink job); ``UNITLESS_FLINK_KILLS=30`` by hand."""
     kill_campaigns(broker.bootstrap_servers, tmp_path, "flink", flink_args,
                    int(os.environ.get("UNITLESS_FLINK_KILLS", "4")))
+
+
+def test_labels_streaming_on_flink_with_rocksdb_state(flink_job_server, flink_args, tmp_path):
+    """A one-hour wait over files in Flink's streaming mode, Beam's state in Flink's RocksDB
+    state backend (``--state_backend rocksdb``, docs/operations.md): as ``check_timed_join``,
+    and the job server's log says the learning step's state was RocksDB's."""
+    log = flink_job_server.log_path
+    before = log.stat().st_size
+    check_timed_join(None, tmp_path, "rocksdb", [
+        *flink_args, "--streaming", "--state_backend", "rocksdb",
+        "--state_backend_storage_path", (tmp_path / "flink-state").as_uri()], "files",
+        scale=HOURS)
+    with open(log, "rb") as f:
+        f.seek(before)
+        lines = f.read().decode(errors="replace").splitlines()
+    assert any("Learn" in line and "loads the state backend as RocksDBStateBackend" in line
+               for line in lines)

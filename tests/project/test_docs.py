@@ -100,9 +100,13 @@ def test_the_benchmarks_page_lists_every_result_with_its_command():
 
 
 def test_every_metric_the_job_exports_is_documented():
-    exported = set()
+    exported, named, constants = set(), set(), {}
     for path in (ROOT / "unitless").rglob("*.py"):
-        exported |= set(re.findall(r'Metrics\.\w+\("unitless", "(\w+)"\)', path.read_text()))
+        text = path.read_text()
+        exported |= set(re.findall(r'Metrics\.\w+\("unitless", "(\w+)"\)', text))
+        named |= set(re.findall(r'Metrics\.\w+\("unitless", ([A-Z_]+)\)', text))
+        constants.update(re.findall(r'^([A-Z_]+) = "(\w+)"$', text, re.MULTILINE))
+    exported |= {constants[name] for name in named}
     documented = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "operations.md").read_text(),
                                 re.MULTILINE))
     assert exported and exported == documented
