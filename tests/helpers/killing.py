@@ -10,7 +10,9 @@ import subprocess
 import tempfile
 import time
 
-from unitless.store.catalog import latest_checkpoint, model_keys, read_checkpoint
+from unitless.store.by_group import MANIFEST
+from unitless.store.catalog import latest_checkpoint, read_checkpoint
+from unitless.store.per_key import CHECKPOINT_NAME
 
 
 def kills(usual):
@@ -21,11 +23,14 @@ def kills(usual):
 
 
 def checkpoint_names(models):
-    """{(model key, newest checkpoint file name)} under a model directory."""
-    if not os.path.isdir(models):
-        return set()
-    return {(key, os.path.basename(latest_checkpoint(str(models), key) or ""))
-            for key in model_keys(str(models))}
+    """The paths of the checkpoint files naming models' states under a model directory: its
+    groups' manifests and the per-key layout's checkpoints (a new one: a new checkpoint). From
+    a listing alone, so that polling it stays cheap whatever the number of models."""
+    found = set()
+    for directory, _, files in os.walk(models):
+        found.update(os.path.join(directory, name) for name in files
+                     if MANIFEST.fullmatch(name) or CHECKPOINT_NAME.fullmatch(name))
+    return found
 
 
 def final_models(keys, models):
