@@ -11,6 +11,7 @@ from unitless.connectors.files import read_output
 from unitless.store.catalog import latest_checkpoint, read_checkpoint
 
 from tests.helpers.commands import train
+from tests.helpers.runners import prism_args
 
 ROWS = 3000
 KEYED = ("--id-column", "id", "--model-key-column", "segment")
@@ -176,3 +177,18 @@ def test_an_example_whose_loss_overflows_is_a_dead_letter_and_leaves_no_trace(tm
     mixed_model, good_model = (read_checkpoint(latest_checkpoint(
         str(tmp_path / name / "models"), "a")) for name in ("mixed", "good"))
     assert mixed_model.drop_columns(["name"]).equals(good_model.drop_columns(["name"]))
+
+
+@pytest.mark.prism
+def test_a_run_on_prism_outlasting_the_job_services_request_timeout_completes(tmp_path):
+    """Beam's job client followed a Prism job's state for ``--job_server_timeout`` (300 s by
+    default) and then failed the run still going (``beam_patches.
+    watch_jobs_without_a_deadline``): here a run of a few seconds outlasts a 1 s timeout."""
+    path, n = tmp_path / "data.csv", 40 * ROWS
+    path.write_text("id,segment,label,x\n" + "".join(
+        f"e{i},{'ab'[i % 2]},{1 if i % 3 else -1},{i % 7}\n" for i in range(n)))
+    began = time.time()
+    out = train(tmp_path / "out", "--input", path, *KEYED, *prism_args(),
+                "--job_server_timeout", "1")
+    assert time.time() - began > 1  # (the run outlasted the timeout: without the patch, it fails)
+    assert examples_seen(out / "models", "a") + examples_seen(out / "models", "b") == n

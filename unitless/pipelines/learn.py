@@ -12,6 +12,7 @@ import pyarrow as pa
 from ..connectors.kafka import is_kafka
 from ..connectors.sinks import check_target
 from ..connectors.storage import list_dir, remove_leftovers, remove_tree
+from ..runtime.beam_patches import watch_jobs_without_a_deadline
 from ..runtime.bundles import hold_each_key_in_one_bundle
 from ..store.checkpoint_file import read_once
 from ..store.groups import group_counts, published_dir
@@ -109,6 +110,7 @@ class Learn(beam.PTransform):
             raise ValueError("--labels on a stream that does not end needs --label-wait: how "
                              "long an example waits for its label, and a label for its example")
         hold_each_key_in_one_bundle(examples.pipeline.options)
+        watch_jobs_without_a_deadline()  # (this process submits: a Prism job may run long)
         with read_once():  # (the checks and the covered partitions read the same checkpoints)
             check_before_start(cfg)
             covered = covered_partitions(cfg.model_dir) if cfg.resume and not cfg.shards else ()

@@ -120,6 +120,8 @@ def pipeline(beam_args: list[str]) -> "beam.Pipeline":
     """The command's pipeline: on the runner ``beam_args`` name (a job server's runner checks
     the options it is given, ``_checked``), else on the FnApiRunner."""
     import apache_beam as beam
+    from .beam_patches import watch_jobs_without_a_deadline
+    watch_jobs_without_a_deadline()
     options = beam_options(beam_args)
     if asks_job_server(beam_args):
         return beam.Pipeline(runner=_checked(runner_name(beam_args), beam_args),
