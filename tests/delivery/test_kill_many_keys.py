@@ -39,7 +39,7 @@ def command(source, out, resume=True):
             *(["--resume"] if resume else [])]
 
 
-def final_models(models):
+def newest_states(models):
     """(every model's newest state, sorted by model key, without feature names; {model key:
     (examples seen, cumulative loss, input positions)}) of a model directory."""
     states = newest_models(str(models))
@@ -77,12 +77,12 @@ def test_kills_over_files_at_a_hundred_thousand_keys(tmp_path):
     began = time.time()
     run_complete(command(str(data), whole, resume=False))
     duration = time.time() - began
-    expected = final_models(whole / "models")
+    expected = newest_states(whole / "models")
     reference = {r["id"]: r for r in read_output(str(whole / "pred")).to_pylist()}
     assert len(reference) == N
 
     def check(n):
-        check_models(final_models(tmp_path / f"crash{n}" / "models"), expected, labeled)
+        check_models(newest_states(tmp_path / f"crash{n}" / "models"), expected, labeled)
         check_predictions(read_output(str(tmp_path / f"crash{n}" / "pred")).to_pylist(),
                           reference)
 

@@ -3,7 +3,6 @@ Beam's Python SDK (its worker's, or its job client's), written for the Beam rele
 pyproject.toml pins (``WRITTEN_FOR``), and is applied only on it, once per process, and only
 where it finds what it replaces: on another Beam nothing is changed, and a warning says so.
 They change how the SDK does something, never what a pipeline computes."""
-import itertools
 import logging
 import sys
 from typing import Any
@@ -95,33 +94,22 @@ def watch_jobs_without_a_deadline() -> None:
     (``--job_server_timeout``, 300 s by default) where the job service knows the job by its
     preparation id, as Prism's does: the streams then end after five minutes, and
     ``wait_until_finish`` fails a job that is still running (gRPC DEADLINE_EXCEEDED; a run
-    over 100,000 model keys on Prism failed so). Here the two streams have no deadline; every
-    other request keeps the timeout. Applied in the process that submits a job (``unitless``'s
-    commands, ``Learn`` in your own pipeline), once."""
-    from apache_beam.portability.api import beam_job_api_pb2
+    over 100,000 model keys on Prism failed so). Here Beam's own ``run``, which uses the
+    timeout for those two streams alone, runs without it; every other request keeps it.
+    Applied in the process that submits a job (``unitless``'s commands, ``Learn`` in your
+    own pipeline), once."""
     from apache_beam.runners.portability import portable_runner
     handle: Any = portable_runner.JobServiceHandle
     if getattr(handle.run, "unitless", False) or not _on_the_beam_written_for(
             "watch_jobs_without_a_deadline"):
         return
+    beams_run = handle.run
 
     def run(self, preparation_id):
-        # (Beam's ``run``, but for the streams' timeout)
+        timeout, self.timeout = self.timeout, None
         try:
-            state_stream = self.job_service.GetStateStream(
-                beam_job_api_pb2.GetJobStateRequest(job_id=preparation_id))
-            state_stream = itertools.chain([next(state_stream)], state_stream)
-            message_stream = self.job_service.GetMessageStream(
-                beam_job_api_pb2.JobMessagesRequest(job_id=preparation_id))
-        except Exception:  # (a job service that knows the job by its job id only: Flink's)
-            state_stream = message_stream = None
-        run_response = self.job_service.Run(
-            beam_job_api_pb2.RunJobRequest(preparation_id=preparation_id))
-        if state_stream is None:
-            state_stream = self.job_service.GetStateStream(
-                beam_job_api_pb2.GetJobStateRequest(job_id=run_response.job_id))
-            message_stream = self.job_service.GetMessageStream(
-                beam_job_api_pb2.JobMessagesRequest(job_id=run_response.job_id))
-        return run_response.job_id, message_stream, state_stream
+            return beams_run(self, preparation_id)
+        finally:
+            self.timeout = timeout
     run.unitless = True  # type: ignore[attr-defined]  # (marks it patched)
     handle.run = run
