@@ -183,12 +183,13 @@ def test_an_example_whose_loss_overflows_is_a_dead_letter_and_leaves_no_trace(tm
 def test_a_run_on_prism_outlasting_the_job_services_request_timeout_completes(tmp_path):
     """Beam's job client followed a Prism job's state for ``--job_server_timeout`` (300 s by
     default) and then failed the run still going (``beam_patches.
-    watch_jobs_without_a_deadline``): here a run of a few seconds outlasts a 1 s timeout."""
-    path, n = tmp_path / "data.csv", 40 * ROWS
+    watch_jobs_without_a_deadline``): here a run of a few seconds outlasts a 1 s timeout (its
+    input large enough that the job alone takes longer than that: 120,000 rows did not)."""
+    path, n = tmp_path / "data.csv", 200 * ROWS
     path.write_text("id,segment,label,x\n" + "".join(
         f"e{i},{'ab'[i % 2]},{1 if i % 3 else -1},{i % 7}\n" for i in range(n)))
     began = time.time()
     out = train(tmp_path / "out", "--input", path, *KEYED, *prism_args(),
                 "--job_server_timeout", "1")
-    assert time.time() - began > 1  # (the run outlasted the timeout: without the patch, it fails)
+    assert time.time() - began > 2  # (twice the timeout: without the patch, the run fails)
     assert examples_seen(out / "models", "a") + examples_seen(out / "models", "b") == n
