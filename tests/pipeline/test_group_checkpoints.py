@@ -1,9 +1,12 @@
 """Checkpoints by model group (``store.by_group``): real files, damaged ones, stale writers,
 the per-key layout of earlier versions still read, and the files queried as a dataset."""
+import base64
 import json
 import logging
 import os
+import pathlib
 import random
+import shutil
 
 import duckdb
 import numpy as np
@@ -13,13 +16,14 @@ import pytest
 
 from unitless.cli.main import main
 from unitless.learner import from_arrow, read_metadata
-from unitless.store import by_group, catalog, per_key
-from unitless.store.checkpoint_file import seal, table_to_bytes
+from unitless.store import by_group, catalog, part_format, per_key
+from unitless.store.checkpoint_file import read_schema, seal, table_to_bytes
 from unitless.store.by_group import GroupCheckpoints
 from unitless.store.group_writer import COMPACT_PARTS, GroupWriter, taken
 from unitless.store.groups import group_dir, group_key, group_keys
 from unitless.models.keyed_model import KeyedModel
 
+from tests.helpers.format1 import as_format1
 from tests.helpers.states import trained_state
 
 GROUPS = 4
@@ -82,22 +86,30 @@ def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_p
         assert same_model(KeyedModel.from_table(table).to_table(), model)  # (decoded, too)
 
 
+@pytest.mark.parametrize("earlier", ["format 2", "format 1"])
 def test_a_group_whose_manifest_names_too_many_parts_is_written_again_as_one(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, earlier):
     """Each model checkpointed alone leaves a part of its own; once a group's manifest would
     name more than COMPACT_PARTS, a write puts every model of the group in one part, each
-    the state it had, copied as its checksum vouches for it (no learner decoded)."""
+    the state it had, copied as its checksum vouches for it (no learner decoded); parts of
+    format 1 (earlier versions') too, their models then written in format 2."""
     model_dir = str(tmp_path / "models")
     writer = GroupWriter(model_dir, GROUPS)
     together = [k for k in map(str, range(400)) if group_key(k, GROUPS) == group_key("0", GROUPS)]
     models = [trained_model(k, n=30, seed=i) for i, k in enumerate(together[:COMPACT_PARTS + 2])]
     decoded = []
     monkeypatch.setattr(by_group, "from_arrow", lambda table: decoded.append(table))
-    for model in models:
+    for model in models[:-1]:
         write_groups(writer, model)
+    if earlier == "format 1":
+        as_format1(model_dir)
+        writer = GroupWriter(model_dir, GROUPS)
+    write_groups(writer, models[-1])
     newest = GroupCheckpoints(group_dir(model_dir, GROUPS, group_key("0", GROUPS))).newest()
     assert len({part for part, _, _ in newest.values()}) == 1 and len(newest) == len(models)
     assert decoded == []
+    assert [part_header(p).get("part_format", 1) for p in parts_of(model_dir)
+            if os.path.basename(p) == next(iter(newest.values()))[0]] == [2]
     monkeypatch.undo()
     for model in models:
         table = catalog.load_latest(model_dir, model.key)[1]
@@ -166,7 +178,25 @@ def changed_weight(path):
                                                    pa.array(w)))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "a weight changed", "gone"])
+def changed_counter(path):
+    """The part with its first model's examples seen changed in its models table, its header
+    (the checksum) left as it was."""
+    part = pa.ipc.open_file(pa.py_buffer(open(path, "rb").read())).read_all()
+    metadata = part.schema.metadata
+    models = pa.ipc.open_stream(base64.b64decode(metadata[part_format.MODELS_KEY])).read_all()
+    seen = models.column("examples_seen").to_numpy().copy()
+    seen[0] += 1
+    models = models.set_column(models.column_names.index("examples_seen"), "examples_seen",
+                               pa.array(seen))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, models.schema) as writer:
+        writer.write_table(models)
+    return table_to_bytes(part.replace_schema_metadata({
+        **metadata, part_format.MODELS_KEY: base64.b64encode(sink.getvalue().to_pybytes())}))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a weight changed", "a counter changed",
+                                    "gone"])
 def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path, caplog,
                                                                        damage):
     model_dir = str(tmp_path / "models")
@@ -181,7 +211,8 @@ def test_a_damaged_newest_part_falls_back_to_the_models_previous_state(tmp_path,
     if damage == "gone":
         os.remove(part)
     else:
-        damaged = data[:len(data) // 2] if damage == "truncated" else changed_weight(part)
+        damaged = (data[:len(data) // 2] if damage == "truncated" else
+                   changed_weight(part) if damage == "a weight changed" else changed_counter(part))
         with open(part, "wb") as f:
             f.write(damaged)
     by_group._parts.clear()  # (as a new process would read it)
@@ -245,9 +276,13 @@ def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp
     assert sorted(set(every.column("model_key").to_pylist())) == sorted(keys)
 
 
-def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp_path, capsys):
+@pytest.mark.parametrize("layout", ["per key", "group, part format 1"])
+def test_a_run_resumes_models_checkpointed_by_earlier_versions_bit_for_bit(tmp_path, capsys,
+                                                                           layout):
     """Checkpoints written in the per-key layout (by its writer, as earlier versions wrote them)
-    load: a run resumed from them over the whole input ends where one run over it ends."""
+    or in groups of parts of format 1 load, each as it was: a run resumed from them over the
+    whole input ends where one run over it ends, and writes what it continues in the group
+    layout, part format 2."""
     rng = np.random.default_rng(3)
     lines = ["user,x1,x2,label"] + [
         f"u{i % 5},{rng.normal() * 1e3:.6f},{rng.normal() * 1e-3:.9f},{int(rng.random() < .5)}"
@@ -262,14 +297,23 @@ def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp
     assert main(["train", "--model-dir", str(tmp_path / "one"),
                  "--predictions", str(tmp_path / "p1"), *common]) == 0
     old = str(tmp_path / "old")
-    # the first half's models, moved to the per-key layout as earlier versions wrote it
-    for key in catalog.model_keys(str(tmp_path / "tmp")):
-        table = catalog.load_latest(str(tmp_path / "tmp"), key)[1]
-        per_key.write_checkpoint(old, key, table.replace_schema_metadata(
-            {b"unitless": json.dumps({k: v for k, v in read_metadata(table).items()
-                                      if k != "checksum"}).encode()}),
-            read_metadata(table)["examples_seen"])
-    assert not os.path.exists(os.path.join(old, "groups"))
+    # the first half's models, as earlier versions wrote them
+    if layout == "per key":
+        for key in catalog.model_keys(str(tmp_path / "tmp")):
+            table = catalog.load_latest(str(tmp_path / "tmp"), key)[1]
+            per_key.write_checkpoint(old, key, table.replace_schema_metadata(
+                {b"unitless": json.dumps({k: v for k, v in read_metadata(table).items()
+                                          if k != "checksum"}).encode()}),
+                read_metadata(table)["examples_seen"])
+        assert not os.path.exists(os.path.join(old, "groups"))
+    else:
+        shutil.copytree(tmp_path / "tmp", old)
+        as_format1(old)
+        for key in catalog.model_keys(str(tmp_path / "tmp")):  # (read back as they were)
+            got, want = (catalog.load_latest(d, key)[1] for d in (old, str(tmp_path / "tmp")))
+            assert got.equals(want) and (
+                {**read_metadata(got), "checksum": ""} == {**read_metadata(want), "checksum": ""})
+        assert {part_header(p).get("part_format", 1) for p in parts_of(old)} == {1}
     assert main(["train", "--model-dir", old, "--resume",
                  "--predictions", str(tmp_path / "p3"), *common]) == 0
     assert catalog.model_keys(old) == catalog.model_keys(str(tmp_path / "one")) == [
@@ -284,6 +328,16 @@ def test_a_run_resumes_models_checkpointed_in_the_per_key_layout_bit_for_bit(tmp
         for name in ("examples_seen", "cumulative_loss", "scalars", "input_positions"):
             assert meta_got[name] == meta_want[name], (key, name)
     assert "300 examples learned" in capsys.readouterr().out.rsplit("model key", 1)[1]
+    newest = {catalog.load_latest(old, key)[0].rpartition("#")[0] for key in catalog.model_keys(old)}
+    assert {part_header(p)["part_format"] for p in newest} == {2}
+
+
+def parts_of(model_dir):
+    return [str(p) for p in pathlib.Path(model_dir).glob("groups/*/*/part-*.arrow")]
+
+
+def part_header(path):
+    return json.loads(read_schema(path).metadata[by_group.PART_KEY])
 
 
 def test_a_resumed_run_decodes_only_the_models_with_something_new(tmp_path, monkeypatch):

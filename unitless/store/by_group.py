@@ -17,17 +17,21 @@ import pyarrow as pa
 from ..connectors.storage import join, list_dir, read_bytes
 from ..learner.state import METADATA_KEY, LearnerState
 from ..learner import from_arrow
+from . import part_format
 from .checkpoint_file import (CHECKSUM_FIELD, RowChecksums, once_per_run, one_line, read_schema,
                               table_from_bytes)
 from .groups import group_counts, groups_dir
+from .part_format import MODEL_KEY, PART_KEY
 
 log = logging.getLogger("unitless")
 
-PART_KEY = b"unitless_group"
-MODEL_KEY = "model_key"
 PART = re.compile(r"part-([0-9]{12})-([0-9a-f]{1,64})\.arrow")
 MANIFEST = re.compile(r"manifest-([0-9]{12})-([0-9a-f]{1,64})\.json")
-MANIFEST_FORMAT = "unitless group manifest 1"
+# what a manifest's "format" says: 2 since parts of format 2 (``part_format``), which a manifest
+# of format 2 may name; a version that reads only format 1 then finds no manifest it reads
+# rather than manifests naming parts it cannot read (docs/compatibility.md)
+MANIFEST_FORMAT = "unitless group manifest 2"
+MANIFEST_FORMATS = ("unitless group manifest 1", MANIFEST_FORMAT)  # (what is read)
 Entry = Tuple[str, int, Dict[str, Any]]
 
 
@@ -80,9 +84,16 @@ class _Kept:
 
 
 def _part_index(metadata):
-    """[(first row, rows, metadata)] of a part's models, from its schema's metadata."""
-    index = json.loads(metadata[PART_KEY])
-    return [(int(m["first_row"]), int(m["rows"]), m["metadata"]) for m in index["models"]]
+    """(format, [(first row, rows, metadata)] of a part's models), from its schema's metadata:
+    format 1, each model's metadata JSON in the header; format 2, ``part_format``'s."""
+    header = json.loads(metadata[PART_KEY])
+    found = header.get("part_format", 1)
+    if found == part_format.PART_FORMAT:
+        return found, part_format.decode(header, metadata)
+    if found != 1:
+        raise ValueError(f"it is of part format {found!r}, which this version does not read")
+    return found, [(int(m["first_row"]), int(m["rows"]), m["metadata"])
+                   for m in header["models"]]
 
 
 def _as_part(read):
@@ -105,14 +116,18 @@ class _Part:
     its start reads every model's metadata, checked, before its workers read the same models
     (in one process, on the FnApiRunner): each is hashed once."""
 
-    def __init__(self, table: pa.Table, models: list) -> None:
-        self.table, self.models = table, models
+    def __init__(self, table: pa.Table, found: Tuple[int, list]) -> None:
+        self.table, (self.format, self.models) = table, found
         self.checksums: Optional[RowChecksums] = None
         self.checked: set = set()
 
     def check(self, index: int) -> None:
-        """ValueError unless the ``index``-th model's checksum holds."""
-        if index not in self.checked:
+        """ValueError unless the ``index``-th model's checksum holds (format 2: the part's)."""
+        if self.format == part_format.PART_FORMAT:
+            if not self.checked:
+                part_format.verify(self.table)
+                self.checked.add(None)
+        elif index not in self.checked:
             if self.checksums is None:
                 self.checksums = RowChecksums(self.table.drop_columns([MODEL_KEY]))
             first_row, rows, meta = self.models[index]
@@ -131,7 +146,7 @@ def _read_part(path):
 # (weighed twice its table: its ``RowChecksums`` convert its columns once more)
 _parts = _Kept(_read_part, 256 << 20, lambda found: 2 * found.table.nbytes)
 # parts' ``_part_index`` read from their schemas alone (what readers of metadata need)
-_indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)), 4096)
+_indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)[1]), 4096)
 
 
 def load_located(part_path: str, index: int, key: Optional[str] = None,
@@ -356,8 +371,8 @@ def _read_manifest(path):
     (with a warning) when it cannot be read."""
     try:
         manifest = json.loads(read_bytes(path))
-        if manifest.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"not a manifest of format {MANIFEST_FORMAT!r}")
+        if manifest.get("format") not in MANIFEST_FORMATS:
+            raise ValueError(f"not a manifest of format {' or '.join(MANIFEST_FORMATS)}")
         found, parts, figures = {}, set(), manifest.get("figures") or {}
         for key, (part, index, examples, checksum) in manifest["models"].items():
             if part not in parts:

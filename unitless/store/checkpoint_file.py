@@ -8,8 +8,8 @@ import contextvars
 import hashlib
 import json
 from contextlib import contextmanager
-from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Tuple,
-                    TypeVar, cast)
+from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence,
+                    Tuple, TypeVar, cast)
 
 import numpy as np
 import pyarrow as pa
@@ -99,9 +99,32 @@ def _digest(columns, canonical, first, count):
 
 def _columns(table):
     """[(framed name, _Slices)] of the table's columns, as a checksum hashes them."""
+    return _named_columns(zip(table.column_names, table.columns))
+
+
+def _named_columns(columns):
+    """[(framed name, _Slices)] of [(name, array or chunked array)]."""
     return [(b"".join(_framed(name.encode("utf-8", "surrogatepass"))),
-             _Slices(column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()))
-            for name, column in zip(table.column_names, table.columns)]
+             _Slices(column if isinstance(column, pa.Array) else
+                     column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()))
+            for name, column in columns]
+
+
+def column_digest(head: Sequence[bytes], rows: int,
+                  columns: Sequence[Tuple[str, Any]]) -> str:
+    """"sha256:<hex>" over ``head`` (byte strings), the row count and the columns [(name,
+    array)] whole, each hashed as ``checksum`` hashes one: a format-2 part's checksum
+    (``part_format``)."""
+    h = hashlib.sha256(b"unitless part checksum 2\0")
+    for data in head:
+        _hash_part(h, data)
+    _hash_part(h, rows.to_bytes(8, "little"))
+    parts = []
+    for name, column in _named_columns(columns):
+        parts.append(name)
+        parts += column.parts(0, len(column.array))
+    h.update(b"".join(parts))
+    return "sha256:" + h.hexdigest()
 
 
 def _hash_part(h, data):

@@ -13,11 +13,11 @@ import pyarrow as pa
 from ..connectors.storage import atomic_write_many, join, makedirs, remove, unique_token
 from ..learner import read_metadata
 from ..learner.arrow_form import TableRows
-from ..learner.state import METADATA_KEY
-from .by_group import (FIGURES, MANIFEST_FORMAT, MODEL_KEY, PART_KEY, GroupCheckpoints,
+from . import part_format
+from .by_group import (FIGURES, MANIFEST_FORMAT, MODEL_KEY, GroupCheckpoints,
                        entry_summary, examples_of, load_located, locator, part_metadata,
                        sequence_of)
-from .checkpoint_file import CHECKSUM_FIELD, bare_table, seal_many, table_to_bytes
+from .checkpoint_file import CHECKSUM_FIELD, bare_table, table_to_bytes
 from .groups import group_dir
 
 log = logging.getLogger("unitless")
@@ -79,9 +79,7 @@ class GroupWriter:
         Returns {model key: locator}. A model whose newest checkpoint holds more examples than
         the one given (a bundle retried after another took it further) keeps that one."""
         parts, manifests, written, pruned = [], [], {}, []
-        every = iter(seal_many([model for models in checkpoints.values() for model in models]))
         for key, models in checkpoints.items():
-            models = [next(every) for _ in models]  # (sealed all together: see seal_many)
             directory = group_dir(self.model_dir, self.groups, key)
             if directory not in self.made:
                 makedirs(directory)
@@ -94,16 +92,16 @@ class GroupWriter:
             entries = dict(current.newest())
             seq = current.seq + 1
             name = f"part-{seq:012d}-{unique_token()}.arrow"
-            sealed = [model for model in models if model[0] not in entries
-                      or examples_of(entries[model[0]]) <= model[2]["examples_seen"]]
+            kept = [model for model in models if model[0] not in entries
+                    or examples_of(entries[model[0]]) <= model[2]["examples_seen"]]
             if len({e[0] for e in entries.values()} - {name}) > COMPACT_PARTS:
-                sealed = self._compacted(directory, entries, sealed)
-            if not sealed:
+                kept = self._compacted(directory, entries, kept)
+            if not kept:
                 continue
-            data = _part_bytes(key, seq, sealed)
-            for index, (model_key, _, meta, _) in enumerate(sealed):
+            data, digest = _part_bytes(key, seq, kept)
+            for index, (model_key, _, meta) in enumerate(kept):
                 entries[model_key] = (name, index, entry_summary(
-                    meta["examples_seen"], meta[CHECKSUM_FIELD],
+                    meta["examples_seen"], f"{digest}#{index}",
                     [meta[field] for field in FIGURES if field in meta]))
                 written[model_key] = locator(join(directory, name), index)
             parts.append((join(directory, name), data))
@@ -121,11 +119,11 @@ class GroupWriter:
             self._prune(current)
         return written
 
-    def _compacted(self, directory, entries, sealed):
-        """``sealed`` and every other model of the group, read back from their parts, to be
+    def _compacted(self, directory, entries, kept):
+        """``kept`` and every other model of the group, read back from their parts, to be
         written as one part (a group's manifest names at most COMPACT_PARTS parts): each
         copied as its checksum vouches for it, its learner not decoded."""
-        fresh = {model_key for model_key, *_ in sealed}
+        fresh = {model_key for model_key, *_ in kept}
         for model_key, (part, index, meta) in sorted(entries.items()):
             if model_key in fresh:
                 continue
@@ -134,10 +132,9 @@ class GroupWriter:
                                         meta.get(CHECKSUM_FIELD), decode=False)
             except (OSError, ValueError) as err:
                 log.warning("model %r keeps its checkpoint in %s: %s", model_key, part, err)
-                return sealed
-            stored = table.schema.metadata[METADATA_KEY]
-            sealed.append((model_key, TableRows.whole(table), json.loads(stored), stored))
-        return sealed
+                return kept
+            kept.append(taken(model_key, table))
+        return kept
 
     def _prune(self, group):
         """Keep the newest ``keep`` manifests and the parts they name; older parts not named
@@ -158,27 +155,31 @@ class GroupWriter:
                 group.parts.discard(name)
 
 
-def _part_bytes(group, seq, sealed):
-    """The part holding the sealed models' rows, in their order (``seal_many``'s)."""
-    counts = np.array([rows.count for _, rows, _, _ in sealed], dtype=np.int64)
-    first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
-    body = pa.concat_tables([_taken(run) for run in _runs(sealed)], promote_options="none")
+def _part_bytes(group, seq, models):
+    """(the part holding the models' rows, in their order, its checksum) of [(model key,
+    TableRows, metadata)], in part format 2 (``part_format``)."""
+    metas = []
+    for key, _, meta in models:
+        if meta.get(MODEL_KEY, key) != key:
+            raise ValueError(f"a checkpoint of model {meta[MODEL_KEY]!r} cannot be written "
+                             f"as model {key!r}")
+        if CHECKSUM_FIELD in meta or MODEL_KEY not in meta:  # (a checkpoint read back; a table's)
+            meta = {**{k: v for k, v in meta.items() if k != CHECKSUM_FIELD}, MODEL_KEY: key}
+        metas.append(meta)
+    counts = np.array([rows.count for _, rows, _ in models], dtype=np.int64)
+    body = pa.concat_tables([_taken(run) for run in _runs(models)], promote_options="none")
     keys = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.arange(len(sealed), dtype=np.int32), counts)),
-        pa.array([model_key for model_key, *_ in sealed], pa.string()))
-    # (each model's metadata as sealed, not encoded again: ``_part_index`` reads the JSON)
-    index = b",".join(b'{"first_row":%d,"rows":%d,"metadata":%s}' % (first, n, stored)
-                      for first, n, (*_, stored) in zip(first_rows, counts.tolist(), sealed))
-    head = json.dumps({"group": group, "seq": seq})[:-1].encode()
-    part = body.add_column(0, MODEL_KEY, keys).replace_schema_metadata(
-        {PART_KEY: head + b',"models":[' + index + b"]}"})
-    return table_to_bytes(part)
+        pa.array(np.repeat(np.arange(len(models), dtype=np.int32), counts)),
+        pa.array([model_key for model_key, *_ in models], pa.string()))
+    body = body.add_column(0, MODEL_KEY, keys)
+    metadata, digest = part_format.encode(group, seq, metas, counts, body)
+    return table_to_bytes(body.replace_schema_metadata(metadata)), digest
 
 
-def _runs(sealed):
-    """The sealed models' TableRows in runs of one table each, in their order."""
+def _runs(models):
+    """The models' TableRows in runs of one table each, in their order."""
     runs = []
-    for _, rows, _, _ in sealed:
+    for _, rows, _ in models:
         if runs and runs[-1][0].table is rows.table:
             runs[-1].append(rows)
         else:

@@ -1,0 +1,151 @@
+"""A group's part file, format 2 (docs/compatibility.md, "The group layout, file by file"):
+the models' metadata as a table with a column per field, the settings every model shares
+written once, and one checksum for the whole part; format 1 wrote each model's metadata as
+JSON sealed with a checksum of its own, which cost more than the rest of a checkpoint when a
+group holds thousands of models (docs/many-models.md, §7). Encoding, decoding and checking;
+the body (each model's rows) is built by ``group_writer`` and is the same in both formats.
+"""
+import base64
+import json
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from .checkpoint_file import CHECKSUM_FIELD, column_digest
+
+PART_KEY = b"unitless_group"  # the part's header: group, seq, format, shared settings, checksum
+MODELS_KEY = b"unitless_models"  # the models table, an Arrow IPC stream, base64
+PART_FORMAT = 2
+MODEL_KEY = "model_key"
+
+# what a run's models share (the learner's settings: ``config.check_resume`` requires them
+# equal), written once per part when every model of it holds the same
+SHARED = ("schema_version", "algorithm", "loss", "hyperparameters", "dim", "n_classes",
+          "bias_index")
+_POSITIONS = pa.map_(pa.string(), pa.int64())
+# the fields written as a column when every model of the part holds one of the type named
+# (its Arrow type, and the Python values it takes back exactly); any other field of a model
+# goes to its ``extra`` column, as JSON
+COLUMNS: Dict[str, Tuple[pa.DataType, str]] = {
+    MODEL_KEY: (pa.string(), "str"),
+    "examples_seen": (pa.int64(), "int"),
+    "cumulative_loss": (pa.float64(), "float"),
+    "progressive_loss": (pa.float64(), "float"),
+    "scalars": (pa.map_(pa.string(), pa.list_(pa.float64())), "scalars"),
+    "input_positions": (_POSITIONS, "positions"),
+    "checkpoint_examples": (pa.int64(), "int"),
+    "checkpoint_id": (pa.string(), "str or None"),
+    "examples_served": (pa.int64(), "int"),
+    "time": (pa.float64(), "float"),
+    "errors": (pa.float64(), "float"),
+    "unlearned_sources": (_POSITIONS, "positions"),
+    "learned_through": (_POSITIONS, "positions"),
+    "restart_positions": (_POSITIONS, "positions"),
+    "watermark_passed": (pa.list_(pa.string()), "strings"),
+}
+_MAPS = {name for name, (kind, _) in COLUMNS.items() if pa.types.is_map(kind)}
+
+
+def _is_int(v):
+    return type(v) is int and -(1 << 63) <= v < 1 << 63
+
+
+_TAKES = {  # kind -> whether a value is one the column gives back exactly
+    "str": lambda v: type(v) is str,
+    "str or None": lambda v: v is None or type(v) is str,
+    "int": _is_int,
+    "float": lambda v: type(v) is float,
+    "positions": lambda v: type(v) is dict and all(type(k) is str and _is_int(n)
+                                                   for k, n in v.items()),
+    "scalars": lambda v: type(v) is dict and all(
+        type(k) is str and type(s) is list and all(type(x) is float for x in s)
+        for k, s in v.items()),
+    "strings": lambda v: type(v) is list and all(type(s) is str for s in v),
+}
+_MISSING = object()
+
+
+def encode(group: str, seq: int, metas: Sequence[Dict[str, Any]], counts: np.ndarray,
+           body: pa.Table) -> Tuple[Dict[bytes, bytes], str]:
+    """(the part's schema metadata, its checksum) for models of metadata ``metas`` (dicts,
+    their model keys set) whose rows, ``counts`` of them each in their order, are ``body``
+    (the model key column first)."""
+    shared, columns, extra = _split(metas)
+    first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    table = pa.table({"first_row": first_rows, "rows": np.asarray(counts, np.int64),
+                      **{name: pa.array(values, COLUMNS[name][0])
+                         for name, values in columns.items()},
+                      "extra": pa.array(extra, pa.string())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    models = base64.b64encode(sink.getvalue().to_pybytes())
+    header = {"group": group, "seq": seq, "part_format": PART_FORMAT, "shared": shared}
+    digest = _digest(header, models, body)
+    header[CHECKSUM_FIELD] = digest
+    return {PART_KEY: json.dumps(header, separators=(",", ":")).encode(),
+            MODELS_KEY: models}, digest
+
+
+def _split(metas):
+    """(shared fields, {column: values}, [each model's other fields as JSON, or None])."""
+    first = metas[0]
+    shared = {f: first[f] for f in SHARED
+              if f in first and all(m.get(f, _MISSING) == first[f] for m in metas)}
+    fields = set().union(*metas) - set(shared)
+    columns = {}
+    for name in COLUMNS:
+        if name in fields:
+            values = [m.get(name, _MISSING) for m in metas]
+            takes = _TAKES[COLUMNS[name][1]]
+            if all(map(takes, values)):
+                columns[name] = values
+    rest = sorted(fields - set(columns))
+    extra = [json.dumps({f: m[f] for f in rest if f in m}, sort_keys=True,
+                        separators=(",", ":")) for m in metas] if rest else [None] * len(metas)
+    return shared, columns, extra
+
+
+def _digest(header, models, body):
+    """The part's checksum: its header (without the checksum, canonical JSON), its models
+    table as stored, and its body's columns (the model key as its indices and dictionary)."""
+    canonical = json.dumps({k: v for k, v in header.items() if k != CHECKSUM_FIELD},
+                           sort_keys=True, separators=(",", ":")).encode()
+    keys = body.column(MODEL_KEY).combine_chunks()
+    columns = [(MODEL_KEY, keys.indices), (MODEL_KEY + " dictionary", keys.dictionary)]
+    columns += [(name, body.column(name)) for name in body.column_names if name != MODEL_KEY]
+    return column_digest([canonical, models], body.num_rows, columns)
+
+
+def decode(header: Dict[str, Any], metadata: Dict[bytes, bytes]
+           ) -> List[Tuple[int, int, Dict[str, Any]]]:
+    """[(first row, rows, metadata)] of a format-2 part's models (its schema's ``metadata``,
+    ``header`` its PART_KEY read), each metadata as a format-1 part holds it, its checksum the
+    part's and its index (unverified: ``verify``)."""
+    table = pa.ipc.open_stream(base64.b64decode(metadata[MODELS_KEY], validate=True)).read_all()
+    shared, digest = header["shared"], header[CHECKSUM_FIELD]
+    if not isinstance(shared, dict) or not isinstance(digest, str):
+        raise ValueError("its header is not a part's")
+    columns = table.to_pydict()
+    firsts, counts, extras = columns.pop("first_row"), columns.pop("rows"), columns.pop("extra")
+    for name in _MAPS & set(columns):
+        columns[name] = [dict(pairs) for pairs in columns[name]]
+    names = list(columns)
+    found = []
+    for index, values in enumerate(zip(*columns.values()) if names else [()] * len(firsts)):
+        meta = {**shared, **dict(zip(names, values))}
+        if extras[index] is not None:
+            meta.update(json.loads(extras[index]))
+        meta[CHECKSUM_FIELD] = f"{digest}#{index}"
+        found.append((int(firsts[index]), int(counts[index]), meta))
+    return found
+
+
+def verify(table: pa.Table) -> None:
+    """ValueError unless a format-2 part's checksum holds (``table`` as read, its schema's
+    metadata included)."""
+    metadata = table.schema.metadata
+    header = json.loads(metadata[PART_KEY])
+    if header.get(CHECKSUM_FIELD) != _digest(header, metadata[MODELS_KEY], table):
+        raise ValueError("its checksum does not match its contents (the file is damaged)")
