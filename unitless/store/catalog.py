@@ -66,13 +66,33 @@ def latest_metadata(model_dir: str, key: str) -> Optional[Tuple[str, Dict[str, A
     are checked, not decoded: what a resumed run's start reads of every model), or None.
     Within ``read_once`` read once. The metadata is the one its part's reader keeps: not to be
     changed."""
-    def read():
-        found = load_metadata(_entries(model_dir, key), key)
-        if found is None:
-            found = per_key.load_latest(model_dir, key)
-            found = None if found is None else (found[0], read_metadata(found[1]))
-        return found
-    return once_per_run("metadata", (model_dir, key), read)
+    return once_per_run("metadata", (model_dir, key), lambda: (
+        load_metadata(_entries(model_dir, key), key) or _per_key_metadata(model_dir, key)))
+
+
+def every_latest_metadata(model_dir: str) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+    """{model key: ``latest_metadata(model_dir, key)``} of every model that has one, read group
+    by group: a resumed run's start reads every model's, and finding a model's groups took
+    longer than reading its metadata. Within ``read_once`` each is kept for
+    ``latest_metadata``."""
+    entries: Dict[str, list] = {}
+    for _, view in group_checkpoints(model_dir):
+        for key in view.newest():
+            entries.setdefault(key, []).extend((view.directory, e) for e in view.entries(key))
+    found = {}
+    for key, held in entries.items():
+        held.sort(key=lambda f: -examples_of(f[1]))  # (as ``_entries`` orders them)
+        found[key] = once_per_run("metadata", (model_dir, key), lambda: (
+            load_metadata(held, key) or _per_key_metadata(model_dir, key)))
+    for key in per_key.model_keys(model_dir):
+        if key not in entries:
+            found[key] = latest_metadata(model_dir, key)
+    return {key: meta for key, meta in found.items() if meta is not None}
+
+
+def _per_key_metadata(model_dir, key):
+    found = per_key.load_latest(model_dir, key)
+    return None if found is None else (found[0], read_metadata(found[1]))
 
 
 def load_latest(model_dir: str, key: str) -> Optional[Tuple[str, pa.Table]]:

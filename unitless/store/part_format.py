@@ -6,7 +6,9 @@ group holds thousands of models (docs/many-models.md, §7). Encoding, decoding a
 the body (each model's rows) is built by ``group_writer`` and is the same in both formats.
 """
 import base64
+import itertools
 import json
+import operator
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -47,21 +49,28 @@ COLUMNS: Dict[str, Tuple[pa.DataType, str]] = {
 _MAPS = {name for name, (kind, _) in COLUMNS.items() if pa.types.is_map(kind)}
 
 
-def _is_int(v):
-    return type(v) is int and -(1 << 63) <= v < 1 << 63
+def _types(values):
+    return set(map(type, values))
 
 
-_TAKES = {  # kind -> whether a value is one the column gives back exactly
-    "str": lambda v: type(v) is str,
-    "str or None": lambda v: v is None or type(v) is str,
-    "int": _is_int,
-    "float": lambda v: type(v) is float,
-    "positions": lambda v: type(v) is dict and all(type(k) is str and _is_int(n)
-                                                   for k, n in v.items()),
-    "scalars": lambda v: type(v) is dict and all(
-        type(k) is str and type(s) is list and all(type(x) is float for x in s)
-        for k, s in v.items()),
-    "strings": lambda v: type(v) is list and all(type(s) is str for s in v),
+def _nested(values):
+    return itertools.chain.from_iterable(values)
+
+
+# kind -> whether a column's values (each model's) are ones it gives back exactly: by the set
+# of their Python types (pyarrow would take an int for a float, a float for an int, bytes for
+# a string; a value past int64 it refuses)
+_TAKES = {
+    "str": lambda vs: _types(vs) <= {str},
+    "str or None": lambda vs: _types(vs) <= {str, type(None)},
+    "int": lambda vs: _types(vs) <= {int},
+    "float": lambda vs: _types(vs) <= {float},
+    "positions": lambda vs: (_types(vs) <= {dict} and _types(_nested(vs)) <= {str}
+                             and _types(_nested(map(dict.values, vs))) <= {int}),
+    "scalars": lambda vs: (_types(vs) <= {dict} and _types(_nested(vs)) <= {str}
+                           and _types(lists := list(_nested(map(dict.values, vs)))) <= {list}
+                           and _types(_nested(lists)) <= {float}),
+    "strings": lambda vs: _types(vs) <= {list} and _types(_nested(vs)) <= {str},
 }
 _MISSING = object()
 
@@ -74,8 +83,7 @@ def encode(group: str, seq: int, metas: Sequence[Dict[str, Any]], counts: np.nda
     shared, columns, extra = _split(metas)
     first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     table = pa.table({"first_row": first_rows, "rows": np.asarray(counts, np.int64),
-                      **{name: pa.array(values, COLUMNS[name][0])
-                         for name, values in columns.items()},
+                      **columns,
                       "extra": pa.array(extra, pa.string())})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -95,12 +103,14 @@ def _split(metas):
               if f in first and all(m.get(f, _MISSING) == first[f] for m in metas)}
     fields = set().union(*metas) - set(shared)
     columns = {}
-    for name in COLUMNS:
+    for name, (kind, takes) in COLUMNS.items():
         if name in fields:
-            values = [m.get(name, _MISSING) for m in metas]
-            takes = _TAKES[COLUMNS[name][1]]
-            if all(map(takes, values)):
-                columns[name] = values
+            try:
+                values = list(map(operator.itemgetter(name), metas))
+                if _TAKES[takes](values):
+                    columns[name] = pa.array(values, kind)
+            except (KeyError, OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+                pass  # (a model lacks it, or a value does not fit: JSON)
     rest = sorted(fields - set(columns))
     extra = [json.dumps({f: m[f] for f in rest if f in m}, sort_keys=True,
                         separators=(",", ":")) for m in metas] if rest else [None] * len(metas)

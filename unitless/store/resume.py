@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from ..learner import read_metadata
 from .checkpoint_file import once_per_run
-from .catalog import checkpoint_metadata, latest_metadata, model_keys
+from .catalog import checkpoint_metadata, every_latest_metadata
 from .shards import consistent_cut, load_shard, shard_counts, sharded_model_keys
 from .starts import read_starts, starts_dir
 
@@ -39,13 +39,10 @@ def _resume_positions(model_dir):
 def _read_positions(model_dir):
     recorded = []  # (positions learned, positions to restart after)
     passed = {}  # model key -> the partitions its restart positions cover (watermark_passed)
-    for key in model_keys(model_dir):
-        found = latest_metadata(model_dir, key)
-        if found is not None:
-            meta = found[1]
-            positions = meta.get("input_positions") or {}
-            recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
-            passed[key] = set(meta.get("watermark_passed") or ())
+    for key, (_, meta) in every_latest_metadata(model_dir).items():
+        positions = meta.get("input_positions") or {}
+        recorded.append((positions, {**positions, **(meta.get("restart_positions") or {})}))
+        passed[key] = set(meta.get("watermark_passed") or ())
     for key, starts in read_starts(starts_dir(model_dir)).items():  # (superseded: not pruned yet)
         recorded.append(({}, {s: p for s, p in starts.items() if s not in passed.get(key, ())}))
     covered = {(key, source) for key, sources in passed.items() for source in sources}
