@@ -137,16 +137,36 @@ class _Part:
 
 @_as_part
 def _read_part(path):
-    """The part at ``path`` (``_Part``), its table checked whole."""
+    """The part at ``path`` (``_Part``), its table checked whole; its index as ``_indices``
+    read it from the same schema metadata, if it did (a resumed run's start reads every
+    model's metadata, unverified and then checked: each index is decoded once)."""
     table = table_from_bytes(read_bytes(path))
     table.validate(full=True)
-    return _Part(table, _part_index(table.schema.metadata))
+    metadata, kept = table.schema.metadata, _indices.get(path, read=False)
+    return _Part(table, kept[1] if kept is not None and kept[0] == metadata
+                 else _part_index(metadata))
 
 
-# (weighed twice its table: its ``RowChecksums`` convert its columns once more)
-_parts = _Kept(_read_part, 256 << 20, lambda found: 2 * found.table.nbytes)
-# parts' ``_part_index`` read from their schemas alone (what readers of metadata need)
-_indices = _Kept(_as_part(lambda path: _part_index(read_schema(path).metadata)[1]), 4096)
+def _read_index(path):
+    """(schema metadata, ``_part_index``) of the part at ``path``: its kept ``_Part``'s, else
+    from its schema alone."""
+    part = _parts.get(path, read=False)
+    if part is not None:
+        return part.table.schema.metadata, (part.format, part.models)
+    metadata = read_schema(path).metadata
+    return metadata, _part_index(metadata)
+
+
+# (format 1 weighed twice its table: its ``RowChecksums`` convert its columns once more)
+_parts = _Kept(_read_part, 256 << 20, lambda found: (
+    found.table.nbytes * (1 if found.format == part_format.PART_FORMAT else 2)))
+# what readers of metadata need of parts, read from their schemas alone (``_read_index``)
+_indices = _Kept(_as_part(_read_index), 4096)
+
+
+def _index(path):
+    """[(first row, rows, metadata)] of the part's models (unverified: ``_indices``)."""
+    return _indices.get(path)[1][1]
 
 
 def load_located(part_path: str, index: int, key: Optional[str] = None,
@@ -198,7 +218,7 @@ def part_metadata(part_path: str, index: int) -> Dict[str, Any]:
     """The metadata of a part's ``index``-th model as its schema holds it (unverified);
     ValueError unless it reads as a part holding one."""
     kept = _parts.get(part_path, read=False)
-    models = kept.models if kept is not None else _indices.get(part_path)
+    models = kept.models if kept is not None else _index(part_path)
     if not 0 <= index < len(models):
         raise ValueError(f"the part holds no model {index}")
     return models[index][2]
@@ -208,7 +228,7 @@ def part_models(part_path: str) -> List[Tuple[int, Optional[str], int]]:
     """[(n, model key, examples seen)] of the models a part holds, from its schema (unverified);
     ValueError unless it reads as a part."""
     return [(n, meta.get(MODEL_KEY), int(meta.get("examples_seen", 0)))
-            for n, (_, _, meta) in enumerate(_indices.get(part_path))]
+            for n, (_, _, meta) in enumerate(_index(part_path))]
 
 
 def part_rows(part_path: str, indices: Sequence[int]) -> pa.Table:
@@ -270,7 +290,7 @@ class GroupCheckpoints:
         for name in sorted(self.parts):
             path = join(self.directory, name)
             try:
-                models = _indices.get(path)
+                models = _index(path)
             except (OSError, ValueError) as err:
                 log.warning("ignoring part %s: %s", path, one_line(err))
                 continue
