@@ -12,7 +12,7 @@ from unitless.store.checkpoint_file import table_from_bytes
 from unitless.store.group_writer import _part_bytes
 
 SHARED = {"schema_version": 2, "algorithm": "nag", "loss": "logistic",
-          "hyperparameters": {"learning_rate": 0.5}, "dim": 8, "n_classes": 1, "bias_index": 7}
+          "hyperparameters": {"learning_rate": 1.0}, "dim": 8, "n_classes": 1, "bias_index": 7}
 
 
 def model(key, **fields):
@@ -50,6 +50,7 @@ def same(got, want):
     {"input_positions": {"a.csv": 1 << 70}},  # past int64
     {"checkpoint_id": "k@3", "label_join": {"rejoin": {"t/0": 5}, "closed": [[], [], []]}},
     {"algorithm": "scinol2"},  # a setting not shared
+    {"hyperparameters": {"learning_rate": 1}},  # equal to the others' 1.0, not as JSON
     {"scalars": {"t": [1]}},
 ])
 def test_each_models_metadata_reads_back_as_written(odd):

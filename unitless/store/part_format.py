@@ -100,7 +100,7 @@ def _split(metas):
     """(shared fields, {column: values}, [each model's other fields as JSON, or None])."""
     first = metas[0]
     shared = {f: first[f] for f in SHARED
-              if f in first and all(m.get(f, _MISSING) == first[f] for m in metas)}
+              if f in first and all(_same(m.get(f, _MISSING), first[f]) for m in metas)}
     fields = set().union(*metas) - set(shared)
     columns = {}
     for name, (kind, takes) in COLUMNS.items():
@@ -115,6 +115,13 @@ def _split(metas):
     extra = [json.dumps({f: m[f] for f in rest if f in m}, sort_keys=True,
                         separators=(",", ":")) for m in metas] if rest else [None] * len(metas)
     return shared, columns, extra
+
+
+def _same(a, b):
+    """Whether ``a`` reads back as ``b`` does: the same object (a run's models share their
+    settings' objects), or the same JSON (1 == 1.0, but not as JSON)."""
+    return a is b or (type(a) is type(b) and json.dumps(a, sort_keys=True) == json.dumps(
+        b, sort_keys=True))
 
 
 def _digest(header, models, body):
