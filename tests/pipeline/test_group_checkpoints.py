@@ -22,6 +22,7 @@ from unitless.store.by_group import GroupCheckpoints
 from unitless.store.group_writer import COMPACT_PARTS, GroupWriter, taken
 from unitless.store.groups import group_dir, group_key, group_keys
 from unitless.models.keyed_model import KeyedModel
+from unitless.reports import summary
 
 from tests.helpers.format1 import as_format1
 from tests.helpers.states import trained_state
@@ -66,6 +67,25 @@ def test_a_model_keys_group_is_the_same_computed_alone_or_for_an_array_at_once()
         for array in (pa.array(keys), pa.array(keys).slice(3, 200),
                       pa.array(keys, pa.large_string())):
             assert group_keys(array, groups) == [group_key(k, groups) for k in array.to_pylist()]
+
+
+def test_a_runs_summary_shows_the_models_with_most_examples_and_totals_them_all(tmp_path):
+    """``newest_shown`` (a run's summary, a line made for the models shown only) shows what
+    lines for every model (``checkpoint_summaries``), sorted by examples then key, show:
+    the same models, ties by key, and the same totals."""
+    model_dir = str(tmp_path / "models")
+    rng = np.random.default_rng(4)
+    models = [trained_model(f"m{i}", n=int(rng.choice([5, 9, 9, 12])), seed=i) for i in range(40)]
+    write_groups(GroupWriter(model_dir, GROUPS), *models)
+    lines = sorted((summary.model_line(key, where, meta)
+                    for key, where, meta in catalog.checkpoint_summaries(model_dir)),
+                   key=lambda m: (-m.examples, m.key))
+    assert len({m.examples for m in lines}) == 3
+    for top in (0, 1, 3, 7, 40, 100):
+        want, got = summary.shown(lines, top), summary.newest_shown(model_dir, top)
+        assert (got.top, got.count, got.examples) == (want.top, want.count, want.examples), top
+        assert got.progressive_loss == pytest.approx(want.progressive_loss, rel=1e-12)
+        assert summary.render_models(got) == summary.render_models(want)
 
 
 def test_a_group_holds_many_models_in_one_part_and_reads_each_back_exactly(tmp_path):

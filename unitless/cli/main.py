@@ -130,7 +130,7 @@ def _tune_collector():
 def train(args: argparse.Namespace, beam_args: list[str]) -> None:
     from ..pipelines.learn import build_training
     from ..pipelines.ordering import STATE_VALUE_BYTES
-    from ..reports.summary import RunCounts, model_lines, refusal_problem, render
+    from ..reports.summary import RunCounts, newest_shown, refusal_problem, render
     from ..runtime.jit_cache import compiled_notice
     from ..store.ownership import given_up_after
     pipeline = runners.pipeline(beam_args)  # first: it gives Beam's file systems their options
@@ -146,7 +146,7 @@ def train(args: argparse.Namespace, beam_args: list[str]) -> None:
                        _counter(result, "served_examples"),
                        _counter(result, "examples_expired_without_label"),
                        _counter(result, "examples_expired_learned"))
-    print(render(model_lines(cfg.model_dir, verify=False), counts))
+    print(render(newest_shown(cfg.model_dir), counts))
     largest = _largest(result, STATE_VALUE_BYTES)
     if largest is not None:
         logging.getLogger("unitless").info(
@@ -195,7 +195,7 @@ def score(args: argparse.Namespace, beam_args: list[str]) -> None:
 
 def inspect(args: argparse.Namespace) -> None:
     from ..reports.inspect import render, summary
-    from ..reports.summary import model_lines, part_lines, render_models
+    from ..reports.summary import model_lines, part_lines, render_models, shown
     from ..store.by_group import is_part
     from ..store.catalog import latest_checkpoint, model_keys
     from ..store.per_key import checkpoint_files
@@ -210,12 +210,12 @@ def inspect(args: argparse.Namespace) -> None:
                                                           or shard_counts(path)):
         lines = model_lines(path)  # a whole model directory: one line per model key
         print(json.dumps([line.__dict__ for line in lines], indent=2, allow_nan=False)
-              if args.json else render_models(lines, args.top))
+              if args.json else render_models(shown(lines, args.top)))
         return
     elif is_part(path) and not is_dir(path):
         lines = part_lines(path)  # a group's part: a line per model, named by its locator
         print(json.dumps([line.__dict__ for line in lines], indent=2, allow_nan=False)
-              if args.json else render_models(lines, args.top))
+              if args.json else render_models(shown(lines, args.top)))
         return
     info = summary(path, args.top)
     print(json.dumps(info, indent=2, allow_nan=False) if args.json else render(info))

@@ -1,17 +1,20 @@
 """What a finished training run tells its user: a line per model key (examples, progressive
 loss, error rate, checkpoint), the run's totals, and whether it refused too much of its input
 to count as a success. Free of Beam: it reads the checkpoints and the dead letters where they were written."""
+import heapq
 import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from ..connectors.storage import join, list_dir, modified, read_text
 from ..learner import read_metadata
 from ..parse.records import clip
 from ..store.by_group import load_located, locator, part_models
-from ..store.catalog import checkpoint_summaries, load_latest, model_keys
+from ..store.catalog import load_latest, model_keys, newest_summaries, where_of
 from ..store.shards import sharded_models
 
 
@@ -50,21 +53,65 @@ class ModelLine:
     checkpoint: str
 
 
-def model_lines(model_dir: str, verify: bool = True) -> list[ModelLine]:
+@dataclass
+class ModelsShown:
+    """What a summary shows of a model directory's models: the ``top`` with most examples
+    (ties by key), and the totals over every one of them."""
+    top: list[ModelLine]
+    count: int
+    examples: int
+    progressive_loss: float  # over every model's examples
+
+
+def model_lines(model_dir: str) -> list[ModelLine]:
     """A ModelLine for each model key with a checkpoint, most examples first: its newest valid
-    one (a sharded model: its consistent cut); or, not ``verify``ing, the newest listed, from
-    what its manifest holds of its metadata (``checkpoint_summaries``: a run's own summary of
-    the checkpoints it has just written, which reads no part; `unitless inspect` verifies)."""
-    found = [] if verify else checkpoint_summaries(model_dir)
-    for key in model_keys(model_dir) if verify else ():
+    one (a sharded model: its consistent cut); `unitless inspect`'s."""
+    found = []
+    for key in model_keys(model_dir):
         newest = load_latest(model_dir, key)
         if newest is not None:
             found.append((key, newest[0], read_metadata(newest[1])))
     # models over feature shards: their consistent cut (shard 0 counts the errors)
-    found += [(key, pattern, meta) for key, _, pattern, meta, _ in
-              sharded_models(model_dir, verify)]
+    found += [(key, pattern, meta) for key, _, pattern, meta, _ in sharded_models(model_dir)]
     lines = [model_line(key, path, meta) for key, path, meta in found]
     return sorted(lines, key=lambda m: (-m.examples, m.key))
+
+
+def shown(lines: list[ModelLine], top: int = 20) -> ModelsShown:
+    """What a summary shows of ``lines`` (``model_lines``' order)."""
+    total = sum(m.examples for m in lines)
+    return ModelsShown(lines[:top], len(lines), total,
+                       sum(m.progressive_loss * m.examples for m in lines) / max(total, 1))
+
+
+def newest_shown(model_dir: str, top: int = 20) -> ModelsShown:
+    """What a summary shows of the newest checkpoints listed, from what their manifests hold of
+    them (``newest_summaries``: a run's own summary of the checkpoints it has just written,
+    which reads no part), a ModelLine made only for the ``top`` (a million models' take
+    seconds)."""
+    found = [*newest_summaries(model_dir).items(),
+             *((key, (pattern, meta)) for key, _, pattern, meta, _
+               in sharded_models(model_dir, verify=False))]
+    examples = np.fromiter((int(meta["examples_seen"]) for _, (_, meta) in found), np.int64,
+                           len(found))
+    losses = np.fromiter((float(meta["progressive_loss"]) for _, (_, meta) in found),
+                         np.float64, len(found))
+    keys = [key for key, _ in found]
+    lines = [model_line(keys[i], where_of(found[i][1][0]), found[i][1][1])
+             for i in _most_examples(examples, keys, top)]
+    total = int(examples.sum())
+    return ModelsShown(lines, len(found), total, float((losses * examples).sum()) / max(total, 1))
+
+
+def _most_examples(examples, keys, top):
+    """The indices of the ``top`` models with most ``examples``, ties by key, in that order."""
+    chosen = list(range(len(keys)))
+    if len(keys) > top > 0:
+        least = np.partition(examples, len(keys) - top)[len(keys) - top]  # (the top-th most)
+        chosen = np.flatnonzero(examples > least).tolist()
+        chosen += heapq.nsmallest(top - len(chosen), np.flatnonzero(examples == least).tolist(),
+                                  key=keys.__getitem__)
+    return sorted(chosen, key=lambda i: (-examples[i], keys[i]))[:max(top, 0)]
 
 
 def model_line(key: Optional[str], checkpoint: str, meta: dict) -> ModelLine:
@@ -91,14 +138,14 @@ def part_lines(part_path: str) -> list[ModelLine]:
     return lines
 
 
-def render(lines: list[ModelLine], counts: RunCounts, top: int = 20) -> str:
-    """The run's table: the ``top`` models with most examples, the totals, and the run."""
+def render(models: ModelsShown, counts: RunCounts) -> str:
+    """The run's table: the models shown, the totals, and the run."""
     predicted = counts.examples + counts.served
     rate = predicted / counts.seconds if counts.seconds > 0 else 0.0
     skipped = (f", {counts.skipped:,} skipped (learned before --resume)" if counts.skipped
                else "")
     served = f", {counts.served:,} served (no label)" if counts.served else ""
-    return (render_models(lines, top) + "\n"
+    return (render_models(models) + "\n"
             f"this run: {counts.examples:,} examples learned{served} ({rate:,.0f} examples/s "
             f"over {counts.seconds:.1f} s), {counts.refused:,} records refused{skipped}"
             f"{expired_text(counts)}")
@@ -114,19 +161,18 @@ def expired_text(counts: RunCounts) -> str:
     return f", {counts.expired:,} expired without their label{learned}"
 
 
-def render_models(lines: list[ModelLine], top: int = 20) -> str:
-    """A line per model (the ``top`` with most examples), then the totals."""
+def render_models(models: ModelsShown) -> str:
+    """A line per model shown, then the totals."""
     out = [f"{'model key':<24} {'examples':>10} {'prog. loss':>11} {'error':>7}  checkpoint"]
-    for m in lines[:top]:
+    for m in models.top:
         error = "" if m.error_rate is None else f"{m.error_rate:.4f}"
         out.append(f"{clip(repr(m.key), 24):<24} {m.examples:>10,} {m.progressive_loss:>11.6f} "
                    f"{error:>7}  {m.checkpoint}")
-    if len(lines) > top:
-        out.append(f"... and {len(lines) - top} more model keys")
-    if lines:
-        total = sum(m.examples for m in lines)
-        loss = sum(m.progressive_loss * m.examples for m in lines) / max(total, 1)
-        out.append(f"{'all ' + str(len(lines)) + ' models':<24} {total:>10,} {loss:>11.6f}")
+    if models.count > len(models.top):
+        out.append(f"... and {models.count - len(models.top)} more model keys")
+    if models.count:
+        out.append(f"{'all ' + str(models.count) + ' models':<24} {models.examples:>10,} "
+                   f"{models.progressive_loss:>11.6f}")
     return "\n".join(out)
 
 

@@ -5,7 +5,7 @@ By model group (``by_group``, what runs write), then the per-key layout earlier 
 resumed run writes what it read from the per-key layout there). ``unitless.store.models`` is its
 earlier name, still imported."""
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import pyarrow as pa
 
@@ -207,20 +207,33 @@ def checkpoint_metadata(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]
 def checkpoint_summaries(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     """``checkpoint_metadata``, but where a manifest holds a model's examples seen and
     ``by_group.FIGURES`` (progressive loss, errors, loss), those alone, without reading its
-    part (a run's own summary of a million models)."""
+    part (a run's own summary of a million models: ``newest_summaries``)."""
+    return [(key, where_of(where), meta) for key, (where, meta)
+            in sorted(newest_summaries(model_dir).items())]
+
+
+# where a model's checkpoint is: a path or locator, or (group directory, part, index) to make
+# its locator of (``where_of``)
+Where = Union[str, Tuple[str, str, int]]
+
+
+def newest_summaries(model_dir: str) -> Dict[str, Tuple[Where, Dict[str, Any]]]:
+    """``checkpoint_summaries``, unsorted, {model key: (where, metadata)}, the locators not
+    made (a run's summary shows a few of a million models)."""
     return _newest_metadata(model_dir, summary=True)
+
+
+def where_of(where: Where) -> str:
+    return where if isinstance(where, str) else locator(join(where[0], where[1]), where[2])
 
 
 def _newest_metadata(model_dir, summary):
     """Each model's newest state whose part's schema reads (an older one where the newest's
     does not: a model is listed while it has a state to resume or score)."""
-    listed, paths = {}, {}
+    listed = {}
     for key, (view, (part, index, held)) in _newest_entries(model_dir).items():
         if summary and FIGURES[0] in held:  # (all of them: ``by_group.entry_summary``)
-            path = paths.get((view.directory, part))
-            if path is None:
-                path = paths[view.directory, part] = join(view.directory, part)
-            listed[key] = locator(path, index), held
+            listed[key] = (view.directory, part, index), held
             continue
         for part, index, _ in view.entries(key):  # (the newest first)
             found = _metadata(view.directory, part, index)
@@ -229,7 +242,8 @@ def _newest_metadata(model_dir, summary):
                 break
     for key, path, meta in per_key.checkpoint_metadata(model_dir):
         listed.setdefault(key, (path, meta))
-    return [(key, path, meta) for key, (path, meta) in sorted(listed.items())]
+    return listed if summary else [(key, path, meta) for key, (path, meta)
+                                   in sorted(listed.items())]
 
 
 def model_keys(model_dir: str) -> List[str]:
