@@ -3,6 +3,7 @@ value for value and type for type (a format-1 part held it as JSON), whatever fi
 model holds, and the part's checksum covers its models table and its rows."""
 import json
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -24,11 +25,11 @@ def model(key, **fields):
             "watermark_passed": ["topic/0"], **fields}
 
 
-def written(metas):
-    """[(first row, rows, metadata)] of the part holding ``metas`` (a row of weights each),
-    and the part as read."""
-    rows = pa.table({"w": pa.array([float(i) for i in range(len(metas))])})
-    data, digest = _part_bytes("0/4", 1, [(m["model_key"], TableRows(rows, i, 1), m)
+def written(metas, rows=1):
+    """[(first row, rows, metadata)] of the part holding ``metas`` (``rows`` rows of weights
+    each), and the part as read."""
+    weights = pa.table({"w": pa.array(np.arange(len(metas) * rows), pa.float64())})
+    data, digest = _part_bytes("0/4", 1, [(m["model_key"], TableRows(weights, i * rows, rows), m)
                                           for i, m in enumerate(metas)])
     table = table_from_bytes(data)
     found_format, models = by_group._part_index(table.schema.metadata)
@@ -58,6 +59,16 @@ def test_each_models_metadata_reads_back_as_written(odd):
     del metas[2]["examples_served"]  # (a field one model lacks)
     models, table = written(metas)
     assert [(first, rows) for first, rows, _ in models] == [(0, 1), (1, 1), (2, 1)]
+    assert all(same(meta, want) for (_, _, meta), want in zip(models, metas))
+    part_format.verify(table)
+
+
+def test_a_part_of_models_without_rows_reads_back_valid():
+    """Models that have learned nothing (a Kafka partition's start, checkpointed before its
+    first example) make a body without rows, which the file holds as no record batch."""
+    metas = [model("k0", examples_seen=0), model("k1", examples_seen=0)]
+    models, table = written(metas, rows=0)
+    assert table.num_rows == 0 and [(first, rows) for first, rows, _ in models] == [(0, 0)] * 2
     assert all(same(meta, want) for (_, _, meta), want in zip(models, metas))
     part_format.verify(table)
 

@@ -130,7 +130,9 @@ def _digest(header, models, body):
     canonical = json.dumps({k: v for k, v in header.items() if k != CHECKSUM_FIELD},
                            sort_keys=True, separators=(",", ":")).encode()
     keys = body.column(MODEL_KEY).combine_chunks()
-    columns = [(MODEL_KEY, keys.indices), (MODEL_KEY + " dictionary", keys.dictionary)]
+    # (a body without rows is stored as no record batch, so without its dictionary: hashed so)
+    dictionary = keys.dictionary if len(keys) else pa.array([], pa.string())
+    columns = [(MODEL_KEY, keys.indices), (MODEL_KEY + " dictionary", dictionary)]
     columns += [(name, body.column(name)) for name in body.column_names if name != MODEL_KEY]
     return column_digest([canonical, models], body.num_rows, columns)
 
