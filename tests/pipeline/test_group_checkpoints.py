@@ -291,7 +291,7 @@ def test_the_newest_models_query_with_duckdb_and_the_parts_read_as_a_dataset(tmp
                   .fetchall())
     assert sorted(counts) == sorted(keys)
     assert all(n == catalog.load_latest(model_dir, k)[1].num_rows for k, n in counts.items())
-    parts = [str(p) for p in (tmp_path / "models").glob("groups/*/*/part-*.arrow")]
+    parts = parts_of(tmp_path / "models")
     every = ds.dataset(parts, format="ipc").to_table(columns=["model_key"])
     assert sorted(set(every.column("model_key").to_pylist())) == sorted(keys)
 

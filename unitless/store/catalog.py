@@ -66,8 +66,7 @@ def latest_metadata(model_dir: str, key: str) -> Optional[Tuple[str, Dict[str, A
     are checked, not decoded: what a resumed run's start reads of every model), or None.
     Within ``read_once`` read once. The metadata is the one its part's reader keeps: not to be
     changed."""
-    return once_per_run("metadata", (model_dir, key), lambda: (
-        load_metadata(_entries(model_dir, key), key) or _per_key_metadata(model_dir, key)))
+    return _latest(model_dir, key, lambda: _entries(model_dir, key))
 
 
 def every_latest_metadata(model_dir: str) -> Dict[str, Tuple[str, Dict[str, Any]]]:
@@ -82,17 +81,22 @@ def every_latest_metadata(model_dir: str) -> Dict[str, Tuple[str, Dict[str, Any]
     found = {}
     for key, held in entries.items():
         held.sort(key=lambda f: -examples_of(f[1]))  # (as ``_entries`` orders them)
-        found[key] = once_per_run("metadata", (model_dir, key), lambda: (
-            load_metadata(held, key) or _per_key_metadata(model_dir, key)))
+        found[key] = _latest(model_dir, key, lambda: held)
     for key in per_key.model_keys(model_dir):
         if key not in entries:
             found[key] = latest_metadata(model_dir, key)
     return {key: meta for key, meta in found.items() if meta is not None}
 
 
-def _per_key_metadata(model_dir, key):
-    found = per_key.load_latest(model_dir, key)
-    return None if found is None else (found[0], read_metadata(found[1]))
+def _latest(model_dir, key, entries):
+    """``latest_metadata`` of the model, whose entries in the group layout are ``entries()``."""
+    def read():
+        found = load_metadata(entries(), key)
+        if found is None:
+            kept = per_key.load_latest(model_dir, key)
+            found = None if kept is None else (kept[0], read_metadata(kept[1]))
+        return found
+    return once_per_run("metadata", (model_dir, key), read)
 
 
 def load_latest(model_dir: str, key: str) -> Optional[Tuple[str, pa.Table]]:
@@ -201,15 +205,19 @@ def checkpoint_metadata(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]
     model_dir, sorted by key: unverified, from the group layout's manifests and its parts'
     schemas, then the per-key layout's schemas for models the group layout does not hold."""
     return list(once_per_run("all metadata", model_dir,
-                             lambda: _newest_metadata(model_dir, summary=False)))
+                             lambda: _by_key(_newest_metadata(model_dir, summary=False))))
 
 
 def checkpoint_summaries(model_dir: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     """``checkpoint_metadata``, but where a manifest holds a model's examples seen and
     ``by_group.FIGURES`` (progressive loss, errors, loss), those alone, without reading its
     part (a run's own summary of a million models: ``newest_summaries``)."""
-    return [(key, where_of(where), meta) for key, (where, meta)
-            in sorted(newest_summaries(model_dir).items())]
+    return _by_key(newest_summaries(model_dir))
+
+
+def _by_key(found):
+    """[(model key, where, metadata)] of {model key: (Where, metadata)}, sorted by key."""
+    return [(key, where_of(where), meta) for key, (where, meta) in sorted(found.items())]
 
 
 # where a model's checkpoint is: a path or locator, or (group directory, part, index) to make
@@ -228,8 +236,9 @@ def where_of(where: Where) -> str:
 
 
 def _newest_metadata(model_dir, summary):
-    """Each model's newest state whose part's schema reads (an older one where the newest's
-    does not: a model is listed while it has a state to resume or score)."""
+    """{model key: (Where, metadata)} of each model's newest state whose part's schema reads
+    (an older one where the newest's does not: a model is listed while it has a state to
+    resume or score)."""
     listed = {}
     for key, (view, (part, index, held)) in _newest_entries(model_dir).items():
         if summary and FIGURES[0] in held:  # (all of them: ``by_group.entry_summary``)
@@ -242,8 +251,7 @@ def _newest_metadata(model_dir, summary):
                 break
     for key, path, meta in per_key.checkpoint_metadata(model_dir):
         listed.setdefault(key, (path, meta))
-    return listed if summary else [(key, path, meta) for key, (path, meta)
-                                   in sorted(listed.items())]
+    return listed
 
 
 def model_keys(model_dir: str) -> List[str]:

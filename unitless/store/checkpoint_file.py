@@ -147,6 +147,18 @@ def seal(table: pa.Table, key: str) -> pa.Table:
                                           METADATA_KEY: stored})
 
 
+def keyed_metadata(key: str, meta: Dict[str, Any]) -> Dict[str, Any]:
+    """A model's metadata as a checkpoint of model ``key`` holds it before it is sealed: its
+    model key set, no checksum (``meta`` itself when it is so already); ValueError when it
+    names another model key."""
+    if meta.get("model_key", key) != key:
+        raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
+                         f"as model {key!r}")
+    if CHECKSUM_FIELD in meta or "model_key" not in meta:  # (one read back; a table's)
+        meta = {**{k: v for k, v in meta.items() if k != CHECKSUM_FIELD}, "model_key": key}
+    return meta
+
+
 def seal_many(models: Iterable[Tuple[str, TableRows, Dict[str, Any]]]
               ) -> List[Tuple[str, TableRows, Dict[str, Any], bytes]]:
     """[(model key, TableRows, metadata)] -> [(model key, TableRows, sealed metadata, as
@@ -157,10 +169,7 @@ def seal_many(models: Iterable[Tuple[str, TableRows, Dict[str, Any]]]
     checksums: Dict[int, RowChecksums] = {}  # id(table) -> (its models' tables are held)
     sealed = []
     for key, rows, meta in models:
-        if meta.get("model_key", key) != key:
-            raise ValueError(f"a checkpoint of model {meta['model_key']!r} cannot be written "
-                             f"as model {key!r}")
-        meta = {**meta, "model_key": key}
+        meta = dict(keyed_metadata(key, meta))  # (a copy: it is given its checksum)
         found = checksums.get(id(rows.table))
         if found is None:
             found = checksums[id(rows.table)] = RowChecksums(rows.table)

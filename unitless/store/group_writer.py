@@ -17,7 +17,7 @@ from . import part_format
 from .by_group import (FIGURES, MANIFEST_FORMAT, MODEL_KEY, GroupCheckpoints,
                        entry_summary, examples_of, load_located, locator, part_metadata,
                        sequence_of)
-from .checkpoint_file import CHECKSUM_FIELD, bare_table, table_to_bytes
+from .checkpoint_file import CHECKSUM_FIELD, bare_table, keyed_metadata, table_to_bytes
 from .groups import group_dir
 
 log = logging.getLogger("unitless")
@@ -158,14 +158,7 @@ class GroupWriter:
 def _part_bytes(group, seq, models):
     """(the part holding the models' rows, in their order, its checksum) of [(model key,
     TableRows, metadata)], in part format 2 (``part_format``)."""
-    metas = []
-    for key, _, meta in models:
-        if meta.get(MODEL_KEY, key) != key:
-            raise ValueError(f"a checkpoint of model {meta[MODEL_KEY]!r} cannot be written "
-                             f"as model {key!r}")
-        if CHECKSUM_FIELD in meta or MODEL_KEY not in meta:  # (a checkpoint read back; a table's)
-            meta = {**{k: v for k, v in meta.items() if k != CHECKSUM_FIELD}, MODEL_KEY: key}
-        metas.append(meta)
+    metas = [keyed_metadata(key, meta) for key, _, meta in models]
     counts = np.array([rows.count for _, rows, _ in models], dtype=np.int64)
     body = pa.concat_tables([_taken(run) for run in _runs(models)], promote_options="none")
     keys = pa.DictionaryArray.from_arrays(
